@@ -1,0 +1,180 @@
+// indexer_q: the query side of DeepSeek-V4's sparse-attention indexer.
+//
+//   fused_q_indexer_rope_hadamard_quant: RoPE on the last 64 of 128 dims, a 128-point
+//   Hadamard transform, FP8 E4M3 quantization with one scale per (token, head), the scale
+//   folded into the head weight.
+//
+// This header is the whole public C++ API. It depends on nothing but the C++ standard
+// library: tensors are described by raw pointers, sizes, strides, a dtype and a device.
+// Errors come back as a Status carrying a message that names the offending argument;
+// the library never aborts and never prints.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace indexer_q {
+
+// ---------------------------------------------------------------------------------------
+// dtypes and devices
+// ---------------------------------------------------------------------------------------
+enum class DType : int {
+  kBFloat16 = 0,   // bf16
+  kFloat16 = 1,    // IEEE half
+  kFloat32 = 2,    // IEEE single
+  kFloat8E4M3 = 3, // float8_e4m3fn (no infinities, one NaN code per sign)
+  kInt32 = 4,
+  kInt64 = 5,
+};
+
+// Size in bytes of one element of `dt`.
+std::size_t dtype_size(DType dt) noexcept;
+// Short name: "bf16", "fp16", "fp32", "fp8_e4m3fn", "int32", "int64".
+const char* dtype_name(DType dt) noexcept;
+
+enum class DeviceType : int {
+  kCPU = 0,
+  kCUDA = 1,  // NVIDIA CUDA (and, later, HIP through the same sources)
+};
+
+struct Device {
+  DeviceType type = DeviceType::kCPU;
+  int index = 0;  // ordinal for GPUs; ignored for the CPU
+  friend bool operator==(const Device& a, const Device& b) {
+    return a.type == b.type && (a.type == DeviceType::kCPU || a.index == b.index);
+  }
+  friend bool operator!=(const Device& a, const Device& b) { return !(a == b); }
+};
+
+// A non-owning view of a strided tensor. Strides are in elements, not bytes.
+struct TensorView {
+  static constexpr int kMaxDims = 4;
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  int ndim = 0;
+  std::int64_t sizes[kMaxDims] = {0, 0, 0, 0};
+  std::int64_t strides[kMaxDims] = {0, 0, 0, 0};
+  Device device{};
+
+  // Builds a view with row-major contiguous strides.
+  static TensorView contiguous(const void* data, DType dtype,
+                               std::initializer_list<std::int64_t> sizes,
+                               Device device = Device{});
+  // Builds a view with explicit strides (same count as sizes).
+  static TensorView strided(const void* data, DType dtype,
+                            std::initializer_list<std::int64_t> sizes,
+                            std::initializer_list<std::int64_t> strides,
+                            Device device = Device{});
+  std::int64_t numel() const noexcept;
+};
+
+// ---------------------------------------------------------------------------------------
+// Status
+// ---------------------------------------------------------------------------------------
+enum class StatusCode : int {
+  kOk = 0,
+  kInvalidArgument = 1,  // a tensor or option does not meet the contract; nothing written
+  kUnavailable = 2,      // the backend / ISA asked for is not compiled in or not supported here
+  kInternal = 3,         // a backend failed (e.g. a CUDA launch error)
+};
+
+class Status {
+ public:
+  Status() = default;
+  static Status Ok() { return Status(); }
+  static Status InvalidArgument(std::string msg) { return Status(StatusCode::kInvalidArgument, std::move(msg)); }
+  static Status Unavailable(std::string msg) { return Status(StatusCode::kUnavailable, std::move(msg)); }
+  static Status Internal(std::string msg) { return Status(StatusCode::kInternal, std::move(msg)); }
+
+  bool ok() const noexcept { return code_ == StatusCode::kOk; }
+  StatusCode code() const noexcept { return code_; }
+  const std::string& message() const noexcept { return message_; }
+
+ private:
+  Status(StatusCode c, std::string m) : code_(c), message_(std::move(m)) {}
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Backends and CPU instruction sets
+// ---------------------------------------------------------------------------------------
+enum class Backend : int {
+  kAuto = 0,       // the device of the tensors decides: CPU tensors -> kCpu, CUDA -> kCuda
+  kReference = 1,  // the scalar reference (CPU tensors only): the executable spec
+  kCpu = 2,        // the fast CPU backend (SIMD + threads)
+  kCuda = 3,       // the CUDA backend (CUDA tensors only)
+};
+const char* backend_name(Backend b) noexcept;  // "auto", "reference", "cpu", "cuda"
+// Parses "auto" | "reference" | "cpu" | "cuda"; false if unknown.
+bool parse_backend(const std::string& name, Backend* out) noexcept;
+// True if the backend is compiled in and usable on this machine (for kCuda: a device exists).
+bool backend_available(Backend b) noexcept;
+
+enum class CpuIsa : int {
+  kAuto = -1,   // the active ISA (see active_cpu_isa)
+  kScalar = 0,  // portable C++
+  kAvx2 = 1,    // AVX2 + FMA + F16C
+  kAvx512 = 2,  // AVX-512 F/BW/VL/DQ
+};
+const char* cpu_isa_name(CpuIsa isa) noexcept;  // "auto", "scalar", "avx2", "avx512"
+bool parse_cpu_isa(const std::string& name, CpuIsa* out) noexcept;
+// True if the ISA variant is compiled in and the processor (and OS) supports it.
+bool cpu_isa_supported(CpuIsa isa) noexcept;
+// Every ISA this build and this processor can run, best last. Tests and benchmarks loop over it.
+std::vector<CpuIsa> supported_cpu_isas();
+// The ISA the CPU backend uses when Options::cpu_isa is kAuto: chosen once per process, the
+// best supported one, unless the environment variable INDEXER_Q_CPU_ISA=scalar|avx2|avx512
+// names another. An unsupported or unknown value makes this return an error Status and
+// leaves *out untouched; the CPU backend then refuses to run with the same message.
+Status active_cpu_isa(CpuIsa* out);
+
+// ---------------------------------------------------------------------------------------
+// Threads of the CPU backend
+// ---------------------------------------------------------------------------------------
+// The CPU backend keeps one pool of worker threads for the process (created on first use,
+// never per call). The default thread count is the number of hardware threads.
+// Sets the default count used when Options::num_threads is 0. n must be >= 1.
+Status set_cpu_num_threads(int n);
+int cpu_num_threads() noexcept;
+
+// ---------------------------------------------------------------------------------------
+// The op
+// ---------------------------------------------------------------------------------------
+struct Options {
+  Backend backend = Backend::kAuto;
+  CpuIsa cpu_isa = CpuIsa::kAuto;  // CPU backend only
+  int num_threads = 0;             // CPU backend only: 0 = cpu_num_threads(); 1 = inline
+  void* stream = nullptr;          // CUDA backend only: a cudaStream_t; nullptr = default stream
+  bool enable_pdl = false;         // CUDA backend only: programmatic dependent launch (sm_90+)
+};
+
+// Checks every argument against the contract (see SPEC.md and docs/API.md) without
+// touching any data except `positions`, which is range-checked when it lives on the host.
+// This is the one validator behind the C++ API, the CLI and the PyTorch binding.
+//
+//   q_input     (B, H, 128)  bf16|fp16|fp32, contiguous
+//   q_fp8       (B, H, 128)  fp8_e4m3fn, contiguous                 [written]
+//   weight      (B, H)       same dtype as q_input, stride(1) = 1, stride(0) >= H
+//   weights_out (B, H, 1)    fp32, contiguous                       [written]
+//   freqs       (max_pos, 64) fp32, contiguous: (cos, sin) per pair
+//   positions   (B,)         int32|int64, contiguous, values in [0, max_pos)
+Status validate(const TensorView& q_input, const TensorView& q_fp8, const TensorView& weight,
+                const TensorView& weights_out, float weight_scale, const TensorView& freqs,
+                const TensorView& positions, const Options& options = Options{});
+
+// Validates, then runs the op on the chosen backend. On any error nothing is written.
+// B = 0 is valid and writes nothing.
+Status fused_q_indexer_rope_hadamard_quant(const TensorView& q_input, const TensorView& q_fp8,
+                                           const TensorView& weight,
+                                           const TensorView& weights_out, float weight_scale,
+                                           const TensorView& freqs, const TensorView& positions,
+                                           const Options& options = Options{});
+
+// The library version, "MAJOR.MINOR.PATCH".
+const char* version() noexcept;
+
+}  // namespace indexer_q
