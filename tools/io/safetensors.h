@@ -1,0 +1,71 @@
+// Reading (and writing) safetensors files and turning them into conformance cases.
+// Used by the indexer-q CLI and by the tests. Host-only, no third-party dependency.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "indexer_q/indexer_q.h"
+
+namespace indexer_q {
+namespace io {
+
+struct StTensor {
+  std::string dtype;                 // safetensors name: "BF16", "F16", "F32", "F8_E4M3", "I32", "I64", ...
+  std::vector<std::int64_t> shape;
+  std::vector<std::uint8_t> data;    // little-endian bytes, exactly prod(shape) * element size
+};
+
+struct StFile {
+  std::map<std::string, StTensor> tensors;
+  std::map<std::string, std::string> metadata;  // "__metadata__" (string values only)
+};
+
+// Parses a whole safetensors file. Returns false and sets *error (a one-line reason naming
+// what is wrong: truncated header, bad JSON, offsets out of range or overlapping, size not
+// matching dtype x shape, ...) on any malformed input; never crashes on hostile bytes.
+bool read_safetensors(const std::string& path, StFile* out, std::string* error);
+bool parse_safetensors(const std::uint8_t* bytes, std::size_t size, StFile* out, std::string* error);
+
+// Writes a safetensors file (tensors in name order, 8-byte aligned header). False + *error on I/O failure.
+bool write_safetensors(const std::string& path, const StFile& file, std::string* error);
+
+// Maps safetensors dtype names to the library's dtypes; false if not one of ours.
+bool dtype_from_safetensors(const std::string& name, DType* out);
+const char* dtype_to_safetensors(DType dt);
+
+// One conformance case: the op's inputs and the expected outputs, checked for consistency
+// (names present, dtypes allowed, shapes agreeing with each other, weight_scale parseable).
+struct ConformanceCase {
+  std::int64_t B = 0, H = 0, max_pos = 0;
+  DType dtype = DType::kBFloat16;     // q_input and weight
+  DType pos_dtype = DType::kInt64;
+  float weight_scale = 1.0f;          // metadata string -> double (strtod) -> float32
+  std::vector<std::uint8_t> q_input, weight, freqs, positions;  // raw bytes, contiguous
+  std::vector<std::uint8_t> q_fp8;                               // expected, B*H*128 bytes
+  std::vector<float> weights_out;                                // expected, B*H floats
+
+  // Host views of the inputs (valid while *this lives).
+  TensorView q_input_view() const;
+  TensorView weight_view() const;
+  TensorView freqs_view() const;
+  TensorView positions_view() const;
+};
+
+bool load_case(const StFile& file, ConformanceCase* out, std::string* error);
+bool load_case_file(const std::string& path, ConformanceCase* out, std::string* error);
+
+// Byte comparison of actual outputs against a case: counts differing fp8 bytes and differing
+// weights_out floats (bit comparison; NaN equals NaN).
+struct Diff {
+  std::int64_t fp8_bytes = 0;
+  std::int64_t weights = 0;
+  bool exact() const { return fp8_bytes == 0 && weights == 0; }
+};
+Diff compare_outputs(const std::uint8_t* q_fp8, const float* weights_out,
+                     const std::uint8_t* expected_fp8, const float* expected_weights, std::int64_t rows);
+
+}  // namespace io
+}  // namespace indexer_q
