@@ -64,3 +64,10 @@ std::vector<BaselineRun> baselines_for(Backend backend, const OpBuffers& bufs, D
 
 }  // namespace cli
 }  // namespace indexer_q
+
+// Implemented in tools/device_cuda.cu (or tools/device_nocuda.cpp when CUDA is not built):
+namespace indexer_q {
+namespace cli {
+std::vector<BaselineRun> cuda_baselines(const OpBuffers& bufs, DeviceRuntime& rt);
+}  // namespace cli
+}  // namespace indexer_q
