@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what indexer_q needs on a fresh Debian/Ubuntu machine. Idempotent.
+#   scripts/setup.sh          C++ build + tests: compiler, CMake, Ninja, GoogleTest
+#   scripts/setup.sh --python also the Python side: torch (CPU build), pytest, scikit-build-core
+set -euo pipefail
+
+want_python=0
+for arg in "$@"; do
+  case "$arg" in
+    --python) want_python=1 ;;
+    -h|--help) sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown option '$arg' (expected --python or --help)" >&2; exit 2 ;;
+  esac
+done
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+pkgs=(g++ cmake ninja-build libgtest-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ "$want_python" -eq 1 ]; then
+  PY=${PYTHON:-python3}
+  # torch==2.13.0 is pinned: on this project's machines it resolves to a CPU build on local disk.
+  "$PY" -m pip install -q -r "$(dirname "$0")/../requirements-dev.txt"
+fi
+echo "setup: ok"

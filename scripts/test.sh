@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Sets up, builds, and runs every test: the C++ suite (GoogleTest + CLI checks under CTest)
+# and the Python operator's suite (pytest). GPU tests skip cleanly on a machine without one;
+# the CUDA code is still compiled whenever nvcc is found.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --python
+
+echo "== C++: configure, build, ctest"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$(nproc)"
+ctest --test-dir build --output-on-failure -j"$(nproc)"
+
+echo "== Python: build the operator package and run pytest"
+PY=${PYTHON:-python3}
+"$PY" -m pip install -q --no-build-isolation --no-deps .
+"$PY" -m pytest tests/python -q
