@@ -62,6 +62,10 @@ bool load_case_file(const std::string& path, ConformanceCase* out, std::string* 
 struct Diff {
   std::int64_t fp8_bytes = 0;
   std::int64_t weights = 0;
+  // The first few differing indices (up to kListed each): element index into q_fp8
+  // (row = index / 128, dim = index % 128) and row index into weights_out.
+  static constexpr int kListed = 5;
+  std::vector<std::int64_t> first_fp8, first_weights;
   bool exact() const { return fp8_bytes == 0 && weights == 0; }
 };
 Diff compare_outputs(const std::uint8_t* q_fp8, const float* weights_out,

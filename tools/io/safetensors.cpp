@@ -1,0 +1,444 @@
+// safetensors reading/writing and conformance cases. See safetensors.h.
+//
+// File layout: 8 bytes little-endian u64 N, then N bytes of UTF-8 JSON (an object; may be
+// padded with trailing spaces), then the data section. Each tensor entry is
+// {"dtype": str, "shape": [int...], "data_offsets": [begin, end]} with offsets relative to the
+// start of the data section. Like the reference implementation we require the tensors to tile
+// the data section exactly: sorted by offset they are contiguous from 0 to its end, with no
+// overlap and no gap.
+#include "io/safetensors.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "io/json.h"
+
+namespace indexer_q {
+namespace io {
+
+namespace {
+
+constexpr std::uint64_t kMaxHeaderBytes = 100ull << 20;  // same limit as the reference reader
+
+// Element size of a safetensors dtype name, 0 if unknown.
+std::size_t st_dtype_size(const std::string& name) {
+  static const struct {
+    const char* name;
+    std::size_t size;
+  } table[] = {{"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1},
+               {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},     {"U32", 4},
+               {"F32", 4},  {"I64", 8}, {"U64", 8}, {"F64", 8}};
+  for (const auto& e : table)
+    if (name == e.name) return e.size;
+  return 0;
+}
+
+bool set_error(std::string* error, const std::string& msg) {
+  if (error) *error = msg;
+  return false;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// prod(shape) * elem, false on overflow of int64.
+bool checked_nbytes(const std::vector<std::int64_t>& shape, std::size_t elem, std::int64_t* out) {
+  std::int64_t n = std::int64_t(elem);
+  for (std::int64_t d : shape) {
+    if (d < 0) return false;
+    if (d != 0 && n > INT64_MAX / d) return false;
+    n *= d;
+  }
+  *out = n;
+  return true;
+}
+
+struct Entry {
+  std::string name;
+  std::int64_t begin = 0, end = 0;
+};
+
+}  // namespace
+
+bool parse_safetensors(const std::uint8_t* bytes, std::size_t size, StFile* out, std::string* error) {
+  *out = StFile{};
+  if (size < 8)
+    return set_error(error, "truncated: the file has " + std::to_string(size) +
+                                " bytes, fewer than the 8-byte header length field");
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
+  if (n > size - 8)
+    return set_error(error, "truncated or not a safetensors file: header length " + std::to_string(n) +
+                                " exceeds the " + std::to_string(size - 8) + " bytes after the length field");
+  if (n > kMaxHeaderBytes)
+    return set_error(error, "header length " + std::to_string(n) + " exceeds the limit of " +
+                                std::to_string(kMaxHeaderBytes) + " bytes");
+  if (n < 2 || bytes[8] != '{')
+    return set_error(error, "bad header: the JSON header must be an object starting with '{'");
+
+  JsonValue root;
+  std::string jerr;
+  if (!parse_json(reinterpret_cast<const char*>(bytes + 8), std::size_t(n), &root, &jerr))
+    return set_error(error, "bad JSON header: " + jerr);
+  if (!root.is_object()) return set_error(error, "bad header: the JSON header is not an object");
+
+  const std::uint8_t* data = bytes + 8 + n;
+  const std::int64_t data_size = std::int64_t(size - 8 - n);
+  std::vector<Entry> entries;
+
+  for (const auto& m : root.members) {
+    const std::string& name = m.first;
+    const JsonValue& v = m.second;
+    if (name == "__metadata__") {
+      if (!v.is_object())
+        return set_error(error, std::string("bad header: __metadata__ must be an object, got ") +
+                                    json_type_name(v.type));
+      for (const auto& kv : v.members) {
+        if (!kv.second.is_string())
+          return set_error(error, "bad header: __metadata__[\"" + kv.first + "\"] must be a string, got " +
+                                      json_type_name(kv.second.type));
+        out->metadata[kv.first] = kv.second.text;
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + name + "'";
+    if (!v.is_object())
+      return set_error(error, "bad header: " + where + " must be an object, got " + json_type_name(v.type));
+    const JsonValue* dt = v.find("dtype");
+    const JsonValue* sh = v.find("shape");
+    const JsonValue* off = v.find("data_offsets");
+    if (!dt || !sh || !off)
+      return set_error(error, "bad header: " + where + " lacks \"" +
+                                  (!dt ? "dtype" : !sh ? "shape" : "data_offsets") + "\"");
+    for (const auto& kv : v.members)
+      if (kv.first != "dtype" && kv.first != "shape" && kv.first != "data_offsets")
+        return set_error(error, "bad header: " + where + " has an unexpected key \"" + kv.first + "\"");
+    if (!dt->is_string())
+      return set_error(error, "bad header: " + where + " dtype must be a string");
+    const std::size_t elem = st_dtype_size(dt->text);
+    if (elem == 0)
+      return set_error(error, "bad header: " + where + " has unknown dtype \"" + dt->text + "\"");
+    if (!sh->is_array())
+      return set_error(error, "bad header: " + where + " shape must be an array of non-negative integers");
+    StTensor t;
+    t.dtype = dt->text;
+    for (const JsonValue& d : sh->items) {
+      std::int64_t x;
+      if (!d.as_nonneg_int(&x))
+        return set_error(error, "bad header: " + where + " shape must hold non-negative integers, got " +
+                                    (d.is_number() ? d.text : std::string(json_type_name(d.type))));
+      t.shape.push_back(x);
+    }
+    Entry e;
+    e.name = name;
+    if (!off->is_array() || off->items.size() != 2 || !off->items[0].as_nonneg_int(&e.begin) ||
+        !off->items[1].as_nonneg_int(&e.end))
+      return set_error(error, "bad header: " + where + " data_offsets must be [begin, end] (non-negative integers)");
+    if (e.begin > e.end)
+      return set_error(error, "bad header: " + where + " data_offsets [" + std::to_string(e.begin) + ", " +
+                                  std::to_string(e.end) + "] have begin > end");
+    if (e.end > data_size)
+      return set_error(error, "truncated or bad offsets: " + where + " data_offsets [" + std::to_string(e.begin) +
+                                  ", " + std::to_string(e.end) + "] run past the " + std::to_string(data_size) +
+                                  "-byte data section");
+    std::int64_t nbytes;
+    if (!checked_nbytes(t.shape, elem, &nbytes) || nbytes != e.end - e.begin)
+      return set_error(error, "size mismatch: " + where + " is " + t.dtype + " " + shape_text(t.shape) + " = " +
+                                  (checked_nbytes(t.shape, elem, &nbytes) ? std::to_string(nbytes) : "overflowing") +
+                                  " bytes, but data_offsets give " + std::to_string(e.end - e.begin));
+    entries.push_back(e);
+    out->tensors.emplace(name, std::move(t));
+  }
+
+  // The tensors must tile the data section: no overlap, no gap, nothing left over.
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::int64_t at = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    if (e.begin < at)
+      return set_error(error, "bad offsets: tensor '" + e.name + "' [" + std::to_string(e.begin) + ", " +
+                                  std::to_string(e.end) + ") overlaps tensor '" + (prev ? prev->name : "") + "'");
+    if (e.begin > at)
+      return set_error(error, "bad offsets: a gap of " + std::to_string(e.begin - at) +
+                                  " unused bytes before tensor '" + e.name + "'");
+    at = e.end;
+    prev = &e;
+  }
+  if (at != data_size)
+    return set_error(error, "bad offsets: the data section has " + std::to_string(data_size - at) +
+                                " bytes not covered by any tensor");
+
+  for (const Entry& e : entries) {
+    StTensor& t = out->tensors[e.name];
+    t.data.assign(data + e.begin, data + e.end);
+  }
+  return true;
+}
+
+bool read_safetensors(const std::string& path, StFile* out, std::string* error) {
+  *out = StFile{};
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return set_error(error, path + ": cannot open: " + std::strerror(errno));
+  std::vector<std::uint8_t> bytes;
+  bool ok = std::fseek(f, 0, SEEK_END) == 0;
+  long size = ok ? std::ftell(f) : -1;
+  ok = ok && size >= 0 && std::fseek(f, 0, SEEK_SET) == 0;
+  if (ok) {
+    bytes.resize(std::size_t(size));
+    ok = size == 0 || std::fread(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  }
+  const int saved = errno;
+  std::fclose(f);
+  if (!ok) return set_error(error, path + ": cannot read: " + std::strerror(saved));
+  std::string why;
+  if (!parse_safetensors(bytes.data(), bytes.size(), out, &why)) return set_error(error, path + ": " + why);
+  return true;
+}
+
+bool write_safetensors(const std::string& path, const StFile& file, std::string* error) {
+  std::string header = "{";
+  bool first = true;
+  if (!file.metadata.empty()) {
+    header += "\"__metadata__\":{";
+    bool f2 = true;
+    for (const auto& kv : file.metadata) {
+      if (!f2) header += ",";
+      f2 = false;
+      append_json_string(kv.first, &header);
+      header += ":";
+      append_json_string(kv.second, &header);
+    }
+    header += "}";
+    first = false;
+  }
+  std::int64_t at = 0;
+  for (const auto& kv : file.tensors) {  // std::map: name order
+    const StTensor& t = kv.second;
+    if (kv.first == "__metadata__")
+      return set_error(error, path + ": a tensor cannot be named __metadata__");
+    const std::size_t elem = st_dtype_size(t.dtype);
+    if (elem == 0) return set_error(error, path + ": tensor '" + kv.first + "' has unknown dtype \"" + t.dtype + "\"");
+    std::int64_t nbytes;
+    if (!checked_nbytes(t.shape, elem, &nbytes) || nbytes != std::int64_t(t.data.size()))
+      return set_error(error, path + ": tensor '" + kv.first + "' holds " + std::to_string(t.data.size()) +
+                                  " bytes, not " + t.dtype + " " + shape_text(t.shape));
+    if (!first) header += ",";
+    first = false;
+    append_json_string(kv.first, &header);
+    header += ":{\"dtype\":";
+    append_json_string(t.dtype, &header);
+    header += ",\"shape\":[";
+    for (std::size_t i = 0; i < t.shape.size(); ++i) header += (i ? "," : "") + std::to_string(t.shape[i]);
+    header += "],\"data_offsets\":[" + std::to_string(at) + "," + std::to_string(at + nbytes) + "]}";
+    at += nbytes;
+  }
+  header += "}";
+  while ((8 + header.size()) % 8 != 0) header.push_back(' ');
+
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return set_error(error, path + ": cannot create: " + std::strerror(errno));
+  std::uint8_t len[8];
+  std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) len[i] = std::uint8_t(n >> (8 * i));
+  bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(header.data(), 1, header.size(), f) == header.size();
+  for (const auto& kv : file.tensors) {
+    const auto& d = kv.second.data;
+    if (ok && !d.empty()) ok = std::fwrite(d.data(), 1, d.size(), f) == d.size();
+  }
+  const int saved = errno;
+  if (std::fclose(f) != 0) ok = false;
+  if (!ok) return set_error(error, path + ": write failed: " + std::strerror(saved));
+  return true;
+}
+
+bool dtype_from_safetensors(const std::string& name, DType* out) {
+  static const struct {
+    const char* name;
+    DType dt;
+  } table[] = {{"BF16", DType::kBFloat16}, {"F16", DType::kFloat16}, {"F32", DType::kFloat32},
+               {"F8_E4M3", DType::kFloat8E4M3}, {"I32", DType::kInt32}, {"I64", DType::kInt64}};
+  for (const auto& e : table) {
+    if (name == e.name) {
+      *out = e.dt;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* dtype_to_safetensors(DType dt) {
+  switch (dt) {
+    case DType::kBFloat16: return "BF16";
+    case DType::kFloat16: return "F16";
+    case DType::kFloat32: return "F32";
+    case DType::kFloat8E4M3: return "F8_E4M3";
+    case DType::kInt32: return "I32";
+    case DType::kInt64: return "I64";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------------------
+// conformance cases
+// ---------------------------------------------------------------------------------------
+TensorView ConformanceCase::q_input_view() const {
+  return TensorView::contiguous(q_input.data(), dtype, {B, H, 128});
+}
+TensorView ConformanceCase::weight_view() const { return TensorView::contiguous(weight.data(), dtype, {B, H}); }
+TensorView ConformanceCase::freqs_view() const {
+  return TensorView::contiguous(freqs.data(), DType::kFloat32, {max_pos, 64});
+}
+TensorView ConformanceCase::positions_view() const {
+  return TensorView::contiguous(positions.data(), pos_dtype, {B});
+}
+
+namespace {
+
+bool get_tensor(const StFile& file, const char* name, const StTensor** out, std::string* error) {
+  auto it = file.tensors.find(name);
+  if (it == file.tensors.end()) return set_error(error, std::string("missing tensor '") + name + "'");
+  const StTensor& t = it->second;
+  std::int64_t nbytes;
+  const std::size_t elem = st_dtype_size(t.dtype);
+  if (elem == 0 || !checked_nbytes(t.shape, elem, &nbytes) || nbytes != std::int64_t(t.data.size()))
+    return set_error(error, std::string("size mismatch: tensor '") + name + "' holds " +
+                                std::to_string(t.data.size()) + " bytes, not " + t.dtype + " " + shape_text(t.shape));
+  *out = &t;
+  return true;
+}
+
+bool expect_shape(const char* name, const StTensor& t, const std::vector<std::int64_t>& want,
+                  const char* want_text, std::string* error) {
+  if (t.shape != want)
+    return set_error(error, std::string("inconsistent shapes: tensor '") + name + "' has shape " +
+                                shape_text(t.shape) + ", expected " + want_text + " = " + shape_text(want));
+  return true;
+}
+
+bool expect_dtype(const char* name, const StTensor& t, std::initializer_list<const char*> allowed,
+                  std::string* error) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (t.dtype == a) return true;
+    list += (list.empty() ? "" : " or ") + std::string(a);
+  }
+  return set_error(error, std::string("tensor '") + name + "' has dtype " + t.dtype + ", expected " + list);
+}
+
+}  // namespace
+
+bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
+  *out = ConformanceCase{};
+  const StTensor *q, *w, *fr, *pos, *q8, *wo;
+  if (!get_tensor(file, "q_input", &q, error) || !get_tensor(file, "weight", &w, error) ||
+      !get_tensor(file, "freqs", &fr, error) || !get_tensor(file, "positions", &pos, error) ||
+      !get_tensor(file, "q_fp8", &q8, error) || !get_tensor(file, "weights_out", &wo, error))
+    return false;
+
+  if (!expect_dtype("q_input", *q, {"BF16", "F16", "F32"}, error)) return false;
+  if (q->shape.size() != 3 || q->shape[2] != 128 || q->shape[1] < 1)
+    return set_error(error, "tensor 'q_input' has shape " + shape_text(q->shape) + ", expected [B, H, 128] with H >= 1");
+  const std::int64_t B = q->shape[0], H = q->shape[1];
+  ConformanceCase c;
+  c.B = B;
+  c.H = H;
+  dtype_from_safetensors(q->dtype, &c.dtype);
+
+  if (w->dtype != q->dtype)
+    return set_error(error, "tensor 'weight' has dtype " + w->dtype + ", expected the dtype of q_input (" + q->dtype + ")");
+  if (!expect_shape("weight", *w, {B, H}, "[B, H]", error)) return false;
+
+  if (!expect_dtype("freqs", *fr, {"F32"}, error)) return false;
+  if (fr->shape.size() != 2 || fr->shape[1] != 64)
+    return set_error(error, "tensor 'freqs' has shape " + shape_text(fr->shape) + ", expected [max_pos, 64]");
+  c.max_pos = fr->shape[0];
+
+  if (!expect_dtype("positions", *pos, {"I32", "I64"}, error)) return false;
+  if (!expect_shape("positions", *pos, {B}, "[B]", error)) return false;
+  dtype_from_safetensors(pos->dtype, &c.pos_dtype);
+
+  if (!expect_dtype("q_fp8", *q8, {"F8_E4M3"}, error)) return false;
+  if (!expect_shape("q_fp8", *q8, {B, H, 128}, "[B, H, 128]", error)) return false;
+  if (!expect_dtype("weights_out", *wo, {"F32"}, error)) return false;
+  if (!expect_shape("weights_out", *wo, {B, H, 1}, "[B, H, 1]", error)) return false;
+
+  // Positions in range (the op would refuse them; here it is the file that is wrong).
+  for (std::int64_t b = 0; b < B; ++b) {
+    std::int64_t p;
+    if (c.pos_dtype == DType::kInt32) {
+      std::int32_t v;
+      std::memcpy(&v, pos->data.data() + 4 * b, 4);
+      p = v;
+    } else {
+      std::memcpy(&p, pos->data.data() + 8 * b, 8);
+    }
+    if (p < 0 || p >= c.max_pos)
+      return set_error(error, "positions[" + std::to_string(b) + "] = " + std::to_string(p) +
+                                  " is outside [0, max_pos) = [0, " + std::to_string(c.max_pos) + ")");
+  }
+
+  auto it = file.metadata.find("weight_scale");
+  if (it == file.metadata.end()) return set_error(error, "metadata lacks \"weight_scale\"");
+  const std::string& ws = it->second;
+  errno = 0;
+  char* end = nullptr;
+  const double d = std::strtod(ws.c_str(), &end);
+  if (ws.empty() || end == ws.c_str() || *end != '\0' || std::isspace(static_cast<unsigned char>(ws[0])))
+    return set_error(error, "metadata \"weight_scale\" = \"" + ws + "\" is not a number");
+  if (errno == ERANGE && std::fabs(d) > 1.0)
+    return set_error(error, "metadata \"weight_scale\" = \"" + ws + "\" is out of range");
+  c.weight_scale = static_cast<float>(d);
+
+  c.q_input = q->data;
+  c.weight = w->data;
+  c.freqs = fr->data;
+  c.positions = pos->data;
+  c.q_fp8 = q8->data;
+  c.weights_out.resize(std::size_t(B * H));
+  if (!wo->data.empty()) std::memcpy(c.weights_out.data(), wo->data.data(), wo->data.size());
+  *out = std::move(c);
+  return true;
+}
+
+bool load_case_file(const std::string& path, ConformanceCase* out, std::string* error) {
+  StFile f;
+  if (!read_safetensors(path, &f, error)) return false;
+  std::string why;
+  if (!load_case(f, out, &why)) return set_error(error, path + ": inconsistent conformance case: " + why);
+  return true;
+}
+
+Diff compare_outputs(const std::uint8_t* q_fp8, const float* weights_out, const std::uint8_t* expected_fp8,
+                     const float* expected_weights, std::int64_t rows) {
+  Diff d;
+  const std::int64_t n8 = rows * 128;
+  for (std::int64_t i = 0; i < n8; ++i) {
+    if (q_fp8[i] != expected_fp8[i]) {
+      if (d.fp8_bytes < Diff::kListed) d.first_fp8.push_back(i);
+      ++d.fp8_bytes;
+    }
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::uint32_t a, b;
+    std::memcpy(&a, weights_out + r, 4);
+    std::memcpy(&b, expected_weights + r, 4);
+    const bool both_nan = std::isnan(weights_out[r]) && std::isnan(expected_weights[r]);
+    if (a != b && !both_nan) {
+      if (d.weights < Diff::kListed) d.first_weights.push_back(r);
+      ++d.weights;
+    }
+  }
+  return d;
+}
+
+}  // namespace io
+}  // namespace indexer_q
