@@ -42,6 +42,7 @@
 #include "common/problem.h"
 #include "common/row.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/fp8_e4m3.cuh"
 
 namespace indexer_q {
 namespace detail {
@@ -90,23 +91,6 @@ __device__ __forceinline__ float load_weight(const void* w, std::uint64_t idx) {
   } else {
     return __ldg(static_cast<const float*>(w) + idx);
   }
-}
-
-// Two fp32 values -> two e4m3fn codes (lo byte = a, hi byte = b), RNE, saturating.
-__device__ __forceinline__ std::uint32_t e4m3x4(float a, float b, float c, float d) {
-  std::uint32_t r;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  asm("{\n\t.reg .b16 lo, hi;\n\t"
-      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n\t"
-      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n\t"
-      "mov.b32 %0, {lo, hi};\n\t}"
-      : "=r"(r)
-      : "f"(a), "f"(b), "f"(c), "f"(d));
-#else
-  r = std::uint32_t(e4m3fn_encode(a)) | (std::uint32_t(e4m3fn_encode(b)) << 8) |
-      (std::uint32_t(e4m3fn_encode(c)) << 16) | (std::uint32_t(e4m3fn_encode(d)) << 24);
-#endif
-  return r;
 }
 
 // Loads the 8 values of chunk `idx` (in units of 8 elements) of a row, decoded to fp32.
@@ -248,10 +232,10 @@ __global__ void __launch_bounds__(256) rowgroup_kernel(Args a) {
   for (int c = 0; c < C; ++c) {
     float v[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) v[k] = fminf(__fmul_rn(x[c][k], inv), kFp8Max);
+    for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(x[c][k], inv);
     uint2 o;
-    o.x = e4m3x4(v[0], v[1], v[2], v[3]);
-    o.y = e4m3x4(v[4], v[5], v[6], v[7]);
+    o.x = quantize4_e4m3(v[0], v[1], v[2], v[3]);
+    o.y = quantize4_e4m3(v[4], v[5], v[6], v[7]);
     if (!valid) o = make_uint2(0u, 0u);
     *reinterpret_cast<uint2*>(orow + (c * LANES + l) * 8) = o;
   }

@@ -1,0 +1,38 @@
+// Steps 8..9 of SPEC.md on the GPU for four values at a time, shared by the kernels and
+// tests/test_cuda.cu (which checks it against the scalar encoder of row.h for every float32).
+#pragma once
+
+#include <cstdint>
+
+#include "common/row.h"
+
+namespace indexer_q {
+namespace detail {
+
+// Four products v = y * inv (already rounded) -> four e4m3fn codes, byte j = value j.
+// fminf(v, 448) maps NaN to +448 (as the spec's fmax(fmin(v, 448), -448) does) and clamps
+// the top; cvt.rn.satfinite.e4m3x2.f32 rounds to nearest even and saturates the rest
+// (anything below -448, -Inf included, becomes -448). cvt d, a, b puts a in the high byte.
+__device__ __forceinline__ std::uint32_t quantize4_e4m3(float a, float b, float c, float d) {
+  a = fminf(a, kFp8Max);
+  b = fminf(b, kFp8Max);
+  c = fminf(c, kFp8Max);
+  d = fminf(d, kFp8Max);
+  std::uint32_t r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n\t.reg .b16 lo, hi;\n\t"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n\t"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n\t"
+      "mov.b32 %0, {lo, hi};\n\t}"
+      : "=r"(r)
+      : "f"(a), "f"(b), "f"(c), "f"(d));
+#else
+  r = std::uint32_t(e4m3fn_encode(fmaxf(a, -kFp8Max))) | (std::uint32_t(e4m3fn_encode(fmaxf(b, -kFp8Max))) << 8) |
+      (std::uint32_t(e4m3fn_encode(fmaxf(c, -kFp8Max))) << 16) |
+      (std::uint32_t(e4m3fn_encode(fmaxf(d, -kFp8Max))) << 24);
+#endif
+  return r;
+}
+
+}  // namespace detail
+}  // namespace indexer_q
