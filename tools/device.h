@@ -37,6 +37,9 @@ class DeviceRuntime {
 };
 
 std::unique_ptr<DeviceRuntime> make_cpu_runtime();
+// Same, with copy_median_us splitting copies of 1 MiB and more over `copy_threads` threads
+// (so a copy is compared with the op at the same thread count). make_cpu_runtime() uses 1.
+std::unique_ptr<DeviceRuntime> make_cpu_runtime(int copy_threads);
 // nullptr when the build has no CUDA or no device is usable (*why says which).
 std::unique_ptr<DeviceRuntime> make_cuda_runtime(std::string* why);
 

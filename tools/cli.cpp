@@ -1,0 +1,267 @@
+// Option parsing and small shared helpers of the indexer-q commands.
+#include "cli.h"
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+
+namespace indexer_q {
+namespace cli {
+
+Args::Args(std::string command, std::vector<OptionSpec> specs, int argc, char** argv)
+    : command_(std::move(command)), specs_(std::move(specs)) {
+  bool only_positional = false;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (only_positional || a.size() < 2 || a[0] != '-') {
+      positional_.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      only_positional = true;
+      continue;
+    }
+    if (a == "-h" || a == "--help") {
+      help_ = true;
+      continue;
+    }
+    if (a.compare(0, 2, "--") != 0)
+      throw UsageError("unknown option '" + a + "' (options are spelled --name; see --help)");
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    const std::size_t eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    const OptionSpec* spec = find(name);
+    if (!spec) throw UsageError("unknown option '--" + name + "' (see 'indexer-q " + command_ + " --help')");
+    if (spec->metavar) {
+      if (!has_value) {
+        if (i + 1 >= argc) throw UsageError("option --" + name + " expects a value (" + spec->metavar + ")");
+        value = argv[++i];
+      }
+    } else if (has_value) {
+      throw UsageError("option --" + name + " is a flag and takes no value");
+    }
+    values_.emplace_back(name, value);
+  }
+}
+
+const OptionSpec* Args::find(const std::string& name) const {
+  for (const auto& s : specs_)
+    if (name == s.name) return &s;
+  return nullptr;
+}
+
+bool Args::has(const std::string& name) const {
+  for (const auto& kv : values_)
+    if (kv.first == name) return true;
+  return false;
+}
+
+std::string Args::str(const std::string& name, const std::string& dflt) const {
+  std::string v = dflt;
+  for (const auto& kv : values_)
+    if (kv.first == name) v = kv.second;
+  return v;
+}
+
+std::string Args::choice(const std::string& name, const std::string& dflt,
+                         const std::vector<std::string>& choices) const {
+  const std::string v = str(name, dflt);
+  std::string list;
+  for (const auto& c : choices) {
+    if (v == c) return v;
+    list += (list.empty() ? "" : "|") + c;
+  }
+  throw UsageError("option --" + name + ": expected one of " + list + ", got '" + v + "'");
+}
+
+namespace {
+bool parse_int(const std::string& s, std::int64_t* out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || end == s.c_str() || *end != '\0' || s[0] == ' ') return false;
+  *out = v;
+  return true;
+}
+std::string range_text(std::int64_t lo, std::int64_t hi) {
+  return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+}
+}  // namespace
+
+std::int64_t Args::integer(const std::string& name, std::int64_t dflt, std::int64_t lo, std::int64_t hi) const {
+  if (!has(name)) return dflt;
+  const std::string s = str(name, "");
+  std::int64_t v;
+  if (!parse_int(s, &v) || v < lo || v > hi)
+    throw UsageError("option --" + name + ": expected an integer in " + range_text(lo, hi) + ", got '" + s + "'");
+  return v;
+}
+
+std::vector<std::int64_t> Args::int_list(const std::string& name, const std::vector<std::int64_t>& dflt,
+                                         std::int64_t lo, std::int64_t hi) const {
+  if (!has(name)) return dflt;
+  const std::string s = str(name, "");
+  std::vector<std::int64_t> out;
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t comma = s.find(',', at);
+    const std::string item = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    std::int64_t v;
+    if (!parse_int(item, &v) || v < lo || v > hi)
+      throw UsageError("option --" + name + ": expected a comma-separated list of integers in " +
+                       range_text(lo, hi) + ", got '" + s + "'");
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+std::string Args::help_text(const std::string& usage, const std::string& description,
+                            const std::string& epilog) const {
+  std::string out = "usage: " + usage + "\n\n" + description + "\n\noptions:\n";
+  for (const auto& s : specs_) {
+    std::string left = std::string("  --") + s.name + (s.metavar ? std::string(" ") + s.metavar : "");
+    if (left.size() < 24) left.append(24 - left.size(), ' ');
+    else left += "\n" + std::string(24, ' ');
+    std::string help = s.help, indented;
+    for (char c : help) {
+      indented.push_back(c);
+      if (c == '\n') indented.append(24, ' ');
+    }
+    out += left + indented + "\n";
+  }
+  out += "  -h, --help              this text\n";
+  if (!epilog.empty()) out += "\n" + epilog + "\n";
+  return out;
+}
+
+DType parse_dtype_option(const Args& a, const char* name, const char* dflt) {
+  const std::string v = a.choice(name, dflt, {"bf16", "fp16", "fp32"});
+  return v == "bf16" ? DType::kBFloat16 : v == "fp16" ? DType::kFloat16 : DType::kFloat32;
+}
+
+DType parse_pos_dtype_option(const Args& a, const char* name, const char* dflt) {
+  const std::string v = a.choice(name, dflt, {"int32", "int64"});
+  return v == "int32" ? DType::kInt32 : DType::kInt64;
+}
+
+CpuIsa parse_isa_option(const Args& a) {
+  const std::string v = a.str("isa", "auto");
+  CpuIsa isa;
+  if (!parse_cpu_isa(v, &isa)) throw UsageError("option --isa: expected auto|scalar|avx2|avx512, got '" + v + "'");
+  if (isa != CpuIsa::kAuto && !cpu_isa_supported(isa)) {
+    std::string list;
+    for (CpuIsa s : supported_cpu_isas()) list += (list.empty() ? "" : ", ") + std::string(cpu_isa_name(s));
+    throw UsageError("option --isa: '" + v + "' is not supported by this build or processor (supported: " + list + ")");
+  }
+  return isa;
+}
+
+CpuIsa resolve_isa(CpuIsa requested) {
+  if (requested != CpuIsa::kAuto) return requested;
+  CpuIsa isa = CpuIsa::kScalar;
+  const Status s = active_cpu_isa(&isa);
+  if (!s.ok()) throw std::runtime_error(s.message());
+  return isa;
+}
+
+DeviceRuntime* Runtimes::get_cpu(int copy_threads) {
+  if (!cpu) cpu = make_cpu_runtime(copy_threads);
+  return cpu.get();
+}
+
+DeviceRuntime* Runtimes::get_cuda() {
+  if (!cuda_tried) {
+    cuda_tried = true;
+    if (backend_available(Backend::kCuda)) {
+      cuda = make_cuda_runtime(&cuda_why);
+    } else {
+      std::string why;
+      cuda = nullptr;
+      make_cuda_runtime(&why);  // a build without CUDA explains itself
+      cuda_why = why.empty() ? "no usable CUDA device (backend_available(cuda) is false)" : why;
+    }
+  }
+  return cuda.get();
+}
+
+Target select_target(const Args& a, Runtimes* rts) {
+  const std::string b = a.choice("backend", "auto", {"auto", "reference", "cpu", "cuda"});
+  const bool explicit_isa = a.has("isa"), explicit_threads = a.has("threads");
+  const CpuIsa isa = parse_isa_option(a);
+  const int threads = int(a.integer("threads", 0, 1, 4096));
+  Target t;
+  if (b == "cuda" || (b == "auto" && rts->get_cuda())) {
+    if (b == "cuda" && (explicit_isa || explicit_threads))
+      throw UsageError(std::string("option --") + (explicit_isa ? "isa" : "threads") +
+                       " applies to the cpu backend only, not to --backend cuda");
+    DeviceRuntime* rt = rts->get_cuda();
+    if (!rt) throw std::runtime_error("--backend cuda: not available: " + rts->cuda_why);
+    t.backend = Backend::kCuda;
+    t.threads = 0;
+    t.label = "cuda";
+    t.rt = rt;
+    return t;
+  }
+  if (b == "reference") {
+    if (explicit_isa || explicit_threads)
+      throw UsageError(std::string("option --") + (explicit_isa ? "isa" : "threads") +
+                       " applies to the cpu backend only; the reference is scalar and single-threaded");
+    t.backend = Backend::kReference;
+    t.threads = 1;
+    t.label = "reference";
+    t.rt = rts->get_cpu(1);
+    return t;
+  }
+  t.backend = Backend::kCpu;
+  t.isa = resolve_isa(isa);
+  t.threads = threads > 0 ? threads : cpu_num_threads();
+  t.label = std::string("cpu/") + cpu_isa_name(t.isa);
+  t.rt = rts->get_cpu(t.threads);
+  return t;
+}
+
+Options Target::options() const {
+  Options o;
+  o.backend = backend;
+  if (backend == Backend::kCpu) {
+    o.cpu_isa = isa;
+    o.num_threads = threads;
+  }
+  if (rt) o.stream = rt->stream();
+  return o;
+}
+
+std::string fmt(const char* format, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, format);
+  const int n = std::vsnprintf(buf, sizeof buf, format, ap);
+  va_end(ap);
+  if (n < 0) return "";
+  if (std::size_t(n) < sizeof buf) return std::string(buf, std::size_t(n));
+  std::string s(std::size_t(n) + 1, '\0');
+  va_start(ap, format);
+  std::vsnprintf(&s[0], s.size(), format, ap);
+  va_end(ap);
+  s.resize(std::size_t(n));
+  return s;
+}
+
+std::string human_bytes(double b) {
+  if (b >= 1e9) return fmt("%.2f GB", b / 1e9);
+  if (b >= 1e6) return fmt("%.2f MB", b / 1e6);
+  if (b >= 1e3) return fmt("%.1f kB", b / 1e3);
+  return fmt("%.0f B", b);
+}
+
+}  // namespace cli
+}  // namespace indexer_q

@@ -1,0 +1,110 @@
+// Shared pieces of the indexer-q commands: option parsing, backend selection, formatting.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "device.h"
+#include "indexer_q/indexer_q.h"
+#include "io/safetensors.h"
+
+namespace indexer_q {
+namespace cli {
+
+// A bad command line: printed on stderr, exit code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct OptionSpec {
+  const char* name;     // without the leading "--"
+  const char* metavar;  // nullptr for a flag without a value
+  const char* help;     // may contain '\n' for extra lines
+};
+
+// Parses "--name value", "--name=value", flags and positional arguments against a fixed list
+// of options. Unknown options, missing values and malformed values throw UsageError naming the
+// option and what was expected. "--help"/"-h" is always known.
+class Args {
+ public:
+  Args(std::string command, std::vector<OptionSpec> specs, int argc, char** argv);
+
+  bool help() const { return help_; }
+  bool has(const std::string& name) const;
+  bool flag(const std::string& name) const { return has(name); }
+  std::string str(const std::string& name, const std::string& dflt) const;
+  // One of `choices`, else UsageError.
+  std::string choice(const std::string& name, const std::string& dflt, const std::vector<std::string>& choices) const;
+  std::int64_t integer(const std::string& name, std::int64_t dflt, std::int64_t lo, std::int64_t hi) const;
+  // Comma-separated integers, each in [lo, hi].
+  std::vector<std::int64_t> int_list(const std::string& name, const std::vector<std::int64_t>& dflt,
+                                     std::int64_t lo, std::int64_t hi) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+  // Help text: usage line, description, then every option with its help.
+  std::string help_text(const std::string& usage, const std::string& description,
+                        const std::string& epilog = "") const;
+
+ private:
+  const OptionSpec* find(const std::string& name) const;
+  std::string command_;
+  std::vector<OptionSpec> specs_;
+  std::vector<std::pair<std::string, std::string>> values_;  // last one wins
+  std::vector<std::string> positional_;
+  bool help_ = false;
+};
+
+// Common option values.
+DType parse_dtype_option(const Args& a, const char* name, const char* dflt);      // bf16|fp16|fp32
+DType parse_pos_dtype_option(const Args& a, const char* name, const char* dflt);  // int32|int64
+// --isa: auto|scalar|avx2|avx512, and it must be supported here (else UsageError).
+CpuIsa parse_isa_option(const Args& a);
+
+// A backend to run on, with the runtime that owns its memory.
+struct Target {
+  Backend backend = Backend::kCpu;
+  CpuIsa isa = CpuIsa::kAuto;  // resolved (never kAuto) for kCpu
+  int threads = 1;             // resolved thread count for kCpu / kReference; 0 for GPUs
+  std::string label;           // "reference", "cpu/avx2", "cuda"
+  DeviceRuntime* rt = nullptr;
+  Options options() const;
+};
+
+// The runtimes a command uses, created on first use.
+struct Runtimes {
+  std::unique_ptr<DeviceRuntime> cpu, cuda;
+  std::string cuda_why;  // why make_cuda_runtime returned nullptr
+  bool cuda_tried = false;
+  DeviceRuntime* get_cpu(int copy_threads);
+  DeviceRuntime* get_cuda();  // nullptr if unavailable (see cuda_why)
+};
+
+// --backend auto|reference|cpu|cuda (auto: cuda when usable, else cpu), --isa, --threads.
+// Throws UsageError for bad values and std::runtime_error when the backend is unavailable.
+Target select_target(const Args& a, Runtimes* rts);
+
+// Resolves the ISA the CPU backend will use for `requested` (kAuto -> active_cpu_isa).
+// Throws std::runtime_error with the library's message if that fails.
+CpuIsa resolve_isa(CpuIsa requested);
+
+// Formatting helpers.
+std::string fmt(const char* format, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+std::string human_bytes(double bytes);  // "69.3 MB" (decimal units)
+// "first fp8 diffs: [row r, dim i] got 0x.. want 0x..; ..." for the indices listed in d.
+std::string diff_details(const io::Diff& d, const std::uint8_t* got8, const std::uint8_t* want8,
+                         const float* gotw, const float* wantw);
+
+// Commands. Each returns the process exit code.
+int cmd_run(int argc, char** argv);
+int cmd_verify(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+
+}  // namespace cli
+}  // namespace indexer_q

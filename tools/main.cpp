@@ -1,0 +1,86 @@
+// indexer-q: the command-line tool of indexer_q (run, verify, bench).
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "cli.h"
+
+namespace {
+
+const char* kHelp =
+    "usage: indexer-q <command> [options]\n"
+    "\n"
+    "fused_q_indexer_rope_hadamard_quant (DeepSeek-V4 indexer, query side): RoPE on the last 64\n"
+    "of 128 dims, a 128-point Hadamard transform, FP8 E4M3 quantization with the per-row scale\n"
+    "folded into the head weight. One numeric contract, bit-identical on every backend.\n"
+    "\n"
+    "commands:\n"
+    "  run       one DeepSeek-V4-shaped call on the best backend, checked byte for byte against\n"
+    "            the scalar reference, timed, with the quantization error it buys\n"
+    "  verify    conformance files (safetensors) through every available backend\n"
+    "  bench     a tokens x heads sweep beside a plain copy and the device's baselines\n"
+    "\n"
+    "  indexer-q <command> --help   options of a command\n"
+    "  indexer-q --version          version, backends and CPU instruction sets of this build\n"
+    "\n"
+    "Exit status: 0 success, 1 failure (a mismatch, an unreadable file, a library error),\n"
+    "2 bad command line.\n";
+
+void print_version() {
+  using namespace indexer_q;
+  std::printf("indexer-q %s\n", version());
+  std::printf("backends: reference, cpu");
+  if (backend_available(Backend::kCuda)) std::printf(", cuda");
+  std::printf("\ncpu isas:");
+  for (CpuIsa i : supported_cpu_isas()) std::printf(" %s", cpu_isa_name(i));
+  CpuIsa active;
+  const Status s = active_cpu_isa(&active);
+  if (s.ok()) std::printf(" (active: %s)", cpu_isa_name(active));
+  std::printf("\ncuda: ");
+  std::string why;
+  if (backend_available(Backend::kCuda)) {
+    auto rt = indexer_q::cli::make_cuda_runtime(&why);
+    std::printf("%s\n", rt ? rt->name().c_str() : ("unusable: " + why).c_str());
+  } else {
+    indexer_q::cli::make_cuda_runtime(&why);
+    std::printf("not available%s%s\n", why.empty() ? "" : ": ", why.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace indexer_q::cli;
+  if (argc < 2) {
+    std::fputs(kHelp, stderr);
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    print_version();
+    return 0;
+  }
+  int (*fn)(int, char**) = nullptr;
+  if (cmd == "run") fn = cmd_run;
+  else if (cmd == "verify") fn = cmd_verify;
+  else if (cmd == "bench") fn = cmd_bench;
+  if (!fn) {
+    std::fprintf(stderr, "indexer-q: unknown command '%s' (expected run, verify or bench; see indexer-q --help)\n",
+                 cmd.c_str());
+    return 2;
+  }
+  try {
+    return fn(argc - 2, argv + 2);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "indexer-q %s: %s\n", cmd.c_str(), e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "indexer-q %s: error: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,263 @@
+// Synthetic workloads and device-side op buffers. See workload.h.
+#include "workload.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace indexer_q {
+namespace cli {
+
+namespace {
+
+// xoshiro256** seeded through splitmix64: the same stream on every platform.
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) {
+    for (auto& s : s_) {
+      seed += 0x9e3779b97f4a7c15ull;
+      std::uint64_t z = seed;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      s = z ^ (z >> 31);
+    }
+  }
+  std::uint64_t next() {
+    const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const std::uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  // Uniform in (0, 1].
+  double uniform() { return (double(next() >> 11) + 1.0) * 0x1p-53; }
+  // Uniform integer in [0, n).
+  std::uint64_t below(std::uint64_t n) { return n ? next() % n : 0; }
+  double normal() {
+    if (have_spare_) {
+      have_spare_ = false;
+      return spare_;
+    }
+    const double r = std::sqrt(-2.0 * std::log(uniform()));
+    const double a = 6.283185307179586 * uniform();
+    spare_ = r * std::sin(a);
+    have_spare_ = true;
+    return r * std::cos(a);
+  }
+
+ private:
+  static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  std::uint64_t s_[4];
+  double spare_ = 0.0;
+  bool have_spare_ = false;
+};
+
+std::uint32_t bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float from_bits(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+void store(std::vector<std::uint8_t>& buf, DType dt, std::size_t i, float v) {
+  switch (dt) {
+    case DType::kBFloat16: {
+      const std::uint16_t h = f32_to_bf16(v);
+      std::memcpy(buf.data() + 2 * i, &h, 2);
+      break;
+    }
+    case DType::kFloat16: {
+      const std::uint16_t h = f32_to_f16(v);
+      std::memcpy(buf.data() + 2 * i, &h, 2);
+      break;
+    }
+    default: std::memcpy(buf.data() + 4 * i, &v, 4); break;
+  }
+}
+
+}  // namespace
+
+std::uint16_t f32_to_bf16(float f) {
+  const std::uint32_t u = bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x40u);  // quiet NaN
+  return std::uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+std::uint16_t f32_to_f16(float f) {
+  const std::uint32_t u = bits(f);
+  const std::uint16_t sign = std::uint16_t((u >> 16) & 0x8000u);
+  const std::uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return std::uint16_t(sign | 0x7e00u);      // NaN
+  if (a >= 0x477ff000u) return std::uint16_t(sign | 0x7c00u);     // >= 65520 rounds to Inf
+  if (a < 0x38800000u) {                                           // below 2^-14: subnormal
+    const float scaled = from_bits(a) * 16777216.0f;               // exact: times 2^24, < 2^10
+    const std::uint32_t r = bits(scaled + 8388608.0f) - 0x4b000000u;  // round to integer, ties even
+    return std::uint16_t(sign | r);                                // r == 0x400 is the smallest normal
+  }
+  const std::uint32_t r = (a + 0xfffu + ((a >> 13) & 1u)) >> 13;  // 10 mantissa bits, ties even
+  return std::uint16_t(sign | (r - (112u << 10)));
+}
+
+std::int64_t workload_max_pos(std::int64_t tokens) {
+  const std::int64_t t = std::max<std::int64_t>(tokens, 1);
+  return (t + 4095) / 4096 * 4096 + 4096;
+}
+
+Workload make_workload(const WorkloadSpec& spec) {
+  Workload w;
+  io::ConformanceCase& c = w.data;
+  c.B = spec.tokens;
+  c.H = spec.heads;
+  c.dtype = spec.dtype;
+  c.pos_dtype = spec.pos_dtype;
+  c.max_pos = spec.max_pos > 0 ? spec.max_pos : workload_max_pos(spec.tokens);
+  if (c.max_pos < spec.tokens) throw std::runtime_error("workload: max_pos smaller than the token count");
+  c.weight_scale = float(1.0 / std::sqrt(double(spec.heads) * 128.0));
+  Rng rng(spec.seed);
+
+  // Outlier channels: distinct, seed-chosen.
+  std::vector<int> dims(128);
+  for (int i = 0; i < 128; ++i) dims[std::size_t(i)] = i;
+  const int n_out = std::min(std::max(spec.outlier_channels, 0), 128);
+  for (int i = 0; i < n_out; ++i) std::swap(dims[std::size_t(i)], dims[std::size_t(i) + rng.below(std::uint64_t(128 - i))]);
+  w.outlier_dims.assign(dims.begin(), dims.begin() + n_out);
+  std::sort(w.outlier_dims.begin(), w.outlier_dims.end());
+  double mag[128];
+  for (int i = 0; i < 128; ++i) mag[i] = 1.0;
+  for (int d : w.outlier_dims) mag[d] = spec.outlier_scale;
+
+  w.start_pos = std::int64_t(rng.below(std::uint64_t(c.max_pos - spec.tokens + 1)));
+
+  const std::size_t es = dtype_size(spec.dtype);
+  const std::size_t rows = std::size_t(spec.tokens * spec.heads);
+  c.q_input.resize(rows * 128 * es);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (int i = 0; i < 128; ++i) store(c.q_input, spec.dtype, r * 128 + std::size_t(i), float(rng.normal() * mag[i]));
+  c.weight.resize(rows * es);
+  for (std::size_t r = 0; r < rows; ++r) store(c.weight, spec.dtype, r, float(rng.normal()));
+
+  if (spec.make_freqs) c.freqs.resize(std::size_t(c.max_pos) * 64 * 4);
+  float* f = reinterpret_cast<float*>(c.freqs.data());
+  double theta[32];
+  for (int j = 0; j < 32; ++j) theta[j] = std::pow(10000.0, -2.0 * j / 64.0);
+  for (std::int64_t p = 0; spec.make_freqs && p < c.max_pos; ++p) {
+    for (int j = 0; j < 32; ++j) {
+      const double angle = double(p) * theta[j];
+      f[p * 64 + 2 * j] = float(std::cos(angle));
+      f[p * 64 + 2 * j + 1] = float(std::sin(angle));
+    }
+  }
+
+  const std::size_t ps = dtype_size(spec.pos_dtype);
+  c.positions.resize(std::size_t(spec.tokens) * ps);
+  for (std::int64_t b = 0; b < spec.tokens; ++b) {
+    const std::int64_t p = w.start_pos + b;
+    if (spec.pos_dtype == DType::kInt32) {
+      const std::int32_t v = std::int32_t(p);
+      std::memcpy(c.positions.data() + 4 * b, &v, 4);
+    } else {
+      std::memcpy(c.positions.data() + 8 * b, &p, 8);
+    }
+  }
+  return w;
+}
+
+// ---------------------------------------------------------------------------------------
+DeviceCase::DeviceCase(DeviceRuntime& rt, const io::ConformanceCase& c, const float* shared_freqs)
+    : rt_(rt), B_(c.B), H_(c.H), max_pos_(c.max_pos), dtype_(c.dtype), pos_dtype_(c.pos_dtype),
+      weight_scale_(c.weight_scale) {
+  try {
+    q_input_ = alloc_copy(c.q_input);
+    weight_ = alloc_copy(c.weight);
+    positions_ = alloc_copy(c.positions);
+    freqs_ = shared_freqs ? shared_freqs : static_cast<const float*>(alloc_copy(c.freqs));
+    q_fp8_ = rt_.alloc(std::size_t(rows()) * 128);
+    owned_.push_back(q_fp8_);
+    weights_out_ = static_cast<float*>(rt_.alloc(std::size_t(rows()) * 4));
+    owned_.push_back(weights_out_);
+  } catch (...) {
+    for (void* p : owned_) rt_.release(p);
+    throw;
+  }
+}
+
+DeviceCase::~DeviceCase() {
+  for (void* p : owned_) rt_.release(p);
+}
+
+void* DeviceCase::alloc_copy(const std::vector<std::uint8_t>& host) {
+  void* p = rt_.alloc(host.size());
+  owned_.push_back(p);
+  if (!host.empty()) rt_.to_device(p, host.data(), host.size());
+  return p;
+}
+
+Status DeviceCase::run(const Options& options) const {
+  const Device dev = rt_.device();
+  Options o = options;
+  o.stream = rt_.stream();
+  return fused_q_indexer_rope_hadamard_quant(
+      TensorView::contiguous(q_input_, dtype_, {B_, H_, 128}, dev),
+      TensorView::contiguous(q_fp8_, DType::kFloat8E4M3, {B_, H_, 128}, dev),
+      TensorView::contiguous(weight_, dtype_, {B_, H_}, dev),
+      TensorView::contiguous(weights_out_, DType::kFloat32, {B_, H_, 1}, dev), weight_scale_,
+      TensorView::contiguous(freqs_, DType::kFloat32, {max_pos_, 64}, dev),
+      TensorView::contiguous(positions_, pos_dtype_, {B_}, dev), o);
+}
+
+void DeviceCase::poison(unsigned char byte) {
+  rt_.fill(q_fp8_, byte, std::size_t(rows()) * 128);
+  rt_.fill(weights_out_, byte, std::size_t(rows()) * 4);
+}
+
+void DeviceCase::download(std::vector<std::uint8_t>* q_fp8, std::vector<float>* weights_out) const {
+  rt_.synchronize();
+  q_fp8->resize(std::size_t(rows()) * 128);
+  weights_out->resize(std::size_t(rows()));
+  if (rows() > 0) {
+    rt_.to_host(q_fp8->data(), q_fp8_, q_fp8->size());
+    rt_.to_host(weights_out->data(), weights_out_, weights_out->size() * 4);
+  }
+}
+
+OpBuffers DeviceCase::buffers() const {
+  OpBuffers b;
+  b.B = B_;
+  b.H = H_;
+  b.dtype = dtype_;
+  b.pos_dtype = pos_dtype_;
+  b.q_input = q_input_;
+  b.q_fp8 = q_fp8_;
+  b.weight = weight_;
+  b.weight_stride_b = H_;
+  b.weights_out = weights_out_;
+  b.weight_scale = weight_scale_;
+  b.freqs = freqs_;
+  b.max_pos = max_pos_;
+  b.positions = positions_;
+  return b;
+}
+
+Status reference_outputs(const io::ConformanceCase& c, std::vector<std::uint8_t>* q_fp8,
+                         std::vector<float>* weights_out) {
+  q_fp8->assign(std::size_t(c.B * c.H) * 128, 0);
+  weights_out->assign(std::size_t(c.B * c.H), 0.0f);
+  Options o;
+  o.backend = Backend::kReference;
+  return fused_q_indexer_rope_hadamard_quant(
+      c.q_input_view(), TensorView::contiguous(q_fp8->data(), DType::kFloat8E4M3, {c.B, c.H, 128}),
+      c.weight_view(), TensorView::contiguous(weights_out->data(), DType::kFloat32, {c.B, c.H, 1}),
+      c.weight_scale, c.freqs_view(), c.positions_view(), o);
+}
+
+}  // namespace cli
+}  // namespace indexer_q
