@@ -63,8 +63,8 @@ if [ -x $B/cuda_bench ]; then
   say "cuda_bench rc=$?"; grep -v '^csv' "$OUT/bench.log" | tail -40 >>"$SUM" >/dev/null
 fi
 if [ -x $B/tools/indexer-q ]; then
-  timeout 200 $B/tools/indexer-q bench --backend cuda --heads 64,16 --format csv >"$OUT/cli_bench.csv" 2>&1
-  say "indexer-q bench rc=$?"
+  timeout 200 $B/tools/indexer-q bench --backend cuda --heads 64,16 --tokens 1,8,64,256,1024,4096,16384,65536 --iters 200 --format csv >"$OUT/cli_bench.csv" 2>&1
+  say "indexer-q bench rc=$?"; cut -d, -f3,4,8,9,11,12,13- "$OUT/cli_bench.csv" >>"$SUM"
 fi
 say "total: $(( $(date +%s) - t0 )) s"
 cat "$SUM"
