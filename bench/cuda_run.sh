@@ -60,7 +60,7 @@ fi
 # benchmarks
 if [ -x $B/cuda_bench ]; then
   timeout 200 $B/cuda_bench --heads 64,16 ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
-  say "cuda_bench rc=$?"; grep -v '^csv' "$OUT/bench.log" | tail -40 >>"$SUM" >/dev/null
+  say "cuda_bench rc=$?"; grep -v '^csv' "$OUT/bench.log" | tail -40 >>"$SUM"
 fi
 if [ -x $B/tools/indexer-q ]; then
   timeout 200 $B/tools/indexer-q bench --backend cuda --heads 64,16 --tokens 1,8,64,256,1024,4096,16384,65536 --iters 200 --format csv >"$OUT/cli_bench.csv" 2>&1
