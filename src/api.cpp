@@ -329,6 +329,14 @@ Status validate_impl(const TensorView& q_input, const TensorView& q_fp8, const T
 
   // --- backend vs device ---
   Backend backend = options.backend;
+  if (backend != Backend::kAuto && backend != Backend::kReference && backend != Backend::kCpu &&
+      backend != Backend::kCuda)
+    return bad("options.backend", "expected auto, reference, cpu or cuda, got the value " +
+                                      std::to_string(int(backend)));
+  if (options.cpu_isa != CpuIsa::kAuto && options.cpu_isa != CpuIsa::kScalar &&
+      options.cpu_isa != CpuIsa::kAvx2 && options.cpu_isa != CpuIsa::kAvx512)
+    return bad("options.cpu_isa", "expected auto, scalar, avx2 or avx512, got the value " +
+                                      std::to_string(int(options.cpu_isa)));
   if (backend == Backend::kAuto) backend = dev.type == DeviceType::kCPU ? Backend::kCpu : Backend::kCuda;
   if ((backend == Backend::kReference || backend == Backend::kCpu) && dev.type != DeviceType::kCPU)
     return bad("options.backend", std::string("backend '") + backend_name(backend) +

@@ -1,0 +1,494 @@
+// Every error path of validate() / fused_q_indexer_rope_hadamard_quant() (src/api.cpp).
+// For each case: the status code, a message naming the argument and what was expected, the
+// same message from validate() and from the op, and not one byte of memory changed: all
+// tensors live in one arena (inputs filled with valid data, outputs with a sentinel) that is
+// compared byte for byte before and after each call.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "indexer_q/indexer_q.h"
+#include "iq_test_util.h"
+
+namespace {
+
+using namespace indexer_q;
+
+constexpr std::int64_t kB = 3, kH = 4, kMaxPos = 16;
+
+// Byte offsets of the regions of the arena (each larger than its tensor, for strided variants).
+constexpr std::size_t kQ = 0;                 // q_input: bf16 3*4*128*2 = 3072 bytes; region 12288
+constexpr std::size_t kF8 = kQ + 12288;       // q_fp8: 1536 bytes; region 3072
+constexpr std::size_t kW = kF8 + 3072;        // weight: bf16 24 bytes; region 256
+constexpr std::size_t kWO = kW + 256;         // weights_out: 48 bytes; region 256
+constexpr std::size_t kFR = kWO + 256;        // freqs: 16*64*4 = 4096 bytes; region 8192
+constexpr std::size_t kP = kFR + 8192;        // positions: up to 24 bytes; region 64
+constexpr std::size_t kSpare = kP + 64;       // free room for overlap cases; 4096
+constexpr std::size_t kArena = kSpare + 4096;
+constexpr std::uint8_t kSentinel = 0xA5;
+
+struct Args {
+  TensorView q, f8, w, wo, fr, pos;
+  float weight_scale = 0.5f;
+  Options opt;
+};
+
+class Validation : public testing::Test {
+ protected:
+  void SetUp() override {
+    arena_.assign(kArena / 8 + 1, 0);
+    reset();
+  }
+  std::uint8_t* at(std::size_t off) { return reinterpret_cast<std::uint8_t*>(arena_.data()) + off; }
+
+  // Valid inputs, sentinel outputs (and sentinel in the spare room).
+  void reset() {
+    std::uint8_t* base = at(0);
+    std::memset(base, 0, kArena);
+    for (std::int64_t i = 0; i < kB * kH * 128; ++i) {
+      const std::uint16_t v = iqtest::to_bf16(float((i * 37) % 11) - 5.0f);
+      std::memcpy(at(kQ) + 2 * i, &v, 2);
+    }
+    for (std::int64_t i = 0; i < 64; ++i) {
+      const std::uint16_t v = iqtest::to_bf16(0.25f * float(i + 1));
+      std::memcpy(at(kW) + 2 * i, &v, 2);
+    }
+    const std::vector<float> fr = iqtest::rope_freqs(kMaxPos);
+    std::memcpy(at(kFR), fr.data(), fr.size() * 4);
+    set_pos64({0, 7, kMaxPos - 1});
+    std::memset(at(kQ + 3072), kSentinel, 12288 - 3072);  // unused tail of the q_input region
+    std::memset(at(kF8), kSentinel, 3072);
+    std::memset(at(kWO), kSentinel, 256);
+    std::memset(at(kSpare), kSentinel, 4096);
+  }
+  void set_pos64(std::vector<std::int64_t> p) { std::memcpy(at(kP), p.data(), p.size() * 8); }
+  void set_pos32(std::vector<std::int32_t> p) { std::memcpy(at(kP), p.data(), p.size() * 4); }
+
+  Args valid() {
+    Args a;
+    a.q = TensorView::contiguous(at(kQ), DType::kBFloat16, {kB, kH, 128});
+    a.f8 = TensorView::contiguous(at(kF8), DType::kFloat8E4M3, {kB, kH, 128});
+    a.w = TensorView::contiguous(at(kW), DType::kBFloat16, {kB, kH});
+    a.wo = TensorView::contiguous(at(kWO), DType::kFloat32, {kB, kH, 1});
+    a.fr = TensorView::contiguous(at(kFR), DType::kFloat32, {kMaxPos, 64});
+    a.pos = TensorView::contiguous(at(kP), DType::kInt64, {kB});
+    a.opt.backend = Backend::kReference;
+    return a;
+  }
+
+  static Status call_validate(const Args& a) {
+    return validate(a.q, a.f8, a.w, a.wo, a.weight_scale, a.fr, a.pos, a.opt);
+  }
+  static Status call_op(const Args& a) {
+    return fused_q_indexer_rope_hadamard_quant(a.q, a.f8, a.w, a.wo, a.weight_scale, a.fr, a.pos, a.opt);
+  }
+
+  // One error case: `mutate` edits the arguments (and may edit input memory); the call must
+  // fail with `code`, its message must contain every string of `needles`, validate() must say
+  // the same (when `validate_agrees`), and no byte of the arena may change.
+  void expect_error(const std::string& what, const std::function<void(Args&)>& mutate, StatusCode code,
+                    std::vector<std::string> needles, bool validate_agrees = true) {
+    SCOPED_TRACE(what);
+    reset();
+    Args a = valid();
+    mutate(a);
+    const std::vector<std::uint64_t> before = arena_;
+    const Status sv = call_validate(a);
+    EXPECT_TRUE(arena_ == before) << "validate() changed memory";
+    const Status so = call_op(a);
+    EXPECT_TRUE(arena_ == before) << "the op changed memory although it failed";
+    EXPECT_EQ(int(so.code()), int(code)) << so.message();
+    EXPECT_EQ(so.message().rfind("indexer_q: ", 0), 0u) << so.message();
+    for (const std::string& n : needles)
+      EXPECT_NE(so.message().find(n), std::string::npos) << "message '" << so.message() << "' lacks '" << n << "'";
+    if (validate_agrees) {
+      EXPECT_EQ(int(sv.code()), int(so.code()));
+      EXPECT_EQ(sv.message(), so.message());
+    }
+    ++cases_;
+  }
+
+  // A valid call: both entry points say ok and the op writes both outputs.
+  void expect_ok(const std::string& what, const std::function<void(Args&)>& mutate,
+                 std::size_t f8_off, std::size_t wo_off) {
+    SCOPED_TRACE(what);
+    reset();
+    Args a = valid();
+    mutate(a);
+    const Status sv = call_validate(a);
+    EXPECT_TRUE(sv.ok()) << sv.message();
+    const Status so = call_op(a);
+    ASSERT_TRUE(so.ok()) << so.message();
+    int f8_written = 0, wo_written = 0;
+    for (std::size_t i = 0; i < 1536; ++i) f8_written += at(f8_off)[i] != kSentinel;
+    for (std::size_t i = 0; i < 48; ++i) wo_written += at(wo_off)[i] != kSentinel;
+    EXPECT_GT(f8_written, 0);
+    EXPECT_GT(wo_written, 0);
+  }
+
+  std::vector<std::uint64_t> arena_;
+  int cases_ = 0;
+};
+
+const DType kBf16 = DType::kBFloat16, kF32 = DType::kFloat32, kFp8 = DType::kFloat8E4M3;
+
+TEST_F(Validation, BaselineIsValidAndWrites) {
+  expect_ok("baseline", [](Args&) {}, kF8, kWO);
+  expect_ok("cpu backend", [](Args& a) { a.opt.backend = Backend::kCpu; }, kF8, kWO);
+  expect_ok("auto backend", [](Args& a) { a.opt.backend = Backend::kAuto; }, kF8, kWO);
+  expect_ok("last valid position", [&](Args&) { set_pos64({kMaxPos - 1, kMaxPos - 1, 0}); }, kF8, kWO);
+  expect_ok("int32 positions", [&](Args& a) {
+    set_pos32({kMaxPos - 1, 0, 3});
+    a.pos = TensorView::contiguous(at(kP), DType::kInt32, {kB});
+  }, kF8, kWO);
+  expect_ok("weight row stride H + 5", [&](Args& a) {
+    a.w = TensorView::strided(at(kW), kBf16, {kB, kH}, {kH + 5, 1});
+  }, kF8, kWO);
+  expect_ok("q_fp8 right after q_input (adjacent, not overlapping)", [&](Args& a) {
+    a.f8 = TensorView::contiguous(at(kQ + 3072), kFp8, {kB, kH, 128});
+  }, kQ + 3072, kWO);
+  expect_ok("weights_out right after q_fp8", [&](Args& a) {
+    a.wo = TensorView::contiguous(at(kF8 + 1536), kF32, {kB, kH, 1});
+  }, kF8, kF8 + 1536);
+  expect_ok("num_threads 0 (default)", [](Args& a) {
+    a.opt.backend = Backend::kCpu;
+    a.opt.num_threads = 0;
+  }, kF8, kWO);
+}
+
+TEST_F(Validation, RanksAndSizes) {
+  const auto IA = StatusCode::kInvalidArgument;
+  expect_error("q_input rank 2", [&](Args& a) { a.q = TensorView::contiguous(at(kQ), kBf16, {kB, kH * 128}); },
+               IA, {"q_input", "3 dims", "(B, H, 128)"});
+  expect_error("q_input rank 4", [&](Args& a) { a.q = TensorView::contiguous(at(kQ), kBf16, {kB, kH, 128, 1}); },
+               IA, {"q_input", "3 dims"});
+  expect_error("q_input strides count", [&](Args& a) {
+    a.q = TensorView::strided(at(kQ), kBf16, {kB, kH, 128}, {kH * 128, 128});
+  }, IA, {"q_input", "3 dims"});
+  expect_error("head dim 64", [&](Args& a) { a.q = TensorView::contiguous(at(kQ), kBf16, {kB, kH, 64}); },
+               IA, {"q_input", "head dim must be 128", "64"});
+  expect_error("head dim 256", [&](Args& a) { a.q = TensorView::contiguous(at(kQ), kBf16, {kB, kH / 2, 256}); },
+               IA, {"q_input", "head dim must be 128", "256"});
+  expect_error("negative B", [&](Args& a) { a.q = TensorView::contiguous(at(kQ), kBf16, {-1, kH, 128}); },
+               IA, {"q_input", "B must be >= 0"});
+  expect_error("H = 0", [&](Args& a) {
+    a.q = TensorView::contiguous(at(kQ), kBf16, {kB, 0, 128});
+    a.f8 = TensorView::contiguous(at(kF8), kFp8, {kB, 0, 128});
+    a.w = TensorView::contiguous(at(kW), kBf16, {kB, 0});
+    a.wo = TensorView::contiguous(at(kWO), kF32, {kB, 0, 1});
+  }, IA, {"q_input", "H must be >= 1", "got 0"});
+  expect_error("H = 0, B = 0", [&](Args& a) {
+    a.q = TensorView::contiguous(nullptr, kBf16, {0, 0, 128});
+  }, IA, {"q_input", "H must be >= 1"});
+
+  for (auto sizes : {std::vector<std::int64_t>{kB, kH, 64}, {kB - 1, kH, 128}, {kB, kH + 1, 128}}) {
+    expect_error("q_fp8 shape", [&](Args& a) {
+      a.f8 = TensorView::contiguous(at(kF8), kFp8, {sizes[0], sizes[1], sizes[2]});
+    }, IA, {"q_fp8", "expected shape (3, 4, 128)"});
+  }
+  expect_error("q_fp8 rank 2", [&](Args& a) { a.f8 = TensorView::contiguous(at(kF8), kFp8, {kB * kH, 128}); },
+               IA, {"q_fp8", "expected shape (3, 4, 128)", "got (12, 128)"});
+  expect_error("q_fp8 strides count", [&](Args& a) {
+    a.f8 = TensorView::strided(at(kF8), kFp8, {kB, kH, 128}, {kH * 128, 128});
+  }, IA, {"q_fp8", "different lengths"});
+
+  for (auto sizes : {std::vector<std::int64_t>{kB, kH + 1}, {kB + 1, kH}, {kB, kH - 1}}) {
+    expect_error("weight shape", [&](Args& a) {
+      a.w = TensorView::contiguous(at(kW), kBf16, {sizes[0], sizes[1]});
+    }, IA, {"weight", "expected shape (3, 4)"});
+  }
+  expect_error("weight rank 3", [&](Args& a) { a.w = TensorView::contiguous(at(kW), kBf16, {kB, kH, 1}); },
+               IA, {"weight", "expected shape (3, 4)"});
+  expect_error("weight strides count", [&](Args& a) {
+    a.w = TensorView::strided(at(kW), kBf16, {kB, kH}, {kH});
+  }, IA, {"weight", "different lengths"});
+
+  expect_error("weights_out rank 2", [&](Args& a) { a.wo = TensorView::contiguous(at(kWO), kF32, {kB, kH}); },
+               IA, {"weights_out", "expected shape (3, 4, 1)"});
+  expect_error("weights_out last dim 2", [&](Args& a) {
+    a.wo = TensorView::contiguous(at(kWO), kF32, {kB, kH / 2, 2});
+  }, IA, {"weights_out", "expected shape (3, 4, 1)"});
+  expect_error("weights_out H mismatch", [&](Args& a) {
+    a.wo = TensorView::contiguous(at(kWO), kF32, {kB, kH + 1, 1});
+  }, IA, {"weights_out", "expected shape (3, 4, 1)"});
+
+  expect_error("freqs last dim 32", [&](Args& a) { a.fr = TensorView::contiguous(at(kFR), kF32, {kMaxPos, 32}); },
+               IA, {"freqs", "expected shape (max_pos, 64)", "got (16, 32)"});
+  expect_error("freqs last dim 128", [&](Args& a) {
+    a.fr = TensorView::contiguous(at(kFR), kF32, {kMaxPos / 2, 128});
+  }, IA, {"freqs", "(max_pos, 64)"});
+  expect_error("freqs rank 1", [&](Args& a) { a.fr = TensorView::contiguous(at(kFR), kF32, {kMaxPos * 64}); },
+               IA, {"freqs", "(max_pos, 64)"});
+  expect_error("freqs rank 3", [&](Args& a) { a.fr = TensorView::contiguous(at(kFR), kF32, {kMaxPos, 64, 1}); },
+               IA, {"freqs", "(max_pos, 64)"});
+  expect_error("freqs negative rows", [&](Args& a) { a.fr = TensorView::contiguous(at(kFR), kF32, {-2, 64}); },
+               IA, {"freqs", "(max_pos, 64)"});
+  expect_error("max_pos = 0", [&](Args& a) { a.fr = TensorView::contiguous(at(kFR), kF32, {0, 64}); },
+               IA, {"freqs", "max_pos = 0"});
+  expect_error("max_pos = 0, null data", [&](Args& a) { a.fr = TensorView::contiguous(nullptr, kF32, {0, 64}); },
+               IA, {"freqs", "max_pos = 0"});
+
+  for (std::int64_t n : {kB - 1, kB + 1, std::int64_t(0)}) {
+    expect_error("positions length " + std::to_string(n), [&](Args& a) {
+      a.pos = TensorView::contiguous(at(kP), DType::kInt64, {n});
+    }, IA, {"positions", "expected shape (3,) = (B,)"});
+  }
+  expect_error("positions rank 2", [&](Args& a) { a.pos = TensorView::contiguous(at(kP), DType::kInt64, {kB, 1}); },
+               IA, {"positions", "(B,)"});
+}
+
+TEST_F(Validation, Dtypes) {
+  const auto IA = StatusCode::kInvalidArgument;
+  for (DType dt : {DType::kInt32, DType::kInt64, DType::kFloat8E4M3}) {
+    expect_error(std::string("q_input ") + dtype_name(dt), [&](Args& a) {
+      a.q.dtype = dt;
+      a.w.dtype = dt;  // so that only q_input's own check can fire
+    }, IA, {"q_input", "expected dtype bf16, fp16 or fp32", dtype_name(dt)});
+  }
+  for (DType dt : {DType::kBFloat16, DType::kFloat32, DType::kInt32}) {
+    expect_error(std::string("q_fp8 ") + dtype_name(dt), [&](Args& a) { a.f8.dtype = dt; }, IA,
+                 {"q_fp8", "expected dtype fp8_e4m3fn", dtype_name(dt)});
+  }
+  for (DType dt : {DType::kFloat16, DType::kFloat32, DType::kInt64}) {
+    expect_error(std::string("weight ") + dtype_name(dt), [&](Args& a) { a.w.dtype = dt; }, IA,
+                 {"weight", "dtype of q_input (bf16)", dtype_name(dt)});
+  }
+  for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kInt32}) {
+    expect_error(std::string("weights_out ") + dtype_name(dt), [&](Args& a) { a.wo.dtype = dt; }, IA,
+                 {"weights_out", "expected dtype fp32", dtype_name(dt)});
+  }
+  for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kInt32}) {
+    expect_error(std::string("freqs ") + dtype_name(dt), [&](Args& a) { a.fr.dtype = dt; }, IA,
+                 {"freqs", "expected dtype fp32", dtype_name(dt)});
+  }
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat8E4M3}) {
+    expect_error(std::string("positions ") + dtype_name(dt), [&](Args& a) { a.pos.dtype = dt; }, IA,
+                 {"positions", "expected dtype int32 or int64", dtype_name(dt)});
+  }
+}
+
+TEST_F(Validation, Strides) {
+  const auto IA = StatusCode::kInvalidArgument;
+  const std::vector<std::vector<std::int64_t>> bad_row_strides = {
+      {kH * 128, 128, 2}, {kH * 256, 256, 1}, {kH * 128 + 128, 128, 1}, {128, kB * 128, 1}, {kH * 128, 1, kH}};
+  for (const auto& st : bad_row_strides) {
+    expect_error("q_input strides", [&](Args& a) {
+      a.q = TensorView::strided(at(kQ), kBf16, {kB, kH, 128}, {st[0], st[1], st[2]});
+    }, IA, {"q_input", "unsupported strides", "(H*128, 128, 1)"});
+    expect_error("q_fp8 strides", [&](Args& a) {
+      a.f8 = TensorView::strided(at(kF8), kFp8, {kB, kH, 128}, {st[0], st[1], st[2]});
+    }, IA, {"q_fp8", "unsupported strides"});
+  }
+  expect_error("weight stride(1) = 2", [&](Args& a) {
+    a.w = TensorView::strided(at(kW), kBf16, {kB, kH}, {2 * kH, 2});
+  }, IA, {"weight", "unsupported strides (8, 2)", "stride(1) = 1 and stride(0) >= H"});
+  expect_error("weight stride(0) < H", [&](Args& a) {
+    a.w = TensorView::strided(at(kW), kBf16, {kB, kH}, {kH - 1, 1});
+  }, IA, {"weight", "stride(0) >= H"});
+  expect_error("weight stride(0) = 0", [&](Args& a) {
+    a.w = TensorView::strided(at(kW), kBf16, {kB, kH}, {0, 1});
+  }, IA, {"weight", "stride(0) >= H"});
+  expect_error("weight stride(0) negative", [&](Args& a) {
+    a.w = TensorView::strided(at(kW), kBf16, {kB, kH}, {-kH, 1});
+  }, IA, {"weight", "stride(0) >= H"});
+  expect_error("weights_out stride(0) = H + 1", [&](Args& a) {
+    a.wo = TensorView::strided(at(kWO), kF32, {kB, kH, 1}, {kH + 1, 1, 1});
+  }, IA, {"weights_out", "unsupported strides", "(H, 1, 1)"});
+  expect_error("weights_out stride(1) = 2", [&](Args& a) {
+    a.wo = TensorView::strided(at(kWO), kF32, {kB, kH, 1}, {2 * kH, 2, 1});
+  }, IA, {"weights_out", "unsupported strides"});
+  expect_error("freqs stride(0) = 128", [&](Args& a) {
+    a.fr = TensorView::strided(at(kFR), kF32, {kMaxPos / 2, 64}, {128, 1});
+  }, IA, {"freqs", "unsupported strides", "(64, 1)"});
+  expect_error("freqs stride(1) = 2", [&](Args& a) {
+    a.fr = TensorView::strided(at(kFR), kF32, {kMaxPos / 2, 64}, {128, 2});
+  }, IA, {"freqs", "unsupported strides"});
+  expect_error("positions stride 2", [&](Args& a) {
+    a.pos = TensorView::strided(at(kP), DType::kInt32, {kB}, {2});
+  }, IA, {"positions", "unsupported strides (2,)", "(1,)"});
+}
+
+TEST_F(Validation, Devices) {
+  const auto IA = StatusCode::kInvalidArgument;
+  const Device cuda0{DeviceType::kCUDA, 0}, cuda1{DeviceType::kCUDA, 1};
+  const char* names[] = {"q_fp8", "weight", "weights_out", "freqs", "positions"};
+  for (int t = 0; t < 5; ++t) {
+    expect_error(std::string(names[t]) + " on cuda", [&](Args& a) {
+      TensorView* v[] = {&a.f8, &a.w, &a.wo, &a.fr, &a.pos};
+      v[t]->device = cuda0;
+    }, IA, {names[t], "expected the device of q_input (cpu), got cuda:0"});
+  }
+  expect_error("q_input on cuda, others on cpu", [&](Args& a) { a.q.device = cuda0; }, IA,
+               {"q_fp8", "expected the device of q_input (cuda:0), got cpu"});
+  expect_error("two CUDA ordinals", [&](Args& a) {
+    for (TensorView* v : {&a.q, &a.f8, &a.w, &a.wo, &a.fr, &a.pos}) v->device = cuda0;
+    a.wo.device = cuda1;
+    a.opt.backend = Backend::kCuda;
+  }, IA, {"weights_out", "(cuda:0), got cuda:1"});
+
+  // Backend / device mismatch. The CUDA views point at addresses that must never be touched:
+  // validation has to fail before any access.
+  auto bogus_cuda = [&](Args& a) {
+    std::uintptr_t addr = 0x1000;
+    for (TensorView* v : {&a.q, &a.f8, &a.w, &a.wo, &a.fr, &a.pos}) {
+      v->device = cuda0;
+      v->data = reinterpret_cast<void*>(addr);
+      addr += 0x100000;
+    }
+  };
+  expect_error("reference backend with cuda tensors", [&](Args& a) {
+    bogus_cuda(a);
+    a.opt.backend = Backend::kReference;
+  }, IA, {"options.backend", "backend 'reference' needs cpu tensors, got cuda tensors"});
+  expect_error("cpu backend with cuda tensors", [&](Args& a) {
+    bogus_cuda(a);
+    a.opt.backend = Backend::kCpu;
+  }, IA, {"options.backend", "backend 'cpu' needs cpu tensors"});
+  expect_error("cuda backend with cpu tensors", [&](Args& a) { a.opt.backend = Backend::kCuda; }, IA,
+               {"options.backend", "backend 'cuda' needs cuda tensors, got cpu tensors"});
+  if (!backend_available(Backend::kCuda)) {
+    // Valid arguments, but no CUDA here: kUnavailable from the op, nothing read or written.
+    for (Backend b : {Backend::kCuda, Backend::kAuto}) {
+      expect_error(std::string("cuda tensors, backend ") + backend_name(b) + ", no CUDA", [&](Args& a) {
+        bogus_cuda(a);
+        a.opt.backend = b;
+      }, StatusCode::kUnavailable, {"options.backend", "cuda"}, /*validate_agrees=*/false);
+    }
+  }
+}
+
+TEST_F(Validation, NullData) {
+  const auto IA = StatusCode::kInvalidArgument;
+  const char* names[] = {"q_input", "q_fp8", "weight", "weights_out", "freqs", "positions"};
+  for (int t = 0; t < 6; ++t) {
+    expect_error(std::string(names[t]) + " null", [&](Args& a) {
+      TensorView* v[] = {&a.q, &a.f8, &a.w, &a.wo, &a.fr, &a.pos};
+      v[t]->data = nullptr;
+    }, IA, {names[t], "data pointer is null"});
+  }
+}
+
+TEST_F(Validation, Overlaps) {
+  const auto IA = StatusCode::kInvalidArgument;
+  expect_error("q_fp8 over q_input", [&](Args& a) {
+    a.f8 = TensorView::contiguous(at(kQ), kFp8, {kB, kH, 128});
+  }, IA, {"q_fp8", "overlaps q_input"});
+  expect_error("q_fp8 partially over the end of q_input", [&](Args& a) {
+    a.f8 = TensorView::contiguous(at(kQ + 3072 - 1), kFp8, {kB, kH, 128});
+  }, IA, {"q_fp8", "overlaps q_input"});
+  expect_error("q_fp8 partially over the start of q_input", [&](Args& a) {
+    a.q = TensorView::contiguous(at(kSpare + 1000), kBf16, {kB, kH, 128});  // q_input in [1000, 4072)
+    a.f8 = TensorView::contiguous(at(kSpare), kFp8, {kB, kH, 128});          // q_fp8 in [0, 1536)
+  }, IA, {"q_fp8", "overlaps q_input"});
+  expect_error("weights_out over weight", [&](Args& a) {
+    a.wo = TensorView::contiguous(at(kW), kF32, {kB, kH, 1});
+  }, IA, {"weights_out", "overlaps weight"});
+  expect_error("q_fp8 over weights_out", [&](Args& a) {
+    a.f8 = TensorView::contiguous(at(kSpare), kFp8, {kB, kH, 128});
+    a.wo = TensorView::contiguous(at(kSpare + 1000), kF32, {kB, kH, 1});
+  }, IA, {"q_fp8", "overlaps weights_out"});
+  expect_error("weights_out over the last byte of q_fp8", [&](Args& a) {
+    a.f8 = TensorView::contiguous(at(kSpare), kFp8, {kB, kH, 128});
+    a.wo = TensorView::contiguous(at(kSpare + 1535), kF32, {kB, kH, 1});
+  }, IA, {"q_fp8", "overlaps weights_out"});
+  expect_error("q_fp8 over freqs", [&](Args& a) {
+    a.f8 = TensorView::contiguous(at(kFR + 4000), kFp8, {kB, kH, 128});
+  }, IA, {"q_fp8", "overlaps freqs"});
+  expect_error("weights_out over positions", [&](Args& a) {
+    a.wo = TensorView::contiguous(at(kP + 8), kF32, {kB, kH, 1});
+  }, IA, {"weights_out", "overlaps positions"});
+  expect_error("q_fp8 aliasing weights_out exactly", [&](Args& a) {
+    a.wo = TensorView::contiguous(at(kF8), kF32, {kB, kH, 1});
+  }, IA, {"overlaps"});
+}
+
+TEST_F(Validation, PositionsOutOfRange) {
+  const auto IA = StatusCode::kInvalidArgument;
+  expect_error("int64 negative", [&](Args&) { set_pos64({0, -1, 2}); }, IA,
+               {"positions", "positions[1] = -1", "outside [0, max_pos) = [0, 16)"});
+  expect_error("int64 == max_pos", [&](Args&) { set_pos64({0, 1, kMaxPos}); }, IA,
+               {"positions", "positions[2] = 16", "[0, 16)"});
+  expect_error("int64 beyond int32", [&](Args&) { set_pos64({std::int64_t(1) << 40, 0, 0}); }, IA,
+               {"positions", "positions[0] = 1099511627776"});
+  expect_error("int64 most negative", [&](Args&) { set_pos64({0, INT64_MIN, 0}); }, IA,
+               {"positions", "positions[1] = -9223372036854775808"});
+  expect_error("int32 negative", [&](Args& a) {
+    set_pos32({-5, 0, 0});
+    a.pos = TensorView::contiguous(at(kP), DType::kInt32, {kB});
+  }, IA, {"positions", "positions[0] = -5", "[0, 16)"});
+  expect_error("int32 == max_pos", [&](Args& a) {
+    set_pos32({0, 0, kMaxPos});
+    a.pos = TensorView::contiguous(at(kP), DType::kInt32, {kB});
+  }, IA, {"positions", "positions[2] = 16"});
+  expect_error("int32 most negative", [&](Args& a) {
+    set_pos32({0, INT32_MIN, 0});
+    a.pos = TensorView::contiguous(at(kP), DType::kInt32, {kB});
+  }, IA, {"positions", "positions[1] = -2147483648"});
+}
+
+TEST_F(Validation, Options) {
+  expect_error("num_threads -1", [](Args& a) {
+    a.opt.backend = Backend::kCpu;
+    a.opt.num_threads = -1;
+  }, StatusCode::kInvalidArgument, {"options.num_threads", ">= 0", "-1"});
+  expect_error("num_threads -1 with the reference", [](Args& a) { a.opt.num_threads = -1; },
+               StatusCode::kInvalidArgument, {"options.num_threads"});
+  // Unsupported ISAs: an availability question, answered by the op with kUnavailable
+  // (validate() checks arguments only).
+  int unsupported = 0;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (cpu_isa_supported(isa)) continue;
+    ++unsupported;
+    expect_error(std::string("unsupported isa ") + cpu_isa_name(isa), [&](Args& a) {
+      a.opt.backend = Backend::kCpu;
+      a.opt.cpu_isa = isa;
+    }, StatusCode::kUnavailable, {"options.cpu_isa", cpu_isa_name(isa), "not supported"}, false);
+  }
+  if (unsupported == 0) std::printf("note: this machine supports every CPU ISA; no unsupported-ISA case here\n");
+  EXPECT_TRUE(cpu_isa_supported(CpuIsa::kScalar));
+}
+
+// Out-of-range enum values (e.g. an int cast by a binding) are argument errors, not internal ones.
+TEST_F(Validation, UnknownEnumValues) {
+  expect_error("backend 9", [](Args& a) { a.opt.backend = static_cast<Backend>(9); },
+               StatusCode::kInvalidArgument, {"options.backend"});
+  expect_error("cpu_isa 7", [](Args& a) {
+    a.opt.backend = Backend::kCpu;
+    a.opt.cpu_isa = static_cast<CpuIsa>(7);
+  }, StatusCode::kInvalidArgument, {"options.cpu_isa"});
+}
+
+TEST_F(Validation, EmptyBatchIsValidAndWritesNothing) {
+  // B = 0 with real pointers: ok, and not a byte changes.
+  reset();
+  Args a = valid();
+  a.q = TensorView::contiguous(at(kQ), kBf16, {0, kH, 128});
+  a.f8 = TensorView::contiguous(at(kF8), kFp8, {0, kH, 128});
+  a.w = TensorView::contiguous(at(kW), kBf16, {0, kH});
+  a.wo = TensorView::contiguous(at(kWO), kF32, {0, kH, 1});
+  a.pos = TensorView::contiguous(at(kP), DType::kInt64, {0});
+  const std::vector<std::uint64_t> before = arena_;
+  for (Backend b : {Backend::kReference, Backend::kCpu, Backend::kAuto}) {
+    a.opt.backend = b;
+    EXPECT_TRUE(call_validate(a).ok()) << call_validate(a).message();
+    EXPECT_TRUE(call_op(a).ok()) << call_op(a).message();
+    EXPECT_TRUE(arena_ == before);
+  }
+  // B = 0 with null pointers everywhere and even an empty freqs table: still ok.
+  Args n = a;
+  for (TensorView* v : {&n.q, &n.f8, &n.w, &n.wo, &n.fr, &n.pos}) v->data = nullptr;
+  n.fr = TensorView::contiguous(nullptr, kF32, {0, 64});
+  EXPECT_TRUE(call_validate(n).ok()) << call_validate(n).message();
+  EXPECT_TRUE(call_op(n).ok()) << call_op(n).message();
+  // ... but B = 0 does not excuse a wrong shape.
+  Args bad = a;
+  bad.wo = TensorView::contiguous(at(kWO), kF32, {0, kH, 2});
+  EXPECT_EQ(call_op(bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(arena_ == before);
+}
+
+}  // namespace
