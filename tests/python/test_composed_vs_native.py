@@ -1,0 +1,173 @@
+"""The composed ATen implementation against the native kernels, byte for byte, on random and
+adversarial inputs (and, on CUDA, both against the CPU kernel)."""
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import (CUDA_OK, DEVICES, COMPOSED, NATIVE, assert_same_f32, assert_same_fp8,
+                      new_outputs)
+
+MAX_POS = 97
+
+
+def rope_table(max_pos=MAX_POS, base=10000.0):
+    """A real RoPE table: (max_pos, 64) float32, interleaved (cos, sin) per pair."""
+    j = torch.arange(32, dtype=torch.float64)
+    theta = base ** (-2.0 * j / 64.0)
+    ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * theta[None, :]
+    t = torch.stack([torch.cos(ang), torch.sin(ang)], dim=-1).reshape(max_pos, 64)
+    return t.float().contiguous()
+
+
+def make_case(B, H, dtype, pos_dtype, extra_stride, seed):
+    """CPU inputs: random rows over 10 decades plus adversarial rows (zero, tiny, subnormal,
+    huge, single spike, +-Inf, NaN) and a weight whose row stride is H + extra_stride."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, 128, generator=g, dtype=torch.float64)
+    mag = torch.pow(10.0, torch.empty(B, H, 1, dtype=torch.float64).uniform_(-6, 4, generator=g))
+    q = q * mag
+    rows = q.view(-1, 128)
+    n = rows.shape[0]
+    if n:
+        kinds = torch.randint(0, 12, (n,), generator=g)
+        col = torch.randint(0, 128, (n,), generator=g)
+        r = torch.arange(n)
+        rows[kinds == 0] = 0.0
+        rows[kinds == 1] *= 1e-12  # amax below the 1e-4 floor
+        spike = kinds == 2  # one spike: most codes become fp8 subnormals or zero
+        rows[spike] *= 1e-3
+        rows[r[spike], col[spike]] = 3e3
+        rows[r[kinds == 3], col[kinds == 3]] = math.inf
+        rows[r[kinds == 4], col[kinds == 4]] = -math.inf
+        rows[r[kinds == 5], col[kinds == 5]] = math.nan
+        rows[kinds == 6] *= 1e25  # overflows to Inf in bf16 / fp16 / fp32 in different rows
+    q = q.to(dtype)
+    w_store = (torch.randn(B, H + extra_stride, generator=g, dtype=torch.float64) * 2).to(dtype)
+    if B and H:
+        w_store[0, 0] = 0.0  # weight 0 with possibly Inf scale -> NaN weights_out
+    weight = w_store[:, :H]
+    freqs = rope_table()
+    positions = torch.randint(0, MAX_POS, (B,), generator=g).to(pos_dtype)
+    ws = float(torch.empty(1, dtype=torch.float64).uniform_(0.001, 2.0, generator=g))
+    return q, weight, ws, freqs, positions
+
+
+def run(op, q, weight, ws, freqs, positions):
+    q_fp8, w_out = new_outputs(q)
+    op(q, q_fp8, weight, w_out, ws, freqs, positions)
+    return q_fp8, w_out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("H", [1, 8, 64, 128])
+@pytest.mark.parametrize("B", [0, 1, 7, 333])
+def test_composed_equals_native(B, H, dtype, device):
+    seed = B * 1000 + H * 10 + {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}[dtype]
+    pos_dtype = torch.int32 if seed % 2 else torch.int64
+    extra = 0 if B % 2 == 0 else 5  # weight row stride H or H + 5
+    args = make_case(B, H, dtype, pos_dtype, extra, seed)
+    if B > 1 and extra:
+        assert args[1].stride(0) == H + extra and args[1].stride(1) == 1
+    dev_args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
+    q_n, w_n = run(NATIVE, *dev_args)
+    q_c, w_c = run(COMPOSED, *dev_args)
+    assert_same_fp8(q_c, q_n, "composed vs native q_fp8")
+    assert_same_f32(w_c, w_n, "composed vs native weights_out")
+    if device != "cpu":  # and the device against the CPU kernel
+        q_ref, w_ref = run(NATIVE, *args)
+        assert_same_fp8(q_n, q_ref, f"{device} vs cpu q_fp8")
+        assert_same_f32(w_n, w_ref, f"{device} vs cpu weights_out")
+    if B == 0:
+        assert q_n.numel() == 0 and w_n.numel() == 0
+
+
+# ---- the RoPE fma: a case where "(xr*c in double) - (xi*s), rounded to float" is wrong --------
+def f32(v):
+    return np.float32(v)
+
+
+def round_to_f32(fr: Fraction) -> np.float32:
+    """Correctly rounded (nearest, ties to even) float32 of an exact rational (normal range)."""
+    if fr == 0:
+        return np.float32(0.0)
+    sign = -1 if fr < 0 else 1
+    a = abs(fr)
+    e = math.floor(math.log2(a))
+    while Fraction(2) ** e > a:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= a:
+        e += 1
+    ulp = Fraction(2) ** (e - 23)
+    n = a / ulp
+    lo = math.floor(n)
+    rem = n - lo
+    if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and lo % 2 == 1):
+        lo += 1
+    return np.float32(sign * float(lo * ulp))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("impl", ["native", "composed"])
+def test_rope_fma_is_exact_at_float_midpoints(impl, device):
+    # xr * c = (2^24 + 1) * 2^-18 = 64 + 2^-18: exactly halfway between the floats 64 and
+    # 64 + 2^-17. -(xi * s) = +2^-140 pushes the exact fma just above the midpoint, so
+    # fmaf gives 64 + 2^-17; rounding the double difference first gives the midpoint and then
+    # 64 (ties to even). Only x[64] and x[65] are non-zero and x[65] is far below half an ulp
+    # of x[64], so every Hadamard output is +-x[64] * k and weights_out = x[64] * k / 448.
+    xr, c = f32(97.0), f32(172961 * 2.0**-18)
+    xi, s = f32(-(2.0**-40)), f32(2.0**-100)
+    exact = round_to_f32(Fraction(float(xr)) * Fraction(float(c)) - Fraction(float(xi * s)))
+    naive = f32(np.float64(xr) * np.float64(c) - np.float64(f32(xi * s)))
+    assert exact == f32(64.0 + 2.0**-17) and naive == f32(64.0), (exact, naive)
+    k = np.frombuffer(np.uint32(0x3DB504F3).tobytes(), dtype=np.float32)[0]
+    want_scale = f32(f32(exact * k) / f32(448.0))
+    naive_scale = f32(f32(naive * k) / f32(448.0))
+    assert want_scale != naive_scale  # the test can tell the two apart
+
+    B, H = 2, 3
+    q = torch.zeros(B, H, 128, dtype=torch.float32)
+    q[:, :, 64] = float(xr)
+    q[:, :, 65] = float(xi)
+    freqs = torch.zeros(4, 64, dtype=torch.float32)
+    freqs[:, 0::2] = 1.0
+    freqs[2, 0] = float(c)
+    freqs[2, 1] = float(s)
+    positions = torch.tensor([2, 2], dtype=torch.int64)
+    weight = torch.ones(B, H, dtype=torch.float32)
+    q_fp8, w_out = new_outputs(q.to(device))
+    op = NATIVE if impl == "native" else COMPOSED
+    op(q.to(device), q_fp8, weight.to(device), w_out, 1.0, freqs.to(device), positions.to(device))
+    got = w_out.cpu().numpy().reshape(-1)
+    assert np.all(got.view(np.uint32) == np.full(B * H, want_scale).view(np.uint32)), got
+    codes = q_fp8.cpu().view(torch.uint8).reshape(-1)
+    assert bool(((codes == 0x7E) | (codes == 0xFE)).all())  # every value is +-448
+
+
+# ---- the fp8 cast the composed path relies on (after the clamp) ---------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_fp8_cast_is_rne_on_the_clamped_range(device):
+    codes = torch.arange(0, 0x7F, dtype=torch.uint8)  # +0 .. 448 (0x7e); 0x7f is NaN
+    vals = codes.view(torch.float8_e4m3fn).float().double()  # exact decode, ascending
+    assert bool((vals[1:] > vals[:-1]).all()) and float(vals[-1]) == 448.0
+    mids = (vals[:-1] + vals[1:]) / 2  # exact in double and in float32
+    # ties go to the even code
+    want_mid = torch.where(codes[:-1] % 2 == 0, codes[:-1], codes[1:])
+    mids32 = mids.float()
+    below = torch.nextafter(mids32, torch.tensor(-1.0))
+    above = torch.nextafter(mids32, torch.tensor(1000.0))
+    cases = [
+        (vals.float(), codes),
+        (mids32, want_mid),
+        (below, codes[:-1]),
+        (above, codes[1:]),
+    ]
+    for x, want in cases:
+        for sign, bit in ((1.0, 0), (-1.0, 0x80)):
+            got = (sign * x).to(device).to(torch.float8_e4m3fn).cpu().view(torch.uint8)
+            expect = want | bit  # -0.0 keeps its sign bit: 0x80
+            assert torch.equal(got, expect.to(torch.uint8)), (sign, x[got != expect][:4])
