@@ -1,0 +1,52 @@
+// Internals of the CPU backend shared by its translation units, its tests and its benchmark.
+// Kernel translation units (kernel_*.cpp) are compiled with ISA flags: they include only this
+// header, src/common/problem.h and intrinsics, and call no inline function of a shared header
+// (an out-of-line copy compiled with AVX-512 could otherwise be picked by the linker for the
+// portable code).
+#pragma once
+
+#include <cstdint>
+
+#include "common/problem.h"
+#include "indexer_q/indexer_q.h"
+
+namespace indexer_q {
+namespace detail {
+namespace cpu {
+
+// Processes rows [row_begin, row_end) of p (row r = b * H + h). Same bytes as reference_run.
+using KernelFn = void (*)(const Problem& p, std::int64_t row_begin, std::int64_t row_end);
+
+// quantize_<suffix>: steps 8..9 alone (v = clamp(y[i] * inv), e4m3fn code) for n values,
+// n a multiple of 16: the same code path as the kernel's, exposed so that tests can sweep
+// the encoder over many bit patterns.
+#define IQ_CPU_VARIANT(Enum, suffix, check)                                              \
+  void kernel_##suffix(const Problem& p, std::int64_t row_begin, std::int64_t row_end); \
+  void quantize_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);
+#include "cpu/isa_list.inc"
+#undef IQ_CPU_VARIANT
+
+// What the processor (cpuid) and the OS (xgetbv) support.
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false, os_avx = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, os_avx512 = false;
+};
+const CpuFeatures& cpu_features();
+
+// The kernel of a compiled-in variant (nullptr if `isa` is not compiled in).
+KernelFn kernel_for(CpuIsa isa);
+using QuantizeFn = void (*)(const float* y, float inv, std::uint8_t* out, std::int64_t n);
+QuantizeFn quantize_for(CpuIsa isa);
+
+// Interprets a value of INDEXER_Q_CPU_ISA (nullptr or "" = unset): the ISA to use, or an error
+// Status naming INDEXER_Q_CPU_ISA and the value. active_cpu_isa() caches this for the process.
+Status isa_from_env_value(const char* value, CpuIsa* out);
+
+// Rows below which a call runs on the calling thread even when more threads are allowed
+// (chosen by measurement, see docs/PERFORMANCE.md). Adjustable for benchmarks and tests.
+std::int64_t inline_row_threshold();
+void set_inline_row_threshold(std::int64_t rows);
+
+}  // namespace cpu
+}  // namespace detail
+}  // namespace indexer_q

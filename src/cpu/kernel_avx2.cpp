@@ -1,0 +1,240 @@
+// AVX2 + FMA + F16C kernel (compiled with -mavx2 -mfma -mf16c on this file only).
+//
+// Layout: a row of 128 floats lives in 16 registers of 8 lanes, split into even and odd
+// elements: E[k] lane l = x[16k + 2l], O[k] lane l = x[16k + 2l + 1]. Then
+//   - the RoPE pairs (x[64+2j], x[65+2j]) are (E[4+m] lane l, O[4+m] lane l), j = 8m + l;
+//   - butterfly stride 1 is E +/- O; strides 16, 32, 64 pair registers (k bits 0, 1, 2);
+//   - strides 2, 4, 8 pair lanes (lane bits 0, 1, 2) inside a register: with p the register
+//     with its lanes swapped, each lane computes fma(r, +-1, p), i.e. exactly a + b or a - b
+//     (a product by +-1 is exact, so the single rounding is the one of the add/sub).
+// Every value goes through the same IEEE operations, in the same order, as SPEC.md.
+// This file includes no shared header with inline functions (see cpu_internal.h).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/cpu_internal.h"
+
+namespace indexer_q {
+namespace detail {
+namespace cpu {
+namespace {
+
+constexpr float kHadamard = 0x1.6a09e6p-4f;
+
+inline float load_scalar(const void* base, DType dt, std::int64_t i) {
+  if (dt == DType::kFloat32) return static_cast<const float*>(base)[i];
+  const std::uint16_t h = static_cast<const std::uint16_t*>(base)[i];
+  if (dt == DType::kFloat16) return _cvtsh_ss(h);
+  const std::uint32_t u = std::uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// Even/odd split of 16 consecutive fp32 values.
+inline void split_f32(const float* src, __m256& even, __m256& odd) {
+  const __m256 a = _mm256_loadu_ps(src);
+  const __m256 b = _mm256_loadu_ps(src + 8);
+  even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+  odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+}
+
+template <DType kDt>
+inline void load_row(const void* base, std::int64_t r, __m256 E[8], __m256 O[8]) {
+  if (kDt == DType::kBFloat16) {
+    const __m256i* src = reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(base) + r * 128);
+    const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
+    for (int k = 0; k < 8; ++k) {
+      const __m256i w = _mm256_loadu_si256(src + k);
+      E[k] = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+      O[k] = _mm256_castsi256_ps(_mm256_and_si256(w, hi));
+    }
+  } else if (kDt == DType::kFloat16) {
+    const __m256i* src = reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(base) + r * 128);
+    // Per 128-bit lane: even halves to the low 8 bytes, odd halves to the high 8 bytes.
+    const __m256i idx = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                         0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    for (int k = 0; k < 8; ++k) {
+      const __m256i w = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_loadu_si256(src + k), idx), 0xD8);
+      E[k] = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
+      O[k] = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
+    }
+  } else {
+    const float* src = static_cast<const float*>(base) + r * 128;
+    for (int k = 0; k < 8; ++k) split_f32(src + 16 * k, E[k], O[k]);
+  }
+}
+
+struct Consts {
+  __m256 sg0, sg1, sg2;  // +1 where the lane bit is clear, -1 where set
+  __m256 hadamard, absmask, c448, cm448, c512, c2p23;
+  __m256i kp, one, min_normal, c80;
+  __m256i iel, iol, ieh, ioh;
+  Consts() {
+    sg0 = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
+    sg1 = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
+    sg2 = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
+    hadamard = _mm256_set1_ps(kHadamard);
+    absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    c448 = _mm256_set1_ps(448.0f);
+    cm448 = _mm256_set1_ps(-448.0f);
+    c512 = _mm256_set1_ps(512.0f);
+    c2p23 = _mm256_set1_ps(8388608.0f);
+    kp = _mm256_set1_epi32(int(0x7ffffu - (960u << 20)));
+    one = _mm256_set1_epi32(1);
+    min_normal = _mm256_set1_epi32(0x3c800000);
+    c80 = _mm256_set1_epi32(0x80);
+    const char z = char(0x80);
+    iel = _mm256_setr_epi8(0, z, 4, z, 8, z, 12, z, z, z, z, z, z, z, z, z,
+                           0, z, 4, z, 8, z, 12, z, z, z, z, z, z, z, z, z);
+    iol = _mm256_setr_epi8(z, 0, z, 4, z, 8, z, 12, z, z, z, z, z, z, z, z,
+                           z, 0, z, 4, z, 8, z, 12, z, z, z, z, z, z, z, z);
+    ieh = _mm256_setr_epi8(z, z, z, z, z, z, z, z, 0, z, 4, z, 8, z, 12, z,
+                           z, z, z, z, z, z, z, z, 0, z, 4, z, 8, z, 12, z);
+    ioh = _mm256_setr_epi8(z, z, z, z, z, z, z, z, z, 0, z, 4, z, 8, z, 12,
+                           z, z, z, z, z, z, z, z, z, 0, z, 4, z, 8, z, 12);
+  }
+};
+
+// Butterflies at strides 2, 4, 8 inside one register (in that order).
+inline __m256 inlane_stages(__m256 v, const Consts& c) {
+  v = _mm256_fmadd_ps(v, c.sg0, _mm256_permute_ps(v, 0xB1));
+  v = _mm256_fmadd_ps(v, c.sg1, _mm256_permute_ps(v, 0x4E));
+  v = _mm256_fmadd_ps(v, c.sg2, _mm256_permute2f128_ps(v, v, 0x01));
+  return v;
+}
+
+inline void butterfly(__m256& a, __m256& b) {
+  const __m256 t = a;
+  a = _mm256_add_ps(t, b);
+  b = _mm256_sub_ps(t, b);
+}
+
+// Steps 8..9 for 8 values already multiplied by inv: clamp (NaN -> +448) and encode.
+// Returns the e4m3fn code in the low byte of each 32-bit lane (upper bytes: don't care).
+inline __m256i clamp_encode(__m256 q, const Consts& c) {
+  q = _mm256_min_ps(q, c.c448);   // minps returns its 2nd operand when one is NaN: NaN -> 448
+  q = _mm256_max_ps(q, c.cm448);
+  const __m256i u = _mm256_castps_si256(q);
+  const __m256i a = _mm256_castps_si256(_mm256_and_ps(q, c.absmask));
+  // |v| < 2^-6: subnormal codes, |v| * 512 rounded to an integer (ties to even) by adding 2^23.
+  const __m256i sub = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_castsi256_ps(a), c.c512, c.c2p23));
+  // Normal: round the mantissa to 3 bits (ties to even) and re-bias the exponent 127 -> 7.
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 20), c.one);
+  const __m256i n = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, c.kp), odd), 20);
+  const __m256i is_sub = _mm256_cmpgt_epi32(c.min_normal, a);
+  const __m256i code = _mm256_blendv_epi8(n, sub, is_sub);
+  return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(code),
+                                              _mm256_castsi256_ps(_mm256_or_si256(code, c.c80)), q));
+}
+
+template <DType kDt>
+void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
+  const Consts c;
+  const std::int64_t H = p.H;
+  std::int64_t b = row_begin / H;
+  std::int64_t h = row_begin - b * H;
+  __m256 C[4], S[4];
+  bool have_freqs = false;
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    if (!have_freqs) {
+      const std::int64_t pos = p.pos_dtype == DType::kInt32
+                                   ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[b])
+                                   : static_cast<const std::int64_t*>(p.positions)[b];
+      const float* f = p.freqs + pos * 64;
+      for (int m = 0; m < 4; ++m) split_f32(f + 16 * m, C[m], S[m]);
+      have_freqs = true;
+    }
+    __m256 E[8], O[8];
+    load_row<kDt>(p.q_input, r, E, O);
+    // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c).
+    for (int m = 0; m < 4; ++m) {
+      const __m256 xr = E[4 + m], xi = O[4 + m];
+      const __m256 xis = _mm256_mul_ps(xi, S[m]);
+      const __m256 xic = _mm256_mul_ps(xi, C[m]);
+      E[4 + m] = _mm256_fmsub_ps(xr, C[m], xis);
+      O[4 + m] = _mm256_fmadd_ps(xr, S[m], xic);
+    }
+    // Step 3: strides 1; 2, 4, 8; 16, 32, 64.
+    for (int k = 0; k < 8; ++k) butterfly(E[k], O[k]);
+    for (int k = 0; k < 8; ++k) {
+      E[k] = inlane_stages(E[k], c);
+      O[k] = inlane_stages(O[k], c);
+    }
+    for (int s = 1; s < 8; s <<= 1)
+      for (int k = 0; k < 8; ++k)
+        if ((k & s) == 0) {
+          butterfly(E[k], E[k + s]);
+          butterfly(O[k], O[k + s]);
+        }
+    // Steps 4-5: y = x * 1/sqrt(128); amax ignoring NaN (maxps returns its 2nd operand,
+    // the running max, when the new value is NaN).
+    __m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
+    for (int k = 0; k < 8; ++k) {
+      E[k] = _mm256_mul_ps(E[k], c.hadamard);
+      O[k] = _mm256_mul_ps(O[k], c.hadamard);
+      m0 = _mm256_max_ps(_mm256_and_ps(E[k], c.absmask), m0);
+      m1 = _mm256_max_ps(_mm256_and_ps(O[k], c.absmask), m1);
+    }
+    __m256 m = _mm256_max_ps(m0, m1);
+    m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 0x01));
+    m = _mm256_max_ps(m, _mm256_permute_ps(m, 0x4E));
+    m = _mm256_max_ps(m, _mm256_permute_ps(m, 0xB1));
+    // Steps 6-7: true IEEE divisions.
+    const __m128 amax = _mm256_castps256_ps128(m);
+    const __m128 scale = _mm_div_ss(_mm_max_ss(amax, _mm_set_ss(1e-4f)), _mm_set_ss(448.0f));
+    const __m128 inv = _mm_div_ss(_mm_set_ss(1.0f), scale);
+    const __m256 vinv = _mm256_broadcastss_ps(inv);
+    // Steps 8-9, then interleave the even/odd codes back into element order.
+    std::uint8_t* out = p.q_fp8 + r * 128;
+    for (int k = 0; k < 8; k += 2) {
+      const __m256i e0 = clamp_encode(_mm256_mul_ps(E[k], vinv), c);
+      const __m256i o0 = clamp_encode(_mm256_mul_ps(O[k], vinv), c);
+      const __m256i e1 = clamp_encode(_mm256_mul_ps(E[k + 1], vinv), c);
+      const __m256i o1 = clamp_encode(_mm256_mul_ps(O[k + 1], vinv), c);
+      __m256i v = _mm256_or_si256(_mm256_or_si256(_mm256_shuffle_epi8(e0, c.iel), _mm256_shuffle_epi8(o0, c.iol)),
+                                  _mm256_or_si256(_mm256_shuffle_epi8(e1, c.ieh), _mm256_shuffle_epi8(o1, c.ioh)));
+      v = _mm256_permute4x64_epi64(v, 0xD8);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * k), v);
+    }
+    // Step 10.
+    const float w = load_scalar(p.weight, p.dtype, b * p.weight_stride_b + h);
+    p.weights_out[r] = (w * p.weight_scale) * _mm_cvtss_f32(scale);
+    if (++h == H) {
+      h = 0;
+      ++b;
+      have_freqs = false;
+    }
+  }
+}
+
+}  // namespace
+
+void kernel_avx2(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
+  switch (p.dtype) {
+    case DType::kBFloat16: run_rows<DType::kBFloat16>(p, row_begin, row_end); break;
+    case DType::kFloat16: run_rows<DType::kFloat16>(p, row_begin, row_end); break;
+    default: run_rows<DType::kFloat32>(p, row_begin, row_end); break;
+  }
+}
+
+void quantize_avx2(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  const Consts c;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -128, -128, -128, -128, -128, -128, -128, -128,
+                                        -128, -128, -128, -128, 0, 4, 8, 12, -128, -128, -128, -128,
+                                        -128, -128, -128, -128, -128, -128, -128, -128);
+  for (std::int64_t i = 0; i + 8 <= n; i += 8) {
+    const __m256i code = _mm256_shuffle_epi8(clamp_encode(_mm256_mul_ps(_mm256_loadu_ps(y + i), vinv), c), pick);
+    const std::uint32_t lo = std::uint32_t(_mm256_extract_epi32(code, 0));
+    const std::uint32_t hi = std::uint32_t(_mm256_extract_epi32(code, 4));
+    std::memcpy(out + i, &lo, 4);
+    std::memcpy(out + i + 4, &hi, 4);
+  }
+}
+
+}  // namespace cpu
+}  // namespace detail
+}  // namespace indexer_q

@@ -1,0 +1,58 @@
+// Portable CPU kernel: the row pipeline of src/common/row.h, one row at a time. This is the
+// only variant on non-x86 processors and the fallback everywhere.
+#include <cstdint>
+
+#include "common/problem.h"
+#include "common/row.h"
+#include "cpu/cpu_internal.h"
+
+namespace indexer_q {
+namespace detail {
+namespace cpu {
+namespace {
+
+template <typename Decode>
+void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end, Decode decode) {
+  float x[kHeadDim];
+  const std::int64_t H = p.H;
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    const std::int64_t b = r / H;
+    const std::int64_t h = r - b * H;
+    const std::int64_t pos = p.pos_dtype == DType::kInt32
+                                 ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[b])
+                                 : static_cast<const std::int64_t*>(p.positions)[b];
+    for (int i = 0; i < kHeadDim; ++i) x[i] = decode(p.q_input, r * kHeadDim + i);
+    const float w = decode(p.weight, b * p.weight_stride_b + h);
+    process_row(x, p.freqs + pos * kFreqsDim, w, p.weight_scale, p.q_fp8 + r * kHeadDim,
+                p.weights_out + r);
+  }
+}
+
+}  // namespace
+
+void kernel_scalar(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
+  switch (p.dtype) {
+    case DType::kBFloat16:
+      run_rows(p, row_begin, row_end, [](const void* base, std::int64_t i) {
+        return bf16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
+      });
+      break;
+    case DType::kFloat16:
+      run_rows(p, row_begin, row_end, [](const void* base, std::int64_t i) {
+        return f16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
+      });
+      break;
+    default:
+      run_rows(p, row_begin, row_end,
+               [](const void* base, std::int64_t i) { return static_cast<const float*>(base)[i]; });
+      break;
+  }
+}
+
+void quantize_scalar(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = quantize_value(y[i], inv);
+}
+
+}  // namespace cpu
+}  // namespace detail
+}  // namespace indexer_q

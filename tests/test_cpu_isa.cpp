@@ -1,0 +1,468 @@
+// The CPU backend: every compiled-in and supported ISA variant, at several thread counts,
+// byte-equal to the scalar reference on random inputs with NaN / Inf / zero / tiny / huge
+// rows, for every input dtype and both position dtypes; the encoder swept over many float
+// bit patterns; the INDEXER_Q_CPU_ISA override; the thread pool's behaviour.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/row.h"
+#include "cpu/cpu_internal.h"
+#include "cpu/thread_pool.h"
+#include "indexer_q/indexer_q.h"
+
+namespace {
+
+using namespace indexer_q;
+
+std::uint32_t bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float from_bits(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// float -> half, truncating the mantissa (any encoding will do: both backends read the bytes).
+std::uint16_t to_f16(float f) {
+  const std::uint32_t u = bits(f);
+  const std::uint16_t sign = std::uint16_t((u >> 16) & 0x8000u);
+  if (std::isnan(f)) return std::uint16_t(sign | 0x7e00u);
+  const float a = std::fabs(f);
+  if (a >= 65504.0f) return std::uint16_t(sign | (std::isinf(a) ? 0x7c00u : 0x7bffu));
+  if (a < 0x1p-14f) return std::uint16_t(sign | std::uint16_t(a * 0x1p24f));
+  const std::uint32_t au = bits(a);
+  return std::uint16_t(sign | ((((au >> 23) - 112u) << 10) | ((au >> 13) & 0x3ffu)));
+}
+
+struct Case {
+  std::int64_t B = 0, H = 0, max_pos = 0, wstride = 0;
+  DType dt = DType::kBFloat16, pos_dt = DType::kInt64;
+  float weight_scale = 1.0f;
+  std::vector<std::uint8_t> q, w, pos;
+  std::vector<float> freqs;
+};
+
+void put(std::vector<std::uint8_t>& buf, DType dt, std::int64_t i, float v) {
+  if (dt == DType::kFloat32) {
+    std::memcpy(buf.data() + 4 * i, &v, 4);
+  } else {
+    const std::uint16_t h = dt == DType::kBFloat16 ? std::uint16_t(bits(v) >> 16) : to_f16(v);
+    std::memcpy(buf.data() + 2 * i, &h, 2);
+  }
+}
+
+// Rows of many kinds: ordinary values over many decades, zero, all-NaN, one NaN, +-Inf, tiny
+// (near or below the 1e-4 scale floor, dtype subnormals), huge (near the dtype's maximum),
+// a single spike, and raw random bit patterns.
+Case make_case(std::int64_t B, std::int64_t H, DType dt, DType pos_dt, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  Case c;
+  c.B = B;
+  c.H = H;
+  c.dt = dt;
+  c.pos_dt = pos_dt;
+  c.max_pos = 97;
+  c.wstride = H + 3;
+  c.weight_scale = 0.0883883f * (1.0f + 0.1f * uni(rng));
+  const std::size_t es = dtype_size(dt);
+  c.q.assign(std::size_t(B * H * 128) * es, 0);
+  c.w.assign(std::size_t((B > 0 ? (B - 1) * c.wstride + H : 0)) * es, 0);
+  const float dt_max = dt == DType::kFloat16 ? 60000.0f : 1e30f;
+  const float dt_tiny = dt == DType::kFloat16 ? 1e-7f : 1e-38f;
+  for (std::int64_t r = 0; r < B * H; ++r) {
+    const int kind = int(rng() % 12);
+    const float mag = std::pow(10.0f, float(int(rng() % 17)) - 8.0f);
+    for (int i = 0; i < 128; ++i) {
+      float v = uni(rng) * (dt == DType::kFloat16 ? std::fmin(mag, 100.0f) : mag);
+      switch (kind) {
+        case 0: v = 0.0f; break;
+        case 1: v = std::nanf(""); break;
+        case 2: if (i == int(r % 128)) v = (r & 1) ? -std::nanf("") : std::nanf(""); break;
+        case 3: if (i == 5) v = (r & 1) ? -INFINITY : INFINITY; break;
+        case 4: v = uni(rng) * dt_tiny * 64.0f; break;
+        case 5: v = uni(rng) * 3e-6f; break;
+        case 6: v = uni(rng) * dt_max; break;
+        case 7: v = (i == int(r % 128)) ? 300.0f * mag : 0.0f; break;
+        case 8: {
+          const std::uint32_t u = rng();
+          v = dt == DType::kFloat32 ? from_bits(u) : from_bits(u << 16);
+          break;
+        }
+        case 9: if (i % 2) v = -v; break;  // sign pattern
+        default: break;
+      }
+      if (dt == DType::kFloat16 && kind == 8) {
+        const std::uint16_t h = std::uint16_t(rng());
+        std::memcpy(c.q.data() + 2 * (r * 128 + i), &h, 2);
+        continue;
+      }
+      put(c.q, dt, r * 128 + i, v);
+    }
+  }
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h) {
+      float v = uni(rng) * 4.0f;
+      if ((b * H + h) % 23 == 0) v = 0.0f;
+      put(c.w, dt, b * c.wstride + h, v);
+    }
+  c.freqs.resize(std::size_t(c.max_pos * 64));
+  for (std::int64_t p = 0; p < c.max_pos; ++p)
+    for (int j = 0; j < 32; ++j) {
+      const double theta = double(p) * std::pow(10000.0, -double(j) / 32.0);
+      c.freqs[p * 64 + 2 * j] = float(std::cos(theta));
+      c.freqs[p * 64 + 2 * j + 1] = float(std::sin(theta));
+    }
+  c.pos.assign(std::size_t(B) * dtype_size(pos_dt), 0);
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t p = std::int64_t(rng() % std::uint32_t(c.max_pos));
+    if (pos_dt == DType::kInt32) {
+      const std::int32_t v = std::int32_t(p);
+      std::memcpy(c.pos.data() + 4 * b, &v, 4);
+    } else {
+      std::memcpy(c.pos.data() + 8 * b, &p, 8);
+    }
+  }
+  return c;
+}
+
+struct Out {
+  std::vector<std::uint8_t> q;
+  std::vector<float> w;
+};
+
+Status run(const Case& c, const Options& opt, Out* out) {
+  out->q.assign(std::size_t(c.B * c.H * 128), 0xAB);
+  out->w.assign(std::size_t(c.B * c.H), -7.0f);
+  const auto qv = TensorView::contiguous(c.q.data(), c.dt, {c.B, c.H, 128});
+  const auto ov = TensorView::contiguous(out->q.data(), DType::kFloat8E4M3, {c.B, c.H, 128});
+  const auto wv = TensorView::strided(c.w.data(), c.dt, {c.B, c.H}, {c.wstride, 1});
+  const auto wov = TensorView::contiguous(out->w.data(), DType::kFloat32, {c.B, c.H, 1});
+  const auto fv = TensorView::contiguous(c.freqs.data(), DType::kFloat32, {c.max_pos, 64});
+  const auto pv = TensorView::contiguous(c.pos.data(), c.pos_dt, {c.B});
+  return fused_q_indexer_rope_hadamard_quant(qv, ov, wv, wov, c.weight_scale, fv, pv, opt);
+}
+
+std::int64_t differing_bytes(const Out& a, const Out& b) {
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < a.q.size(); ++i) n += a.q[i] != b.q[i];
+  for (std::size_t i = 0; i < a.w.size(); ++i) n += bits(a.w[i]) != bits(b.w[i]);
+  return n;
+}
+
+Out reference(const Case& c) {
+  Options opt;
+  opt.backend = Backend::kReference;
+  Out o;
+  const Status s = run(c, opt, &o);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return o;
+}
+
+// Restores the inline threshold when a test ends.
+struct ThresholdGuard {
+  std::int64_t saved = detail::cpu::inline_row_threshold();
+  explicit ThresholdGuard(std::int64_t rows) { detail::cpu::set_inline_row_threshold(rows); }
+  ~ThresholdGuard() { detail::cpu::set_inline_row_threshold(saved); }
+};
+
+TEST(CpuIsa, ListIsConsistent) {
+  const std::vector<CpuIsa> isas = supported_cpu_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), CpuIsa::kScalar);
+  for (std::size_t i = 1; i < isas.size(); ++i) EXPECT_LT(int(isas[i - 1]), int(isas[i]));
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    bool listed = false;
+    for (CpuIsa i : isas) listed = listed || i == isa;
+    EXPECT_EQ(cpu_isa_supported(isa), listed) << cpu_isa_name(isa);
+    if (listed) {
+      EXPECT_NE(detail::cpu::kernel_for(isa), nullptr);
+      EXPECT_NE(detail::cpu::quantize_for(isa), nullptr);
+    }
+  }
+  CpuIsa active = CpuIsa::kAuto;
+  const char* env = std::getenv("INDEXER_Q_CPU_ISA");
+  const Status s = active_cpu_isa(&active);
+  if (env == nullptr || env[0] == '\0') {
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(active, isas.back());
+  } else if (s.ok()) {
+    EXPECT_EQ(std::string(cpu_isa_name(active)) == env || std::string(env) == "auto", true);
+  }
+  std::string names;
+  for (CpuIsa i : isas) names += std::string(" ") + cpu_isa_name(i);
+  const auto& f = detail::cpu::cpu_features();
+  std::printf("supported CPU ISAs:%s (cpuid avx2=%d fma=%d f16c=%d os_avx=%d avx512f=%d bw=%d vl=%d dq=%d os_avx512=%d)\n",
+              names.c_str(), f.avx2, f.fma, f.f16c, f.os_avx, f.avx512f, f.avx512bw, f.avx512vl,
+              f.avx512dq, f.os_avx512);
+}
+
+TEST(CpuIsa, EnvValueParsing) {
+  const CpuIsa best = supported_cpu_isas().back();
+  CpuIsa out = CpuIsa::kAuto;
+  ASSERT_TRUE(detail::cpu::isa_from_env_value(nullptr, &out).ok());
+  EXPECT_EQ(out, best);
+  out = CpuIsa::kAuto;
+  ASSERT_TRUE(detail::cpu::isa_from_env_value("", &out).ok());
+  EXPECT_EQ(out, best);
+  out = CpuIsa::kAuto;
+  ASSERT_TRUE(detail::cpu::isa_from_env_value("auto", &out).ok());
+  EXPECT_EQ(out, best);
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    out = CpuIsa::kAuto;
+    const Status s = detail::cpu::isa_from_env_value(cpu_isa_name(isa), &out);
+    if (cpu_isa_supported(isa)) {
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_EQ(out, isa);
+    } else {
+      EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+      EXPECT_NE(s.message().find("INDEXER_Q_CPU_ISA"), std::string::npos) << s.message();
+      EXPECT_NE(s.message().find(cpu_isa_name(isa)), std::string::npos) << s.message();
+      EXPECT_EQ(out, CpuIsa::kAuto);  // untouched
+    }
+  }
+  for (const char* bad : {"avx3", "AVX2", "sse", " scalar", "avx512 "}) {
+    out = CpuIsa::kAuto;
+    const Status s = detail::cpu::isa_from_env_value(bad, &out);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("INDEXER_Q_CPU_ISA"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(std::string("'") + bad + "'"), std::string::npos) << s.message();
+    EXPECT_EQ(out, CpuIsa::kAuto);
+  }
+}
+
+// The real environment variable, read once per process: checked in a fresh child process.
+void child_with_env(const char* value) {
+  setenv("INDEXER_Q_CPU_ISA", value, 1);
+  CpuIsa isa = CpuIsa::kAuto;
+  const Status s = active_cpu_isa(&isa);
+  Case c = make_case(2, 4, DType::kBFloat16, DType::kInt64, 3);
+  Out o;
+  const Status r = run(c, Options{}, &o);  // backend auto -> cpu, isa auto -> active_cpu_isa
+  if (s.ok()) {
+    if (!r.ok()) std::exit(10);
+    std::exit(20 + int(isa));
+  }
+  if (r.ok() || r.message() != s.message()) std::exit(11);
+  if (o.q[0] != 0xAB) std::exit(12);  // nothing written
+  if (s.message().find("INDEXER_Q_CPU_ISA") == std::string::npos) std::exit(13);
+  if (s.message().find(value) == std::string::npos) std::exit(14);
+  std::exit(s.code() == StatusCode::kInvalidArgument ? 3 : 4);
+}
+
+TEST(CpuIsaDeathTest, EnvironmentOverride) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(child_with_env("bogus"), ::testing::ExitedWithCode(3), "");
+  EXPECT_EXIT(child_with_env("scalar"), ::testing::ExitedWithCode(20), "");
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (cpu_isa_supported(isa))
+      EXPECT_EXIT(child_with_env(cpu_isa_name(isa)), ::testing::ExitedWithCode(20 + int(isa)), "");
+    else
+      EXPECT_EXIT(child_with_env(cpu_isa_name(isa)), ::testing::ExitedWithCode(4), "");
+  }
+}
+
+struct Combo {
+  DType dt;
+  DType pos;
+};
+
+TEST(CpuIsa, BitExactWithReferenceAllIsasAndThreads) {
+  ThresholdGuard guard(0);  // let even small cases use the pool
+  const Combo combos[] = {{DType::kBFloat16, DType::kInt64}, {DType::kBFloat16, DType::kInt32},
+                          {DType::kFloat16, DType::kInt64}, {DType::kFloat16, DType::kInt32},
+                          {DType::kFloat32, DType::kInt64}, {DType::kFloat32, DType::kInt32}};
+  const std::int64_t shapes[][2] = {{1, 1}, {3, 5}, {37, 16}, {11, 64}, {9, 7}};
+  std::uint32_t seed = 1;
+  for (const Combo& cb : combos) {
+    for (const auto& sh : shapes) {
+      const Case c = make_case(sh[0], sh[1], cb.dt, cb.pos, seed++);
+      const Out ref = reference(c);
+      for (CpuIsa isa : supported_cpu_isas()) {
+        for (int threads : {1, 2, 3, 7}) {
+          Options opt;
+          opt.backend = Backend::kCpu;
+          opt.cpu_isa = isa;
+          opt.num_threads = threads;
+          Out o;
+          const Status s = run(c, opt, &o);
+          ASSERT_TRUE(s.ok()) << s.message();
+          EXPECT_EQ(differing_bytes(o, ref), 0)
+              << cpu_isa_name(isa) << " threads=" << threads << " dtype=" << dtype_name(cb.dt)
+              << " pos=" << dtype_name(cb.pos) << " B=" << sh[0] << " H=" << sh[1];
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuIsa, SpecialRowsExact) {
+  // Rows from SPEC.md's consequences: all zero, all NaN, amax below the floor, an Inf with a
+  // zero weight, all equal, alternating +-448-ish spikes.
+  for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+    Case c = make_case(1, 8, dt, DType::kInt64, 99);
+    const float rows[8][2] = {{0, 0}, {NAN, NAN}, {1e-7f, -1e-7f}, {INFINITY, 1.0f},
+                              {1.0f, 1.0f}, {-INFINITY, -INFINITY}, {6e-5f, 0}, {1e4f, -1e4f}};
+    for (int r = 0; r < 8; ++r)
+      for (int i = 0; i < 128; ++i) put(c.q, dt, r * 128 + i, rows[r][i % 2]);
+    put(c.w, dt, 3, 0.0f);  // Inf row with weight 0 -> NaN weights_out
+    const Out ref = reference(c);
+    for (CpuIsa isa : supported_cpu_isas()) {
+      Options opt;
+      opt.backend = Backend::kCpu;
+      opt.cpu_isa = isa;
+      opt.num_threads = 1;
+      Out o;
+      ASSERT_TRUE(run(c, opt, &o).ok());
+      EXPECT_EQ(differing_bytes(o, ref), 0) << cpu_isa_name(isa) << " " << dtype_name(dt);
+      // The zero row and the all-NaN row get the floor scale 1e-4 / 448.
+      const float floor_scale = 1e-4f / 448.0f;
+      for (int r = 0; r < 2; ++r) {
+        float w;
+        if (dt == DType::kFloat32) {
+          std::memcpy(&w, c.w.data() + 4 * r, 4);
+        } else {
+          std::uint16_t h;
+          std::memcpy(&h, c.w.data() + 2 * r, 2);
+          w = dt == DType::kBFloat16 ? detail::bf16_to_f32(h) : detail::f16_to_f32(h);
+        }
+        EXPECT_EQ(bits(o.w[r]), bits((w * c.weight_scale) * floor_scale)) << "row " << r;
+      }
+    }
+  }
+}
+
+TEST(CpuIsa, EncoderSweepMatchesRowH) {
+  // Steps 8..9 of every variant against row.h's quantize_value: a strided sweep of all 2^32
+  // float bit patterns, plus every e4m3 rounding midpoint and its neighbours, for several inv.
+  std::vector<float> vals;
+  for (std::uint64_t u = 0; u < (1ull << 32); u += 4099) vals.push_back(from_bits(std::uint32_t(u)));
+  for (int code = 0; code < 127; ++code) {
+    const float lo = detail::e4m3fn_decode(std::uint8_t(code));
+    const float hi = detail::e4m3fn_decode(std::uint8_t(code + 1));
+    const float mid = (lo + hi) * 0.5f;  // exact: e4m3 values have few mantissa bits
+    for (int d = -3; d <= 3; ++d) {
+      const float v = from_bits(std::uint32_t(std::int64_t(bits(mid)) + d));
+      vals.push_back(v);
+      vals.push_back(-v);
+    }
+    vals.push_back(lo);
+    vals.push_back(-lo);
+  }
+  for (float v : {0.0f, -0.0f, 448.0f, -448.0f, 464.0f, -464.0f, 1e30f, -1e30f, INFINITY, -INFINITY,
+                  NAN, -NAN, 1e-45f, -1e-45f, 0x1p-10f, -0x1p-10f})
+    vals.push_back(v);
+  while (vals.size() % 16) vals.push_back(0.0f);
+  const float invs[] = {1.0f, 0.5f, 3.1f, 1.0f / 0.37f, 0.0f, INFINITY};
+  std::vector<std::uint8_t> want(vals.size()), got(vals.size());
+  for (float inv : invs) {
+    for (std::size_t i = 0; i < vals.size(); ++i) want[i] = detail::quantize_value(vals[i], inv);
+    for (CpuIsa isa : supported_cpu_isas()) {
+      std::fill(got.begin(), got.end(), 0xAB);
+      detail::cpu::quantize_for(isa)(vals.data(), inv, got.data(), std::int64_t(vals.size()));
+      std::int64_t bad = 0;
+      std::size_t first = 0;
+      for (std::size_t i = 0; i < vals.size(); ++i)
+        if (got[i] != want[i] && bad++ == 0) first = i;
+      EXPECT_EQ(bad, 0) << cpu_isa_name(isa) << " inv=" << inv << " first value bits 0x" << std::hex
+                        << bits(vals[first]) << " got 0x" << int(got[first]) << " want 0x"
+                        << int(want[first]);
+    }
+  }
+}
+
+TEST(CpuThreads, SetAndDefault) {
+  const int before = cpu_num_threads();
+  EXPECT_GE(before, 1);
+  const Status bad = set_cpu_num_threads(0);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("n"), std::string::npos);
+  EXPECT_EQ(cpu_num_threads(), before);
+  ASSERT_TRUE(set_cpu_num_threads(3).ok());
+  EXPECT_EQ(cpu_num_threads(), 3);
+  // Options::num_threads = 0 uses that default; result unchanged.
+  ThresholdGuard guard(0);
+  const Case c = make_case(13, 16, DType::kBFloat16, DType::kInt64, 7);
+  const Out ref = reference(c);
+  Out o;
+  Options opt;
+  opt.backend = Backend::kCpu;
+  ASSERT_TRUE(run(c, opt, &o).ok());
+  EXPECT_EQ(differing_bytes(o, ref), 0);
+  ASSERT_TRUE(set_cpu_num_threads(before).ok());
+}
+
+TEST(CpuThreads, PoolIsReusedNotGrownPerCall) {
+  ThresholdGuard guard(0);
+  const Case c = make_case(16, 16, DType::kBFloat16, DType::kInt32, 8);
+  const Out ref = reference(c);
+  Options opt;
+  opt.backend = Backend::kCpu;
+  opt.num_threads = 4;
+  Out o;
+  ASSERT_TRUE(run(c, opt, &o).ok());
+  const int workers = detail::cpu::pool_worker_count();
+  EXPECT_GE(workers, 3);
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(run(c, opt, &o).ok());
+    ASSERT_EQ(differing_bytes(o, ref), 0);
+  }
+  EXPECT_EQ(detail::cpu::pool_worker_count(), workers);
+}
+
+TEST(CpuThreads, ConcurrentCallersAndNestedUse) {
+  // Several threads call the op at once (as torch's intra-op threads may): one gets the pool,
+  // the others run inline; all results exact, no deadlock. A call made from inside a pool
+  // worker also runs inline.
+  ThresholdGuard guard(0);
+  const Case c = make_case(24, 16, DType::kFloat16, DType::kInt64, 9);
+  const Out ref = reference(c);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 6; ++t) {
+    ts.emplace_back([&, t] {
+      Options opt;
+      opt.backend = Backend::kCpu;
+      opt.num_threads = 1 + t % 4;
+      for (int i = 0; i < 20; ++i) {
+        Out o;
+        if (!run(c, opt, &o).ok() || differing_bytes(o, ref) != 0) ++failures;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(failures.load(), 0);
+
+  struct Nested {
+    const Case* c;
+    const Out* ref;
+    std::atomic<int> bad{0};
+  } nested{&c, &ref};
+  const bool ran = detail::cpu::pool_try_run(
+      3,
+      [](void* ctx, int) {
+        auto* n = static_cast<Nested*>(ctx);
+        Options opt;
+        opt.backend = Backend::kCpu;
+        opt.num_threads = 3;
+        Out o;
+        if (!run(*n->c, opt, &o).ok() || differing_bytes(o, *n->ref) != 0) ++n->bad;
+      },
+      &nested);
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(nested.bad.load(), 0);
+}
+
+}  // namespace
