@@ -20,6 +20,7 @@
 //  - device guard:          torch::stable::accelerator::DeviceGuard (torch >= 2.9)
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include <torch/csrc/stable/accelerator.h>
@@ -139,9 +140,9 @@ TensorView view_of(const Tensor& t, const char* arg) {
 
 void throw_if_error(const Status& s) {
   if (s.ok()) return;
-  // STD_TORCH_CHECK throws std::runtime_error; torch turns it into a Python RuntimeError whose
-  // message is the library's (it starts with "indexer_q: <argument>: ...").
-  STD_TORCH_CHECK(false, s.message());
+  // torch turns a std::exception escaping a kernel into a Python RuntimeError carrying what():
+  // the library's message, "indexer_q: <argument>: <what was expected>, got <what>".
+  throw std::runtime_error(s.message());
 }
 
 Views make_views(const OpArgs& a) {

@@ -1,0 +1,69 @@
+"""CUDA-only behaviour: torch's current stream, CUDA graph capture and replay."""
+
+import pytest
+import torch
+
+import indexer_q
+from conftest import CUDA_OK, NATIVE, assert_same_f32, assert_same_fp8, new_outputs
+from test_composed_vs_native import make_case
+
+pytestmark = pytest.mark.skipif(not CUDA_OK, reason="no CUDA device")
+
+
+def cpu_reference(args):
+    q, w, ws, freqs, pos = args
+    q8, wo = new_outputs(q)
+    NATIVE(q, q8, w, wo, ws, freqs, pos)
+    return q8, wo
+
+
+def test_runs_on_the_current_stream():
+    args = make_case(64, 64, torch.bfloat16, torch.int64, 0, seed=5)
+    want_q, want_w = cpu_reference(args)
+    q, w, ws, freqs, pos = (a.cuda() if isinstance(a, torch.Tensor) else a for a in args)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        q8, wo = new_outputs(q)
+        NATIVE(q, q8, w, wo, ws, freqs, pos)
+    s.synchronize()
+    assert_same_fp8(q8, want_q, "side stream q_fp8")
+    assert_same_f32(wo, want_w, "side stream weights_out")
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_cuda_graph_capture_and_replay_with_new_inputs(pdl):
+    B, H = 33, 64
+    first = make_case(B, H, torch.bfloat16, torch.int32, 0, seed=21)
+    q, w, ws, freqs, pos = (a.cuda() if isinstance(a, torch.Tensor) else a for a in first)
+    q8, wo = new_outputs(q)
+    # warm up on a side stream (as torch.cuda.graphs recommends), then capture
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        NATIVE(q, q8, w, wo, ws, freqs, pos, enable_pdl=pdl)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        NATIVE(q, q8, w, wo, ws, freqs, pos, enable_pdl=pdl)
+    for seed in (22, 23, 24):
+        new = make_case(B, H, torch.bfloat16, torch.int32, 0, seed=seed)
+        # weight_scale is baked into the graph: keep the captured one for the reference
+        new = (new[0], new[1], ws, new[3], new[4])
+        q.copy_(new[0]); w.copy_(new[1]); freqs.copy_(new[3]); pos.copy_(new[4])
+        q8.view(torch.uint8).fill_(0x5A); wo.fill_(-7.25)
+        g.replay()
+        torch.cuda.synchronize()
+        want_q, want_w = cpu_reference(new)
+        assert_same_fp8(q8, want_q, f"graph replay {seed} q_fp8")
+        assert_same_f32(wo, want_w, f"graph replay {seed} weights_out")
+
+
+def test_python_api_on_cuda_allocates_on_the_device():
+    args = make_case(7, 16, torch.float16, torch.int64, 2, seed=3)
+    want_q, want_w = cpu_reference(args)
+    q, w, ws, freqs, pos = (a.cuda() if isinstance(a, torch.Tensor) else a for a in args)
+    q8, wo = indexer_q.fused_q_indexer_rope_hadamard_quant(q, w, ws, freqs, pos)
+    assert q8.is_cuda and wo.is_cuda
+    assert_same_fp8(q8, want_q, "api q_fp8")
+    assert_same_f32(wo, want_w, "api weights_out")
