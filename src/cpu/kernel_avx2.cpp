@@ -33,12 +33,30 @@ inline float load_scalar(const void* base, DType dt, std::int64_t i) {
   return f;
 }
 
-// Even/odd split of 16 consecutive fp32 values.
+// Two lane orders. kNatural: lane l of E[k] holds x[16k + 2l] (bf16: free from a 32-bit
+// load). kShuffled: what one shufps of two registers gives, lanes 0..7 holding x[16k + 2l']
+// with l' = 0, 1, 4, 5, 2, 3, 6, 7: lane bits 1 and 2 swap roles (used for fp16 and fp32,
+// saving a cross-lane permute per register). The butterflies pick their shuffles and the
+// output interleave its permute accordingly.
+enum class Layout { kNatural, kShuffled };
+
+// Even/odd split of 16 consecutive fp32 values, natural lane order.
 inline void split_f32(const float* src, __m256& even, __m256& odd) {
   const __m256 a = _mm256_loadu_ps(src);
   const __m256 b = _mm256_loadu_ps(src + 8);
   even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
   odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+}
+
+// Even/odd split of 16 values, shuffled lane order.
+inline void split_shuffled(__m256 a, __m256 b, __m256& even, __m256& odd) {
+  even = _mm256_shuffle_ps(a, b, 0x88);
+  odd = _mm256_shuffle_ps(a, b, 0xDD);
+}
+
+template <DType kDt>
+constexpr Layout layout_of() {
+  return kDt == DType::kBFloat16 ? Layout::kNatural : Layout::kShuffled;
 }
 
 template <DType kDt>
@@ -52,26 +70,23 @@ inline void load_row(const void* base, std::int64_t r, __m256 E[8], __m256 O[8])
       O[k] = _mm256_castsi256_ps(_mm256_and_si256(w, hi));
     }
   } else if (kDt == DType::kFloat16) {
-    const __m256i* src = reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(base) + r * 128);
-    // Per 128-bit lane: even halves to the low 8 bytes, odd halves to the high 8 bytes.
-    const __m256i idx = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
-                                         0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-    for (int k = 0; k < 8; ++k) {
-      const __m256i w = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_loadu_si256(src + k), idx), 0xD8);
-      E[k] = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
-      O[k] = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
-    }
+    const __m128i* src = reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(base) + r * 128);
+    for (int k = 0; k < 8; ++k)
+      split_shuffled(_mm256_cvtph_ps(_mm_loadu_si128(src + 2 * k)), _mm256_cvtph_ps(_mm_loadu_si128(src + 2 * k + 1)),
+                     E[k], O[k]);
   } else {
     const float* src = static_cast<const float*>(base) + r * 128;
-    for (int k = 0; k < 8; ++k) split_f32(src + 16 * k, E[k], O[k]);
+    for (int k = 0; k < 8; ++k)
+      split_shuffled(_mm256_loadu_ps(src + 16 * k), _mm256_loadu_ps(src + 16 * k + 8), E[k], O[k]);
   }
 }
 
 struct Consts {
   __m256 sg0, sg1, sg2;  // +1 where the lane bit is clear, -1 where set
   __m256 hadamard, absmask, c448, cm448, c512, c2p23;
-  __m256i kp, one, min_normal, c80;
-  __m256i iel, iol, ieh, ioh;
+  __m256i kp, one, c80;
+  __m256 min_normal;
+  __m256i iel, iol, ieh, ioh, out_perm;
   Consts() {
     sg0 = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
     sg1 = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
@@ -84,8 +99,9 @@ struct Consts {
     c2p23 = _mm256_set1_ps(8388608.0f);
     kp = _mm256_set1_epi32(int(0x7ffffu - (960u << 20)));
     one = _mm256_set1_epi32(1);
-    min_normal = _mm256_set1_epi32(0x3c800000);
+    min_normal = _mm256_set1_ps(0x1p-6f);
     c80 = _mm256_set1_epi32(0x80);
+    out_perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const char z = char(0x80);
     iel = _mm256_setr_epi8(0, z, 4, z, 8, z, 12, z, z, z, z, z, z, z, z, z,
                            0, z, 4, z, 8, z, 12, z, z, z, z, z, z, z, z, z);
@@ -99,10 +115,16 @@ struct Consts {
 };
 
 // Butterflies at strides 2, 4, 8 inside one register (in that order).
+template <Layout kL>
 inline __m256 inlane_stages(__m256 v, const Consts& c) {
-  v = _mm256_fmadd_ps(v, c.sg0, _mm256_permute_ps(v, 0xB1));
-  v = _mm256_fmadd_ps(v, c.sg1, _mm256_permute_ps(v, 0x4E));
-  v = _mm256_fmadd_ps(v, c.sg2, _mm256_permute2f128_ps(v, v, 0x01));
+  v = _mm256_fmadd_ps(v, c.sg0, _mm256_permute_ps(v, 0xB1));  // x bit 1 = lane bit 0
+  if (kL == Layout::kNatural) {
+    v = _mm256_fmadd_ps(v, c.sg1, _mm256_permute_ps(v, 0x4E));           // x bit 2 = lane bit 1
+    v = _mm256_fmadd_ps(v, c.sg2, _mm256_permute2f128_ps(v, v, 0x01));   // x bit 3 = lane bit 2
+  } else {
+    v = _mm256_fmadd_ps(v, c.sg2, _mm256_permute2f128_ps(v, v, 0x01));   // x bit 2 = lane bit 2
+    v = _mm256_fmadd_ps(v, c.sg1, _mm256_permute_ps(v, 0x4E));           // x bit 3 = lane bit 1
+  }
   return v;
 }
 
@@ -124,7 +146,7 @@ inline __m256i clamp_encode(__m256 q, const Consts& c) {
   // Normal: round the mantissa to 3 bits (ties to even) and re-bias the exponent 127 -> 7.
   const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 20), c.one);
   const __m256i n = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, c.kp), odd), 20);
-  const __m256i is_sub = _mm256_cmpgt_epi32(c.min_normal, a);
+  const __m256i is_sub = _mm256_castps_si256(_mm256_cmp_ps(_mm256_castsi256_ps(a), c.min_normal, _CMP_LT_OQ));
   const __m256i code = _mm256_blendv_epi8(n, sub, is_sub);
   return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(code),
                                               _mm256_castsi256_ps(_mm256_or_si256(code, c.c80)), q));
@@ -144,41 +166,58 @@ void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
                                    ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[b])
                                    : static_cast<const std::int64_t*>(p.positions)[b];
       const float* f = p.freqs + pos * 64;
-      for (int m = 0; m < 4; ++m) split_f32(f + 16 * m, C[m], S[m]);
+      for (int m = 0; m < 4; ++m) {
+        if (layout_of<kDt>() == Layout::kNatural)
+          split_f32(f + 16 * m, C[m], S[m]);
+        else
+          split_shuffled(_mm256_loadu_ps(f + 16 * m), _mm256_loadu_ps(f + 16 * m + 8), C[m], S[m]);
+      }
       have_freqs = true;
     }
+    // Phase 1, one 16-element slice k at a time: load + even/odd split, RoPE (k >= 4),
+    // butterfly stride 1, then strides 2, 4, 8 inside each register. Kept in buf:
+    // buf[k] = E[k], buf[8 + k] = O[k].
+    alignas(32) float buf[16 * 8];
     __m256 E[8], O[8];
     load_row<kDt>(p.q_input, r, E, O);
-    // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c).
-    for (int m = 0; m < 4; ++m) {
-      const __m256 xr = E[4 + m], xi = O[4 + m];
-      const __m256 xis = _mm256_mul_ps(xi, S[m]);
-      const __m256 xic = _mm256_mul_ps(xi, C[m]);
-      E[4 + m] = _mm256_fmsub_ps(xr, C[m], xis);
-      O[4 + m] = _mm256_fmadd_ps(xr, S[m], xic);
-    }
-    // Step 3: strides 1; 2, 4, 8; 16, 32, 64.
-    for (int k = 0; k < 8; ++k) butterfly(E[k], O[k]);
+#pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
-      E[k] = inlane_stages(E[k], c);
-      O[k] = inlane_stages(O[k], c);
+      __m256 e = E[k], o = O[k];
+      if (k >= 4) {
+        // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c).
+        const __m256 xis = _mm256_mul_ps(o, S[k - 4]);
+        const __m256 xic = _mm256_mul_ps(o, C[k - 4]);
+        const __m256 xr = e;
+        e = _mm256_fmsub_ps(xr, C[k - 4], xis);
+        o = _mm256_fmadd_ps(xr, S[k - 4], xic);
+      }
+      // Step 3: stride 1, then 2, 4, 8.
+      butterfly(e, o);
+      _mm256_store_ps(buf + 8 * k, inlane_stages<layout_of<kDt>()>(e, c));
+      _mm256_store_ps(buf + 64 + 8 * k, inlane_stages<layout_of<kDt>()>(o, c));
     }
-    for (int s = 1; s < 8; s <<= 1)
-      for (int k = 0; k < 8; ++k)
-        if ((k & s) == 0) {
-          butterfly(E[k], E[k + s]);
-          butterfly(O[k], O[k + s]);
-        }
-    // Steps 4-5: y = x * 1/sqrt(128); amax ignoring NaN (maxps returns its 2nd operand,
-    // the running max, when the new value is NaN).
-    __m256 m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
-    for (int k = 0; k < 8; ++k) {
-      E[k] = _mm256_mul_ps(E[k], c.hadamard);
-      O[k] = _mm256_mul_ps(O[k], c.hadamard);
-      m0 = _mm256_max_ps(_mm256_and_ps(E[k], c.absmask), m0);
-      m1 = _mm256_max_ps(_mm256_and_ps(O[k], c.absmask), m1);
+    // Phase 2, each half (E, then O) on its own: strides 16, 32, 64; step 4 (y = x / sqrt(128));
+    // step 5 (amax ignoring NaN: maxps returns its 2nd operand, the running max, for a NaN).
+    __m256 m = _mm256_setzero_ps();
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      float* hb = buf + 64 * half;
+      __m256 v[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) v[k] = _mm256_load_ps(hb + 8 * k);
+#pragma GCC unroll 3
+      for (int s = 1; s < 8; s <<= 1) {
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k)
+          if ((k & s) == 0) butterfly(v[k], v[k + s]);
+      }
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        v[k] = _mm256_mul_ps(v[k], c.hadamard);
+        m = _mm256_max_ps(_mm256_and_ps(v[k], c.absmask), m);
+        _mm256_store_ps(hb + 8 * k, v[k]);
+      }
     }
-    __m256 m = _mm256_max_ps(m0, m1);
     m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 0x01));
     m = _mm256_max_ps(m, _mm256_permute_ps(m, 0x4E));
     m = _mm256_max_ps(m, _mm256_permute_ps(m, 0xB1));
@@ -189,14 +228,20 @@ void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
     const __m256 vinv = _mm256_broadcastss_ps(inv);
     // Steps 8-9, then interleave the even/odd codes back into element order.
     std::uint8_t* out = p.q_fp8 + r * 128;
+#pragma GCC unroll 4
     for (int k = 0; k < 8; k += 2) {
-      const __m256i e0 = clamp_encode(_mm256_mul_ps(E[k], vinv), c);
-      const __m256i o0 = clamp_encode(_mm256_mul_ps(O[k], vinv), c);
-      const __m256i e1 = clamp_encode(_mm256_mul_ps(E[k + 1], vinv), c);
-      const __m256i o1 = clamp_encode(_mm256_mul_ps(O[k + 1], vinv), c);
+      const __m256i e0 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf + 8 * k), vinv), c);
+      const __m256i o0 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf + 64 + 8 * k), vinv), c);
+      const __m256i e1 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf + 8 * k + 8), vinv), c);
+      const __m256i o1 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf + 64 + 8 * k + 8), vinv), c);
       __m256i v = _mm256_or_si256(_mm256_or_si256(_mm256_shuffle_epi8(e0, c.iel), _mm256_shuffle_epi8(o0, c.iol)),
                                   _mm256_or_si256(_mm256_shuffle_epi8(e1, c.ieh), _mm256_shuffle_epi8(o1, c.ioh)));
-      v = _mm256_permute4x64_epi64(v, 0xD8);
+      // Natural: 8-byte groups (k lanes 0-3, k+1 lanes 0-3 | k lanes 4-7, k+1 lanes 4-7).
+      // Shuffled: 4-byte groups x0-3, x8-11 of k, of k+1 | x4-7, x12-15 of k, of k+1.
+      if (layout_of<kDt>() == Layout::kNatural)
+        v = _mm256_permute4x64_epi64(v, 0xD8);
+      else
+        v = _mm256_permutevar8x32_epi32(v, c.out_perm);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * k), v);
     }
     // Step 10.
