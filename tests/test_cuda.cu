@@ -124,8 +124,28 @@ Outputs reference_outputs(const HostCase& c) {
   return want;
 }
 
-std::string variant_name(int lanes) {
-  return lanes < 0 ? "auto" : lanes == 0 ? "scalar-fallback" : "lanes=" + std::to_string(lanes);
+detail::Variant V(int lanes, int block = 0, bool persistent = false) {
+  detail::Variant v;
+  v.lanes = lanes;
+  v.block = block;
+  v.persistent = persistent;
+  return v;
+}
+
+std::string variant_name(const detail::Variant& v) {
+  if (v.lanes < 0) return "auto";
+  if (v.lanes == 0) return "scalar-fallback";
+  return std::string(v.persistent ? "persistent " : "") + "lanes=" + std::to_string(v.lanes) +
+         " block=" + std::to_string(v.block);
+}
+
+// Every shape the backend can launch.
+std::vector<detail::Variant> all_variants() {
+  std::vector<detail::Variant> v = {V(-1), V(0)};
+  for (int lanes : {4, 8, 16})
+    for (int block : {256, 64})
+      for (bool persistent : {false, true}) v.push_back(V(lanes, block, persistent));
+  return v;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -184,23 +204,20 @@ TEST(Cuda, Fp8ConversionByteOrder) {
 // ---------------------------------------------------------------------------------------
 // every kernel variant against the reference
 // ---------------------------------------------------------------------------------------
-void check_variants(const HostCase& c, const std::vector<int>& variants) {
+void check_variants(const HostCase& c, const std::vector<detail::Variant>& variants) {
   SCOPED_TRACE(c.describe());
   const Outputs want = reference_outputs(c);
   DeviceCase d;
   ASSERT_TRUE(d.upload(c));
-  for (int lanes : variants) {
-    for (int block : {256, 64}) {
-      if (lanes < 0 && block != 256) continue;
-      ASSERT_TRUE(d.poison(0x5A));
-      const Status s = detail::cuda_run_variant(d.prob, nullptr, false, lanes, lanes < 0 ? 0 : block);
-      ASSERT_TRUE(s.ok()) << s.message();
-      Outputs got;
-      ASSERT_TRUE(d.download(&got));
-      const iqtest::Comparison cmp = iqtest::compare(got, want, c.H);
-      EXPECT_TRUE(cmp.exact()) << variant_name(lanes) << " block=" << block << ": " << cmp.fp8_bytes
-                               << " fp8 bytes, " << cmp.weights << " weights_out differ;" << cmp.first;
-    }
+  for (const detail::Variant& v : variants) {
+    ASSERT_TRUE(d.poison(0x5A));
+    const Status s = detail::cuda_run_variant(d.prob, nullptr, false, v);
+    ASSERT_TRUE(s.ok()) << s.message();
+    Outputs got;
+    ASSERT_TRUE(d.download(&got));
+    const iqtest::Comparison cmp = iqtest::compare(got, want, c.H);
+    EXPECT_TRUE(cmp.exact()) << variant_name(v) << ": " << cmp.fp8_bytes << " fp8 bytes, " << cmp.weights
+                             << " weights_out differ;" << cmp.first;
   }
 }
 
@@ -211,7 +228,7 @@ TEST(Cuda, EveryVariantMatchesReference) {
     for (DType pt : {DType::kInt32, DType::kInt64}) {
       for (auto bh : std::vector<std::pair<int, int>>{{1, 64}, {1, 1}, {3, 16}, {5, 8}, {33, 32}, {129, 3}, {257, 64}}) {
         const std::int64_t stride = (seed % 2) ? bh.second : bh.second + 3;
-        check_variants(iqtest::random_case(bh.first, bh.second, dt, pt, stride, ++seed), {-1, 0, 4, 8, 16});
+        check_variants(iqtest::random_case(bh.first, bh.second, dt, pt, stride, ++seed), all_variants());
       }
     }
   }
@@ -219,8 +236,9 @@ TEST(Cuda, EveryVariantMatchesReference) {
 
 TEST(Cuda, LargeBatchMatchesReference) {
   SKIP_WITHOUT_DEVICE();
-  check_variants(iqtest::random_case(4099, 64, DType::kBFloat16, DType::kInt64, 64, 77), {-1, 4});
-  check_variants(iqtest::random_case(8191, 16, DType::kFloat16, DType::kInt32, 20, 78), {-1});
+  check_variants(iqtest::random_case(4099, 64, DType::kBFloat16, DType::kInt64, 64, 77),
+                 {V(-1), V(4, 256), V(4, 256, true), V(8, 256, true)});
+  check_variants(iqtest::random_case(8191, 16, DType::kFloat16, DType::kInt32, 20, 78), {V(-1), V(4, 128, true)});
 }
 
 TEST(Cuda, BaselineKernelMatchesReference) {
@@ -266,9 +284,9 @@ void check_bad_positions(DType pos_dtype, const std::vector<std::int64_t>& posit
   const Outputs want = reference_outputs(in_range);
   DeviceCase d;
   ASSERT_TRUE(d.upload(c));
-  for (int lanes : {-1, 0, 4, 8, 16}) {
+  for (const detail::Variant& lanes : all_variants()) {
     ASSERT_TRUE(d.poison(0x5A));
-    const Status s = detail::cuda_run_variant(d.prob, nullptr, false, lanes, 0);
+    const Status s = detail::cuda_run_variant(d.prob, nullptr, false, lanes);
     ASSERT_TRUE(s.ok()) << s.message();
     Outputs got;
     ASSERT_TRUE(d.download(&got));
@@ -393,9 +411,10 @@ TEST(Cuda, GraphCaptureReplaysWithNewInputs) {
 
 TEST(Cuda, PdlGivesTheSameBytesAndWaitsForThePreviousKernel) {
   SKIP_WITHOUT_DEVICE();
-  for (int lanes : {-1, 0, 4, 8, 16}) {
+  std::uint64_t seed = 90;
+  for (const detail::Variant& lanes : all_variants()) {
     SCOPED_TRACE(variant_name(lanes));
-    const HostCase c = iqtest::random_case(300, 64, DType::kBFloat16, DType::kInt64, 64, 90 + std::uint64_t(lanes + 1));
+    const HostCase c = iqtest::random_case(300, 64, DType::kBFloat16, DType::kInt64, 64, ++seed);
     const Outputs want = reference_outputs(c);
     DeviceCase d;
     ASSERT_TRUE(d.upload(c));
@@ -412,7 +431,7 @@ TEST(Cuda, PdlGivesTheSameBytesAndWaitsForThePreviousKernel) {
       late_copy_kernel<<<264, 256, 0, s>>>(static_cast<const uint4*>(staging.p), static_cast<uint4*>(d.q.p),
                                            c.q_input.size() / 16, 2000000LL);
       CUDA_OK(cudaGetLastError());
-      const Status st = detail::cuda_run_variant(d.prob, s, pdl == 1, lanes, 0);
+      const Status st = detail::cuda_run_variant(d.prob, s, pdl == 1, lanes);
       ASSERT_TRUE(st.ok()) << st.message();
       CUDA_OK(cudaStreamSynchronize(s));
       ASSERT_TRUE(d.download(&got[pdl]));
@@ -476,7 +495,7 @@ TEST(Cuda, ErrorsAreReportedNotCrashed) {
   s = detail::cuda_run(p, nullptr, false);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
   // A launch error: a block larger than the hardware allows.
-  s = detail::cuda_run_variant(d.prob, nullptr, false, 4, 4096);
+  s = detail::cuda_run_variant(d.prob, nullptr, false, V(4, 4096));
   EXPECT_EQ(s.code(), StatusCode::kInternal);
   EXPECT_NE(s.message().find("launch"), std::string::npos) << s.message();
   // The error was consumed: the next call works.

@@ -182,8 +182,9 @@ std::unique_ptr<DeviceRuntime> make_cuda_runtime(std::string* why) {
 }
 
 // Baselines: "warp-per-row" (bench/cuda_baseline.cuh), then the library kernel at fixed
-// launch shapes ("rowgroup-l4/l8/l16": 4, 8 or 16 threads per row, 256 threads per block),
-// so the automatic choice of the backend can be checked against each shape.
+// launch shapes, 256 threads per block: "rowgroup-lN" (N threads per row, one row per group)
+// and "persist-lN" (a grid of resident blocks whose groups walk the rows, loading the next
+// row while computing the current one), so the automatic choice can be checked against each.
 std::vector<BaselineRun> cuda_baselines(const OpBuffers& bufs, DeviceRuntime& rt) {
   std::vector<BaselineRun> v;
   bench::BaselineArgs a{bufs.q_input, static_cast<std::uint8_t*>(bufs.q_fp8), bufs.weight,
@@ -211,10 +212,20 @@ std::vector<BaselineRun> cuda_baselines(const OpBuffers& bufs, DeviceRuntime& rt
   p.positions = bufs.positions;
   p.pos_dtype = bufs.pos_dtype;
   p.device = rt.device();
-  for (int lanes : {4, 8, 16}) {
-    v.push_back({"rowgroup-l" + std::to_string(lanes), [p, lanes, r] {
+  const struct {
+    const char* name;
+    int lanes;
+    bool persistent;
+  } shapes[] = {{"rowgroup-l4", 4, false}, {"rowgroup-l8", 8, false}, {"rowgroup-l16", 16, false},
+                {"persist-l4", 4, true},   {"persist-l8", 8, true}};
+  for (const auto& sh : shapes) {
+    detail::Variant var;
+    var.lanes = sh.lanes;
+    var.block = 256;
+    var.persistent = sh.persistent;
+    v.push_back({sh.name, [p, var, r] {
                    if (p.B == 0) return;
-                   const Status s = detail::cuda_run_variant(p, r->stream(), false, lanes, 256);
+                   const Status s = detail::cuda_run_variant(p, r->stream(), false, var);
                    if (!s.ok()) throw std::runtime_error(s.message());
                  }});
   }

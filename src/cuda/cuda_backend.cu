@@ -35,6 +35,7 @@
 // pipeline of src/common/row.h: same bytes, slower.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cuda_fp16.h>
 #include <string>
@@ -75,89 +76,134 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// ---- loads, in program order (asm volatile keeps them in the order written, so every q
+// load is in flight before the position-dependent freqs loads are issued) ----
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {  // read once: skip L1
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+__device__ __forceinline__ float4 ld_f4(const float* p) {  // freqs: shared by a token's heads
+  float4 r;
+  asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
+               : "l"(p));
+  return r;
+}
 template <bool POS64>
-__device__ __forceinline__ std::int64_t load_pos(const void* pos, std::uint64_t b) {
-  if (POS64) return __ldg(static_cast<const long long*>(pos) + b);
-  return std::int64_t(__ldg(static_cast<const int*>(pos) + b));
-}
-
-template <int DT>
-__device__ __forceinline__ float load_weight(const void* w, std::uint64_t idx) {
-  if (DT == kBF16) {
-    const unsigned short u = __ldg(static_cast<const unsigned short*>(w) + idx);
-    return __uint_as_float(std::uint32_t(u) << 16);
-  } else if (DT == kF16) {
-    return __half2float(__ldg(static_cast<const __half*>(w) + idx));  // exact
-  } else {
-    return __ldg(static_cast<const float*>(w) + idx);
+__device__ __forceinline__ std::int64_t ld_pos(const void* pos, std::uint64_t b) {
+  if (POS64) {
+    long long v;
+    asm volatile("ld.global.nc.s64 %0, [%1];" : "=l"(v) : "l"(static_cast<const long long*>(pos) + b));
+    return v;
   }
+  int v;
+  asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(static_cast<const int*>(pos) + b));
+  return std::int64_t(v);
+}
+// Raw weight bits (bf16 / fp16 in the low half, or fp32).
+template <int DT>
+__device__ __forceinline__ std::uint32_t ld_weight(const void* w, std::uint64_t idx) {
+  std::uint32_t v;
+  if (DT == kF32) {
+    asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(static_cast<const std::uint32_t*>(w) + idx));
+  } else {
+    unsigned short h;
+    asm volatile("ld.global.nc.b16 %0, [%1];" : "=h"(h) : "l"(static_cast<const unsigned short*>(w) + idx));
+    v = h;
+  }
+  return v;
+}
+template <int DT>
+__device__ __forceinline__ float decode_weight(std::uint32_t v) {
+  if (DT == kBF16) return __uint_as_float(v << 16);
+  if (DT == kF16) return __half2float(__ushort_as_half((unsigned short)v));  // exact
+  return __uint_as_float(v);
 }
 
-// Loads the 8 values of chunk `idx` (in units of 8 elements) of a row, decoded to fp32.
+// Decodes one 16-byte word: 8 bf16/fp16 values, or 4 fp32 values (into v[0..3]).
 template <int DT>
-__device__ __forceinline__ void load8(const void* row, int idx, float* v) {
-  if (DT == kF32) {
-    const float4* p = static_cast<const float4*>(row) + 2 * idx;
-    const float4 a = __ldg(p), b = __ldg(p + 1);
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-  } else {
-    const uint4 u = __ldg(static_cast<const uint4*>(row) + idx);
-    const std::uint32_t w[4] = {u.x, u.y, u.z, u.w};
+__device__ __forceinline__ void decode16(const uint4& u, float* v) {
+  const std::uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (DT == kBF16) {
-        v[2 * j] = __uint_as_float(w[j] << 16);
-        v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
-      } else {
-        __half2 h;
-        *reinterpret_cast<std::uint32_t*>(&h) = w[j];
-        const float2 f = __half22float2(h);  // exact conversion
-        v[2 * j] = f.x;
-        v[2 * j + 1] = f.y;
-      }
+  for (int j = 0; j < 4; ++j) {
+    if (DT == kBF16) {
+      v[2 * j] = __uint_as_float(w[j] << 16);
+      v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+    } else if (DT == kF16) {
+      __half2 h;
+      *reinterpret_cast<std::uint32_t*>(&h) = w[j];
+      const float2 f = __half22float2(h);  // exact conversion
+      v[2 * j] = f.x;
+      v[2 * j + 1] = f.y;
+    } else {
+      v[j] = __uint_as_float(w[j]);
     }
   }
 }
 
+// What one lane loads for one row before any arithmetic.
+template <int LANES, int DT>
+struct RowLoad {
+  static constexpr int C = kHeadDim / (8 * LANES);
+  static constexpr int W = DT == kF32 ? 2 : 1;  // 16-byte words per chunk
+  uint4 q[C * W];
+  std::int64_t pos;
+  std::uint32_t w;
+};
+
 template <int LANES, int DT, bool POS64>
-__global__ void __launch_bounds__(256) rowgroup_kernel(Args a) {
-  constexpr int C = kHeadDim / (8 * LANES);  // chunks per lane
-  const std::uint64_t t = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::uint64_t row = t / LANES;
-  const int l = int(threadIdx.x % LANES);
-  // The LANES threads of a row are consecutive lanes of one warp and share every branch
-  // below, so shuffles name only them (a partly filled last warp is fine).
-  const unsigned gmask = LANES == 32 ? 0xffffffffu
-                                     : ((1u << LANES) - 1u) << ((threadIdx.x & 31u) & ~unsigned(LANES - 1));
-  pdl_wait();
-  if (row >= a.rows) {
-    pdl_launch_dependents();
-    return;
-  }
+__device__ __forceinline__ void issue_loads(const Args& a, std::uint64_t row, int l, RowLoad<LANES, DT>& r) {
+  constexpr int C = RowLoad<LANES, DT>::C, W = RowLoad<LANES, DT>::W;
   const std::uint64_t b = (row >> 32) ? row / a.H : std::uint64_t(std::uint32_t(row) / a.H);
   const std::uint64_t h = row - b * a.H;
-
-  // ---- loads: q chunks, position, then the freqs this lane needs, and the weight ----
   const char* qrow = static_cast<const char*>(a.q) + row * (kHeadDim * (DT == kF32 ? 4 : 2));
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int j = 0; j < W; ++j) r.q[c * W + j] = ld_stream16(qrow + ((c * LANES + l) * W + j) * 16);
+  r.pos = ld_pos<POS64>(a.pos, b);
+  r.w = (l == 0) ? ld_weight<DT>(a.w, b * std::uint64_t(a.w_stride) + h) : 0u;
+}
+
+// Everything after the loads: RoPE, Hadamard, scale, quantize, store. `active` is false for
+// the lanes of a row past the end (they compute on a clamped row and store nothing), so that
+// every shuffle has the whole warp.
+template <int LANES, int DT>
+__device__ __forceinline__ void compute_row(const Args& a, std::uint64_t row, int l, bool active,
+                                            const RowLoad<LANES, DT>& r, bool last_loads) {
+  constexpr int C = RowLoad<LANES, DT>::C, W = RowLoad<LANES, DT>::W;
+  const bool valid = r.pos >= 0 && r.pos < a.max_pos;
+  const float* frow = a.freqs + (valid ? r.pos : 0) * kFreqsDim;  // row 0 always exists
+  // freqs for this lane's rotated chunks
+  float4 fq[C][2];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int i0 = (c * LANES + l) * 8;
+    const bool rope = (C > 1) ? (c * 8 * LANES >= kRopeOffset) : (i0 >= kRopeOffset);
+    if (rope) {
+      fq[c][0] = ld_f4(frow + (i0 - kRopeOffset));
+      fq[c][1] = ld_f4(frow + (i0 - kRopeOffset) + 4);
+    }
+  }
+  if (last_loads) pdl_launch_dependents();  // every input of this thread has been requested
+
   float x[C][8];
 #pragma unroll
-  for (int c = 0; c < C; ++c) load8<DT>(qrow, c * LANES + l, x[c]);
-  const std::int64_t p = load_pos<POS64>(a.pos, b);
-  const bool valid = p >= 0 && p < a.max_pos;
-  const float* frow = a.freqs + (valid ? p : 0) * kFreqsDim;  // row 0 always exists
-  float w = 0.0f;
-  if (l == 0) w = load_weight<DT>(a.w, b * std::uint64_t(a.w_stride) + h);
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int j = 0; j < W; ++j) decode16<DT>(r.q[c * W + j], &x[c][j * 4]);
 
   // ---- RoPE on elements 64..127 (SPEC step 2) ----
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    const int i0 = (c * LANES + l) * 8;  // first element of the chunk
+    const int i0 = (c * LANES + l) * 8;
     const bool rope = (C > 1) ? (c * 8 * LANES >= kRopeOffset) : (i0 >= kRopeOffset);
     if (rope) {
-      const float4* fp = reinterpret_cast<const float4*>(frow + (i0 - kRopeOffset));
-      const float4 f0 = __ldg(fp), f1 = __ldg(fp + 1);
-      const float f[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+      const float f[8] = {fq[c][0].x, fq[c][0].y, fq[c][0].z, fq[c][0].w,
+                          fq[c][1].x, fq[c][1].y, fq[c][1].z, fq[c][1].w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float xr = x[c][2 * j], xi = x[c][2 * j + 1];
@@ -167,7 +213,6 @@ __global__ void __launch_bounds__(256) rowgroup_kernel(Args a) {
       }
     }
   }
-  pdl_launch_dependents();  // every input has been read (into registers)
 
   // ---- Hadamard (SPEC step 3), strides ascending ----
 #pragma unroll
@@ -191,7 +236,7 @@ __global__ void __launch_bounds__(256) rowgroup_kernel(Args a) {
     for (int c = 0; c < C; ++c) {
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        const float other = __shfl_xor_sync(gmask, x[c][k], s);
+        const float other = __shfl_xor_sync(0xffffffffu, x[c][k], s);
         x[c][k] = __fmaf_rn(x[c][k], sgn, other);
       }
     }
@@ -222,11 +267,12 @@ __global__ void __launch_bounds__(256) rowgroup_kernel(Args a) {
     }
   }
 #pragma unroll
-  for (int s = 1; s < LANES; s <<= 1) amax = fmaxf(amax, __shfl_xor_sync(gmask, amax, s));
+  for (int s = 1; s < LANES; s <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
   const float scale = __fdiv_rn(fmaxf(kScaleFloor, amax), kFp8Max);
   const float inv = __fdiv_rn(1.0f, scale);
 
   // ---- quantize (steps 8, 9) and store ----
+  if (!active) return;
   std::uint8_t* orow = a.out + row * kHeadDim;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
@@ -241,7 +287,43 @@ __global__ void __launch_bounds__(256) rowgroup_kernel(Args a) {
   }
   // ---- step 10 ----
   if (l == 0)
-    a.w_out[row] = valid ? __fmul_rn(__fmul_rn(w, a.w_scale), scale) : __uint_as_float(0x7fc00000u);
+    a.w_out[row] = valid ? __fmul_rn(__fmul_rn(decode_weight<DT>(r.w), a.w_scale), scale)
+                         : __uint_as_float(0x7fc00000u);
+}
+
+// One row per LANES-thread group (PERSIST = false), or a grid sized to the machine whose
+// groups walk the rows with a stride and load the next row while computing the current one
+// (PERSIST = true).
+template <int LANES, int DT, bool POS64, bool PERSIST>
+__global__ void __launch_bounds__(256) rowgroup_kernel(Args a) {
+  const std::uint64_t t = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int l = int(threadIdx.x % LANES);
+  // The first row of this thread's warp: the loop below is uniform per warp.
+  std::uint64_t warp_row0 = (t & ~std::uint64_t(31)) / LANES;
+  std::uint64_t row = t / LANES;
+  pdl_wait();
+  if (warp_row0 >= a.rows) {
+    pdl_launch_dependents();
+    return;
+  }
+  RowLoad<LANES, DT> cur;
+  issue_loads<LANES, DT, POS64>(a, row < a.rows ? row : a.rows - 1, l, cur);
+  if (!PERSIST) {
+    compute_row<LANES, DT>(a, row, l, row < a.rows, cur, true);
+    return;
+  }
+  const std::uint64_t stride = std::uint64_t(gridDim.x) * blockDim.x / LANES;
+  for (;;) {
+    const std::uint64_t next = row + stride;
+    const bool more = warp_row0 + stride < a.rows;  // warp-uniform
+    RowLoad<LANES, DT> nxt;
+    if (more) issue_loads<LANES, DT, POS64>(a, next < a.rows ? next : a.rows - 1, l, nxt);
+    compute_row<LANES, DT>(a, row, l, row < a.rows, cur, !more);
+    if (!more) break;
+    cur = nxt;
+    row = next;
+    warp_row0 += stride;
+  }
 }
 
 // Fallback for misaligned pointers: one thread per row, the scalar pipeline of row.h.
@@ -254,7 +336,7 @@ __global__ void __launch_bounds__(128) scalar_kernel(Args a) {
     return;
   }
   const std::uint64_t b = row / a.H, h = row - b * a.H;
-  const std::int64_t p = load_pos<POS64>(a.pos, b);
+  const std::int64_t p = ld_pos<POS64>(a.pos, b);
   const bool valid = p >= 0 && p < a.max_pos;
   float x[kHeadDim];
   for (int i = 0; i < kHeadDim; ++i) {
@@ -280,24 +362,32 @@ __global__ void __launch_bounds__(128) scalar_kernel(Args a) {
   process_row(x, f, w, a.w_scale, o, a.w_out + row);
 }
 
-// ---- per-device facts, read once ----
+// ---- per-device facts, read once per device (relaxed atomics: every writer stores the same values) ----
 struct DeviceInfo {
   int cc_major = 0;
   int sms = 0;
-  bool ok = false;
 };
 constexpr int kMaxDevices = 64;
-DeviceInfo g_info[kMaxDevices];
+std::atomic<int> g_cc_major[kMaxDevices];
+std::atomic<int> g_sms[kMaxDevices];
 
-const DeviceInfo& device_info(int dev) {
-  DeviceInfo& d = g_info[dev];
-  if (!d.ok) {  // benign race: every thread writes the same values
+DeviceInfo device_info(int dev) {
+  DeviceInfo d;
+  d.sms = g_sms[dev].load(std::memory_order_relaxed);
+  d.cc_major = g_cc_major[dev].load(std::memory_order_relaxed);
+  if (d.sms <= 0) {
     int major = 0, sms = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      cudaGetLastError();
+      major = 0;
+      sms = 1;
+    } else {
+      g_cc_major[dev].store(major, std::memory_order_relaxed);
+      g_sms[dev].store(sms, std::memory_order_relaxed);
+    }
     d.cc_major = major;
     d.sms = sms;
-    d.ok = true;
   }
   return d;
 }
@@ -341,24 +431,49 @@ cudaError_t launch(K kernel, unsigned grid, unsigned block, cudaStream_t s, bool
   return cudaLaunchKernelEx(&cfg, kernel, a);
 }
 
-template <int LANES, int DT>
-cudaError_t launch_rowgroup(const Args& a, bool pos64, unsigned block, cudaStream_t s, bool pdl) {
+template <int LANES, int DT, bool POS64, bool PERSIST>
+cudaError_t launch_rowgroup(const Args& a, unsigned block, cudaStream_t s, bool pdl, int sms) {
+  auto kernel = rowgroup_kernel<LANES, DT, POS64, PERSIST>;
   const std::uint64_t threads = a.rows * LANES;
-  const std::uint64_t grid = (threads + block - 1) / block;
-  if (pos64) return launch(rowgroup_kernel<LANES, DT, true>, unsigned(grid), block, s, pdl, a);
-  return launch(rowgroup_kernel<LANES, DT, false>, unsigned(grid), block, s, pdl, a);
+  std::uint64_t grid = (threads + block - 1) / block;
+  if (PERSIST) {
+    // Resident blocks per SM for this kernel and block size (asked once per block size).
+    static std::atomic<int> per_sm[3];  // block 64, 128, 256; other sizes are asked each time
+    const int slot = block == 64 ? 0 : block == 128 ? 1 : block == 256 ? 2 : -1;
+    int n = slot >= 0 ? per_sm[slot].load(std::memory_order_relaxed) : 0;
+    if (n <= 0) {
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, int(block), 0) != cudaSuccess || n <= 0) {
+        cudaGetLastError();
+        n = 1;
+      }
+      if (slot >= 0) per_sm[slot].store(n, std::memory_order_relaxed);
+    }
+    const std::uint64_t full = std::uint64_t(n) * std::uint64_t(sms);
+    if (grid > full) grid = full;
+  }
+  return launch(kernel, unsigned(grid), block, s, pdl, a);
+}
+
+template <int DT, bool POS64>
+cudaError_t launch_pos(const Args& a, const Variant& v, cudaStream_t s, bool pdl, int sms) {
+  if (v.lanes == 0) {
+    const std::uint64_t grid = (a.rows + 127) / 128;
+    return launch(scalar_kernel<DT, POS64>, unsigned(grid), 128, s, pdl, a);
+  }
+  const unsigned block = unsigned(v.block);
+  if (v.persistent) {
+    if (v.lanes == 16) return launch_rowgroup<16, DT, POS64, true>(a, block, s, pdl, sms);
+    if (v.lanes == 8) return launch_rowgroup<8, DT, POS64, true>(a, block, s, pdl, sms);
+    return launch_rowgroup<4, DT, POS64, true>(a, block, s, pdl, sms);
+  }
+  if (v.lanes == 16) return launch_rowgroup<16, DT, POS64, false>(a, block, s, pdl, sms);
+  if (v.lanes == 8) return launch_rowgroup<8, DT, POS64, false>(a, block, s, pdl, sms);
+  return launch_rowgroup<4, DT, POS64, false>(a, block, s, pdl, sms);
 }
 
 template <int DT>
-cudaError_t launch_dt(const Args& a, bool pos64, int lanes, unsigned block, cudaStream_t s, bool pdl) {
-  if (lanes == 0) {
-    const std::uint64_t grid = (a.rows + 127) / 128;
-    if (pos64) return launch(scalar_kernel<DT, true>, unsigned(grid), 128, s, pdl, a);
-    return launch(scalar_kernel<DT, false>, unsigned(grid), 128, s, pdl, a);
-  }
-  if (lanes == 16) return launch_rowgroup<16, DT>(a, pos64, block, s, pdl);
-  if (lanes == 8) return launch_rowgroup<8, DT>(a, pos64, block, s, pdl);
-  return launch_rowgroup<4, DT>(a, pos64, block, s, pdl);
+cudaError_t launch_dt(const Args& a, bool pos64, const Variant& v, cudaStream_t s, bool pdl, int sms) {
+  return pos64 ? launch_pos<DT, true>(a, v, s, pdl, sms) : launch_pos<DT, false>(a, v, s, pdl, sms);
 }
 
 bool aligned(const void* p, std::uintptr_t n) { return (reinterpret_cast<std::uintptr_t>(p) % n) == 0; }
@@ -375,7 +490,7 @@ bool cuda_available() {
   return n > 0;
 }
 
-Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, int lanes, int block) {
+Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant v) {
   const int dev = p.device.index;
   int ndev = 0;
   cudaError_t e = cudaGetDeviceCount(&ndev);
@@ -403,25 +518,21 @@ Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, int lan
     e = cudaSetDevice(dev);
     if (e != cudaSuccess) return Status::Internal(cuda_err("cudaSetDevice", e));
   }
-  const DeviceInfo& info = device_info(dev);
+  const DeviceInfo info = device_info(dev);
 
   Args a{p.q_input, p.q_fp8, p.weight, p.weight_stride_b, p.weights_out, p.weight_scale,
          p.freqs, p.max_pos, p.positions, std::uint64_t(p.rows()), std::uint32_t(p.H)};
   const bool fast_ok = aligned(p.q_input, 16) && aligned(p.freqs, 16) && aligned(p.q_fp8, 8);
-  if (!fast_ok) lanes = 0;
-  if (lanes < 0) {  // automatic choice
-    const std::int64_t rows = p.rows();
-    // Small batches: more lanes per row, so more threads share the latency-bound work.
-    lanes = rows <= 4 * std::int64_t(info.sms) ? 16 : (rows <= 64 * std::int64_t(info.sms) ? 8 : 4);
-  }
-  if (block <= 0) block = 256;
+  if (v.lanes < 0) v = choose_variant(p.rows(), info.sms);
+  if (!fast_ok) v.lanes = 0;
+  if (v.block <= 0) v.block = 256;
   const bool pdl = enable_pdl && info.cc_major >= 9;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const bool pos64 = p.pos_dtype == DType::kInt64;
   switch (p.dtype) {
-    case DType::kBFloat16: e = launch_dt<kBF16>(a, pos64, lanes, unsigned(block), s, pdl); break;
-    case DType::kFloat16: e = launch_dt<kF16>(a, pos64, lanes, unsigned(block), s, pdl); break;
-    case DType::kFloat32: e = launch_dt<kF32>(a, pos64, lanes, unsigned(block), s, pdl); break;
+    case DType::kBFloat16: e = launch_dt<kBF16>(a, pos64, v, s, pdl, info.sms); break;
+    case DType::kFloat16: e = launch_dt<kF16>(a, pos64, v, s, pdl, info.sms); break;
+    case DType::kFloat32: e = launch_dt<kF32>(a, pos64, v, s, pdl, info.sms); break;
     default: e = cudaErrorInvalidValue; break;
   }
   const cudaError_t last = cudaGetLastError();
@@ -431,8 +542,20 @@ Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, int lan
   return Status::Ok();
 }
 
+Variant choose_variant(std::int64_t rows, int sms) {
+  Variant v;
+  v.block = 256;
+  // Small batches are latency-bound: more threads per row shorten each thread's chain.
+  if (rows <= 1024) v.lanes = 16;
+  else if (rows <= 8192) v.lanes = 8;
+  else v.lanes = 4;
+  v.persistent = false;
+  (void)sms;
+  return v;
+}
+
 Status cuda_run(const Problem& p, void* stream, bool enable_pdl) {
-  return cuda_run_variant(p, stream, enable_pdl, -1, 0);
+  return cuda_run_variant(p, stream, enable_pdl, Variant{});
 }
 
 }  // namespace detail

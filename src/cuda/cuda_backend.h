@@ -1,15 +1,24 @@
-// Internal entry of the CUDA backend with the launch shape exposed, for benchmarks that
-// compare kernel variants in one run (tools/device_cuda.cu). Not part of the public API.
+// Internal entry of the CUDA backend with the launch shape exposed, for tests and for
+// benchmarks that compare kernel variants in one run (tools/device_cuda.cu). Not public API.
 #pragma once
+
+#include <cstdint>
 
 #include "common/problem.h"
 
 namespace indexer_q {
 namespace detail {
 
-// lanes: threads per row, 4 | 8 | 16; 0 = the one-thread-per-row fallback kernel;
-// -1 = automatic (what cuda_run uses). block: threads per block (multiple of 32), 0 = default.
-Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, int lanes, int block);
+struct Variant {
+  int lanes = -1;           // threads per row: 4 | 8 | 16; 0 = one-thread-per-row fallback; -1 = automatic
+  int block = 0;            // threads per block (multiple of 32, <= 256); 0 = 256
+  bool persistent = false;  // grid sized to the resident blocks; each row group walks rows, prefetching
+};
+
+// The shape cuda_run uses for `rows` rows on a device with `sms` multiprocessors.
+Variant choose_variant(std::int64_t rows, int sms);
+
+Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant v);
 
 }  // namespace detail
 }  // namespace indexer_q
