@@ -1,0 +1,200 @@
+// indexer_q_cpu_bench: times the CPU backend per ISA variant and thread count through the
+// public API, beside a plain memcpy of the same traffic, and prints one line per case.
+//
+//   indexer_q_cpu_bench [--isa all|scalar|avx2|avx512] [--threads 1,2] [--tokens 1,64,4096]
+//                       [--heads 64] [--dtype bf16|fp16|fp32] [--iters 30] [--inline-rows N]
+//                       [--format csv|table]
+//
+// --inline-rows N sets the row count below which a call stays on the calling thread (the
+// library's default is printed); use 0 to time the pool even for tiny batches, which is how
+// the default was chosen. Times are medians of wall-clock time per call; inputs rotate over
+// enough buffer sets (>= 64 MiB in all) that every call reads from memory, not cache.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/problem.h"
+#include "cpu/cpu_internal.h"
+#include "indexer_q/indexer_q.h"
+
+using namespace indexer_q;
+
+namespace {
+
+std::vector<long long> parse_list(const char* s) {
+  std::vector<long long> v;
+  std::string str(s);
+  std::size_t pos = 0;
+  while (pos <= str.size()) {
+    const std::size_t comma = str.find(',', pos);
+    const std::string item = str.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (!item.empty()) v.push_back(std::atoll(item.c_str()));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return v;
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+template <typename F>
+double median_us(F&& fn, int iters) {
+  std::vector<double> t;
+  for (int i = 0; i < 3; ++i) fn(i);
+  for (int i = 0; i < iters; ++i) {
+    const double t0 = now_s();
+    fn(i);
+    t.push_back((now_s() - t0) * 1e6);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Set {
+  std::vector<std::uint8_t> q, out, w;
+  std::vector<float> wo;
+  std::vector<std::int64_t> pos;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string isa_arg = "all", dtype_arg = "bf16", format = "table";
+  std::vector<long long> threads = {1}, tokens = {1, 4, 16, 64, 256, 4096}, heads = {64};
+  int iters = 30;
+  long long inline_rows = -1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (a == "--isa" && v) isa_arg = argv[++i];
+    else if (a == "--threads" && v) threads = parse_list(argv[++i]);
+    else if (a == "--tokens" && v) tokens = parse_list(argv[++i]);
+    else if (a == "--heads" && v) heads = parse_list(argv[++i]);
+    else if (a == "--dtype" && v) dtype_arg = argv[++i];
+    else if (a == "--iters" && v) iters = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--inline-rows" && v) inline_rows = std::atoll(argv[++i]);
+    else if (a == "--format" && v) format = argv[++i];
+    else {
+      std::fprintf(stderr, "unknown or incomplete argument '%s' (see the comment at the top of bench/cpu_bench.cpp)\n", a.c_str());
+      return 2;
+    }
+  }
+  DType dt = DType::kBFloat16;
+  if (dtype_arg == "fp16") dt = DType::kFloat16;
+  else if (dtype_arg == "fp32") dt = DType::kFloat32;
+  else if (dtype_arg != "bf16") { std::fprintf(stderr, "bad --dtype\n"); return 2; }
+  std::vector<CpuIsa> isas;
+  if (isa_arg == "all") {
+    isas = supported_cpu_isas();
+  } else {
+    CpuIsa isa;
+    if (!parse_cpu_isa(isa_arg, &isa) || isa == CpuIsa::kAuto) { std::fprintf(stderr, "bad --isa\n"); return 2; }
+    if (!cpu_isa_supported(isa)) { std::fprintf(stderr, "isa %s not supported here\n", isa_arg.c_str()); return 1; }
+    isas = {isa};
+  }
+  const long long default_inline = detail::cpu::inline_row_threshold();
+  if (inline_rows >= 0) detail::cpu::set_inline_row_threshold(inline_rows);
+
+  const bool csv = format == "csv";
+  std::printf("# indexer_q_cpu_bench: inline-rows default %lld, used %lld\n", default_inline,
+              (long long)detail::cpu::inline_row_threshold());
+  if (csv)
+    std::printf("isa,dtype,tokens,heads,threads,inline_rows,us_median,ns_per_row,gbps,copy_gbps,ratio_to_copy,exact\n");
+  else
+    std::printf("%-7s %-5s %6s %5s %3s %7s %10s %9s %8s %9s %6s %5s\n", "isa", "dtype", "tokens", "heads",
+                "thr", "inline", "us", "ns/row", "GB/s", "copy GB/s", "ratio", "exact");
+  std::mt19937 rng(7);
+  const std::int64_t max_pos = 8192;
+  std::vector<float> freqs(std::size_t(max_pos) * 64);
+  for (auto& f : freqs) f = float(int(rng() % 20001) - 10000) * 1e-4f;
+  int failures = 0;
+  for (long long H : heads) {
+    for (long long B : tokens) {
+      const std::int64_t rows = B * H;
+      const std::size_t es = dtype_size(dt);
+      const std::int64_t bytes = detail::bytes_moved(B, H, dt, DType::kInt64);
+      const int nsets = int(std::max<std::int64_t>(1, std::min<std::int64_t>(256, (64ll << 20) / std::max<std::int64_t>(bytes, 1))));
+      std::vector<Set> sets(nsets);
+      for (Set& s : sets) {
+        s.q.resize(std::size_t(rows) * 128 * es);
+        for (std::size_t i = 0; i + 1 < s.q.size(); i += 2) {
+          // bf16/fp16 payloads of moderate magnitude; fp32 built from two such halves.
+          const std::uint16_t h = std::uint16_t(0x3c00 + int(rng() % 0x800) - 0x400) ^ std::uint16_t(rng() & 0x8000);
+          std::memcpy(&s.q[i], &h, 2);
+        }
+        if (dt == DType::kFloat32)
+          for (std::size_t i = 0; i < s.q.size(); i += 4) {
+            const float f = float(int(rng() % 20001) - 10000) * 1e-3f;
+            std::memcpy(&s.q[i], &f, 4);
+          }
+        s.out.assign(std::size_t(rows) * 128, 0);
+        s.w.assign(std::size_t(rows) * es, 0);
+        s.wo.assign(std::size_t(rows), 0.0f);
+        s.pos.resize(std::size_t(B));
+        for (auto& p : s.pos) p = std::int64_t(rng() % max_pos);
+      }
+      auto call = [&](Set& s, const Options& opt) {
+        return fused_q_indexer_rope_hadamard_quant(
+            TensorView::contiguous(s.q.data(), dt, {B, H, 128}),
+            TensorView::contiguous(s.out.data(), DType::kFloat8E4M3, {B, H, 128}),
+            TensorView::contiguous(s.w.data(), dt, {B, H}),
+            TensorView::contiguous(s.wo.data(), DType::kFloat32, {B, H, 1}), 0.5f,
+            TensorView::contiguous(freqs.data(), DType::kFloat32, {max_pos, 64}),
+            TensorView::contiguous(s.pos.data(), DType::kInt64, {B}), opt);
+      };
+      // Reference output of set 0 for the byte check.
+      Options ref_opt;
+      ref_opt.backend = Backend::kReference;
+      if (!call(sets[0], ref_opt).ok()) return 1;
+      const std::vector<std::uint8_t> ref_q = sets[0].out;
+      const std::vector<float> ref_w = sets[0].wo;
+      for (long long T : threads) {
+        // memcpy of the same traffic (half read, half written), same thread count.
+        std::vector<std::uint8_t> src(std::size_t(bytes / 2) * nsets + 64), dst(src.size());
+        const double copy_us = median_us([&](int it) {
+          const std::size_t n = std::size_t(bytes / 2), off = std::size_t(it % nsets) * n;
+          // Threads are started per call, so small copies use one thread (start-up would dominate).
+          if (T <= 1 || n < (std::size_t(8) << 20)) { std::memcpy(dst.data() + off, src.data() + off, n); return; }
+          std::vector<std::thread> ts;
+          for (long long t = 0; t < T; ++t)
+            ts.emplace_back([&, t] {
+              const std::size_t b = n * t / T, e = n * (t + 1) / T;
+              std::memcpy(dst.data() + off + b, src.data() + off + b, e - b);
+            });
+          for (auto& t : ts) t.join();
+        }, iters);
+        for (CpuIsa isa : isas) {
+          Options opt;
+          opt.backend = Backend::kCpu;
+          opt.cpu_isa = isa;
+          opt.num_threads = int(T);
+          bool ok = true;
+          const double us = median_us([&](int it) { ok = call(sets[std::size_t(it % nsets)], opt).ok() && ok; }, iters);
+          ok = ok && call(sets[0], opt).ok();
+          bool exact = ok && sets[0].out == ref_q;
+          for (std::size_t i = 0; exact && i < ref_w.size(); ++i)
+            exact = std::memcmp(&sets[0].wo[i], &ref_w[i], 4) == 0;
+          failures += !exact;
+          const double gbps = double(bytes) / (us * 1e3);
+          const double copy_gbps = double(bytes) / (copy_us * 1e3);
+          std::printf(csv ? "%s,%s,%lld,%lld,%lld,%lld,%.3f,%.2f,%.3f,%.3f,%.4f,%s\n"
+                          : "%-7s %-5s %6lld %5lld %3lld %7lld %10.3f %9.2f %8.3f %9.3f %6.3f %5s\n",
+                      cpu_isa_name(isa), dtype_name(dt), B, H, T,
+                      (long long)detail::cpu::inline_row_threshold(), us, us * 1e3 / double(rows), gbps,
+                      copy_gbps, gbps / copy_gbps, exact ? "yes" : "NO");
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
