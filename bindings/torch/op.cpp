@@ -20,6 +20,7 @@
 //  - device guard:          torch::stable::accelerator::DeviceGuard (torch >= 2.9)
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -205,14 +206,19 @@ void cuda_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out
                  double weight_scale, Tensor freqs, Tensor positions, bool enable_pdl) {
   const OpArgs a{q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions};
   const Views v = make_views(a);
-  const int32_t index = q_input.get_device_index();
-  torch::stable::accelerator::DeviceGuard guard(index);
-  void* stream = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(index, &stream));
   Options o;
   o.backend = Backend::kCuda;
-  o.stream = stream;
   o.enable_pdl = enable_pdl;
+  // The dispatcher also lands here when q_input is on the CPU but another tensor is on CUDA:
+  // then no guard or stream is needed, the validator reports the device mismatch.
+  std::optional<torch::stable::accelerator::DeviceGuard> guard;
+  if (q_input.is_cuda()) {
+    const int32_t index = q_input.get_device_index();
+    guard.emplace(index);
+    void* stream = nullptr;
+    STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(index, &stream));
+    o.stream = stream;
+  }
   throw_if_error(indexer_q::fused_q_indexer_rope_hadamard_quant(
       v.q_input, v.q_fp8, v.weight, v.weights_out, float(weight_scale), v.freqs, v.positions, o));
 }

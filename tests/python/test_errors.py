@@ -148,3 +148,14 @@ def test_freqs_cis_errors():
     with pytest.raises(ValueError, match="indexer_q: q_input"):
         indexer_q.fused_q_indexer_rope_hadamard_quant(a["q_input"][0], a["weight"], 0.5,
                                                       a["freqs"], a["positions"])
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="no CUDA device")
+@pytest.mark.parametrize("impl", ["native", "composed"])
+def test_q_input_on_cpu_others_on_cuda(impl):
+    # the dispatcher picks the CUDA kernel; the validator names the first tensor whose device
+    # differs from q_input's
+    a = valid("cuda")
+    a["q_input"] = a["q_input"].cpu()
+    msg = check_error(OPS[impl], a, "q_fp8")
+    assert "expected the device of q_input (cpu)" in msg, msg
