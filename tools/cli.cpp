@@ -138,7 +138,7 @@ std::string Args::help_text(const std::string& usage, const std::string& descrip
     }
     out += left + indented + "\n";
   }
-  out += "  -h, --help              this text\n";
+  out += "  -h, --help            this text\n";
   if (!epilog.empty()) out += "\n" + epilog + "\n";
   return out;
 }

@@ -18,8 +18,8 @@ namespace {
 const std::vector<OptionSpec> kBenchOptions = {
     {"backend", "B", "auto|reference|cpu|cuda (default auto: cuda when a device is usable, else cpu)"},
     {"isa", "I", "cpu backend instruction set: auto|scalar|avx2|avx512 (default auto)"},
-    {"threads", "N", "cpu backend threads, >= 1 (default: the library default); the copy uses\n"
-                     "the same number of threads"},
+    {"threads", "N", "cpu backend threads, >= 1 (default: the library default); the copy is\n"
+                     "split over the same number of threads when it is 1 MiB or more"},
     {"tokens", "LIST", "comma-separated token counts (default 1,8,64,256,1024,4096,16384)"},
     {"heads", "LIST", "comma-separated head counts (default 64)"},
     {"dtype", "D", "q_input / weight dtype: bf16|fp16|fp32 (default bf16)"},
@@ -37,8 +37,9 @@ const std::vector<OptionSpec> kBenchOptions = {
 const char* kBenchDescription =
     "Times the op for every (tokens, heads) pair on one backend (workloads as in 'indexer-q run').\n"
     "Per case it prints:\n"
-    "  us_median      median time of one call (CPU: wall clock, samples of back-to-back calls;\n"
-    "                 CUDA: CUDA-graph replay, events)\n"
+    "  us_median      median time of one call (CPU: wall clock; each sample times enough\n"
+    "                 back-to-back calls to last >= 50 us and divides; CUDA: CUDA-graph replay,\n"
+    "                 events)\n"
     "  gbps           effective bandwidth: bytes read + written once per call (q rows, weights,\n"
     "                 fp8 out, weights_out, one position and one freqs row per token) / time\n"
     "  copy_gbps      a plain copy on the same device in the same run (memcpy / device-to-device),\n"
@@ -48,7 +49,9 @@ const char* kBenchDescription =
     "  baselines      for CUDA: the one-warp-per-row baseline kernel on the same buffers, its time\n"
     "                 and the speedup (baseline time / op time)\n"
     "  exact          the first buffer set's output compared byte for byte with the reference\n"
-    "CPU: small cases rotate among several buffer sets (see --rotate-mb); 'sets' says how many.\n"
+    "CPU: small cases rotate among several buffer sets (see --rotate-mb; each set has its own\n"
+    "inputs, positions and outputs, the freqs table is shared); 'sets' says how many. The copy\n"
+    "rotates the same way (source/destination pairs spanning >= 16 MiB).\n"
     "csv: one header line, then one row per case: backend,isa,tokens,heads,dtype,threads,sets,\n"
     "us_median,gbps,copy_us,copy_gbps,ratio_to_copy,exact[,<baseline>_us,<baseline>_speedup...]\n"
     "(isa and threads are '-' on a GPU).\n"

@@ -35,9 +35,9 @@ const std::vector<OptionSpec> kRunOptions = {
 
 const char* kRunDescription =
     "Builds a DeepSeek-V4-shaped workload (deterministic from --seed): q ~ N(0,1) with outlier\n"
-    "channels (default 4 of 30x magnitude), weight ~ N(0,1), weight_scale = 1/sqrt(H*128), a real RoPE table\n"
-    "(theta_j = 10000^(-2j/64), max_pos = round_up(T, 4096) + 4096) and the positions of a prefill\n"
-    "starting at a seed-chosen offset. Runs the op on the backend, checks every output byte against\n"
+    "channels (default 4 channels of 30x magnitude), weight ~ N(0,1), weight_scale =\n"
+    "1/sqrt(H*128), a real RoPE table (theta_j = 10000^(-2j/64), max_pos = round_up(T, 4096) +\n"
+    "4096) and the positions of a prefill starting at a seed-chosen offset. Runs the op on the backend, checks every output byte against\n"
     "the scalar reference, and reports the time (median), the effective bandwidth (bytes read and\n"
     "written once) and the quantization error: the relative L2 error of dequant(q_fp8) against a\n"
     "float64 evaluation of RoPE + Hadamard, next to the error of quantizing the RoPE'd rows\n"

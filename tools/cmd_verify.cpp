@@ -50,7 +50,9 @@ const char* kVerifyDescription =
     "every output byte with the expected q_fp8 and weights_out (bit comparison; NaN equals NaN).\n"
     "Outputs are poisoned before each run (once with 0xff, once with 0x00), so a byte the backend\n"
     "does not write is always caught. A malformed, truncated or inconsistent file is reported as\n"
-    "such and the other files still run.\n"
+    "such and the other files still run. Per file and backend it prints the number of differing\n"
+    "fp8 bytes and weights_out values and, if any, the first few differing indices; then a\n"
+    "summary line.\n"
     "Exit status: 0 if every file was read and every run is exact, 1 otherwise, 2 for a bad\n"
     "command line.";
 
