@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <tuple>
 
@@ -27,6 +28,11 @@ struct GridParam {
   DType pos_dtype;
   bool padded_weight;  // weight row stride H + 5 instead of H
 };
+
+void PrintTo(const GridParam& p, std::ostream* os) {
+  *os << dtype_name(p.dtype) << "/positions " << dtype_name(p.pos_dtype) << "/weight stride "
+      << (p.padded_weight ? "H+5" : "H");
+}
 
 std::string param_name(const testing::TestParamInfo<GridParam>& info) {
   return std::string(dtype_name(info.param.dtype)) + "_pos" + dtype_name(info.param.pos_dtype) +

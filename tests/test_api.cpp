@@ -1,0 +1,189 @@
+// Small facts of the public API: dtype sizes and names, backend / ISA names and parsing,
+// TensorView helpers, the ISA list, the thread-count setting, the version string.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "indexer_q/indexer_q.h"
+
+namespace {
+
+using namespace indexer_q;
+
+TEST(Api, DtypeSizesAndNames) {
+  EXPECT_EQ(dtype_size(DType::kBFloat16), 2u);
+  EXPECT_EQ(dtype_size(DType::kFloat16), 2u);
+  EXPECT_EQ(dtype_size(DType::kFloat32), 4u);
+  EXPECT_EQ(dtype_size(DType::kFloat8E4M3), 1u);
+  EXPECT_EQ(dtype_size(DType::kInt32), 4u);
+  EXPECT_EQ(dtype_size(DType::kInt64), 8u);
+  EXPECT_EQ(dtype_size(static_cast<DType>(99)), 0u);
+  EXPECT_STREQ(dtype_name(DType::kBFloat16), "bf16");
+  EXPECT_STREQ(dtype_name(DType::kFloat16), "fp16");
+  EXPECT_STREQ(dtype_name(DType::kFloat32), "fp32");
+  EXPECT_STREQ(dtype_name(DType::kFloat8E4M3), "fp8_e4m3fn");
+  EXPECT_STREQ(dtype_name(DType::kInt32), "int32");
+  EXPECT_STREQ(dtype_name(DType::kInt64), "int64");
+  EXPECT_STREQ(dtype_name(static_cast<DType>(99)), "unknown");
+}
+
+TEST(Api, BackendNamesRoundTrip) {
+  for (Backend b : {Backend::kAuto, Backend::kReference, Backend::kCpu, Backend::kCuda}) {
+    Backend parsed = Backend::kAuto;
+    ASSERT_TRUE(parse_backend(backend_name(b), &parsed)) << backend_name(b);
+    EXPECT_EQ(parsed, b);
+  }
+  EXPECT_STREQ(backend_name(Backend::kReference), "reference");
+  EXPECT_STREQ(backend_name(Backend::kCuda), "cuda");
+  Backend untouched = Backend::kCpu;
+  for (const char* bad : {"", "CPU", "gpu", "cuda ", "refer", "unknown"}) {
+    EXPECT_FALSE(parse_backend(bad, &untouched)) << bad;
+    EXPECT_EQ(untouched, Backend::kCpu) << "a failed parse must leave *out alone";
+  }
+}
+
+TEST(Api, CpuIsaNamesRoundTrip) {
+  for (CpuIsa i : {CpuIsa::kAuto, CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    CpuIsa parsed = CpuIsa::kAuto;
+    ASSERT_TRUE(parse_cpu_isa(cpu_isa_name(i), &parsed)) << cpu_isa_name(i);
+    EXPECT_EQ(parsed, i);
+  }
+  EXPECT_STREQ(cpu_isa_name(CpuIsa::kAvx512), "avx512");
+  CpuIsa untouched = CpuIsa::kAvx2;
+  for (const char* bad : {"", "AVX2", "sse", "avx-512", "unknown"}) {
+    EXPECT_FALSE(parse_cpu_isa(bad, &untouched)) << bad;
+    EXPECT_EQ(untouched, CpuIsa::kAvx2);
+  }
+}
+
+TEST(Api, TensorViewContiguous) {
+  int dummy = 0;
+  const TensorView v = TensorView::contiguous(&dummy, DType::kBFloat16, {3, 4, 128});
+  EXPECT_EQ(v.data, &dummy);
+  EXPECT_EQ(v.dtype, DType::kBFloat16);
+  EXPECT_EQ(v.ndim, 3);
+  EXPECT_EQ(v.sizes[0], 3);
+  EXPECT_EQ(v.sizes[1], 4);
+  EXPECT_EQ(v.sizes[2], 128);
+  EXPECT_EQ(v.strides[0], 512);
+  EXPECT_EQ(v.strides[1], 128);
+  EXPECT_EQ(v.strides[2], 1);
+  EXPECT_EQ(v.numel(), 3 * 4 * 128);
+  EXPECT_EQ(v.device, Device{});
+  EXPECT_EQ(v.device.type, DeviceType::kCPU);
+
+  const TensorView e = TensorView::contiguous(nullptr, DType::kFloat32, {0, 4, 1});
+  EXPECT_EQ(e.numel(), 0);
+  EXPECT_EQ(e.strides[0], 4);  // a zero-sized dim does not zero the strides of the others
+  EXPECT_EQ(e.strides[1], 1);
+
+  const TensorView one = TensorView::contiguous(&dummy, DType::kInt64, {5});
+  EXPECT_EQ(one.ndim, 1);
+  EXPECT_EQ(one.strides[0], 1);
+  EXPECT_EQ(one.numel(), 5);
+
+  const Device cuda1{DeviceType::kCUDA, 1};
+  const TensorView g = TensorView::contiguous(&dummy, DType::kFloat32, {2, 64}, cuda1);
+  EXPECT_EQ(g.device, cuda1);
+}
+
+TEST(Api, TensorViewStrided) {
+  int dummy = 0;
+  const TensorView w = TensorView::strided(&dummy, DType::kFloat16, {7, 16}, {21, 1});
+  EXPECT_EQ(w.ndim, 2);
+  EXPECT_EQ(w.strides[0], 21);
+  EXPECT_EQ(w.strides[1], 1);
+  EXPECT_EQ(w.numel(), 7 * 16);
+  // sizes and strides of different lengths give an invalid view that validate() rejects
+  const TensorView bad = TensorView::strided(&dummy, DType::kFloat16, {7, 16}, {16});
+  EXPECT_LT(bad.ndim, 0);
+  EXPECT_EQ(bad.numel(), 0);
+}
+
+TEST(Api, DeviceEquality) {
+  EXPECT_EQ((Device{DeviceType::kCPU, 0}), (Device{DeviceType::kCPU, 3}));  // the CPU index is ignored
+  EXPECT_NE((Device{DeviceType::kCUDA, 0}), (Device{DeviceType::kCUDA, 1}));
+  EXPECT_NE((Device{DeviceType::kCPU, 0}), (Device{DeviceType::kCUDA, 0}));
+  EXPECT_EQ((Device{DeviceType::kCUDA, 2}), (Device{DeviceType::kCUDA, 2}));
+}
+
+TEST(Api, StatusBasics) {
+  EXPECT_TRUE(Status().ok());
+  EXPECT_TRUE(Status::Ok().ok());
+  const Status s = Status::InvalidArgument("x: bad");
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "x: bad");
+  EXPECT_EQ(Status::Unavailable("u").code(), StatusCode::kUnavailable);
+  EXPECT_EQ(Status::Internal("i").code(), StatusCode::kInternal);
+}
+
+TEST(Api, SupportedIsasIncludeScalarAndActiveOne) {
+  const std::vector<CpuIsa> isas = supported_cpu_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), CpuIsa::kScalar) << "best last, so the portable one first";
+  EXPECT_NE(std::find(isas.begin(), isas.end(), CpuIsa::kScalar), isas.end());
+  EXPECT_EQ(std::find(isas.begin(), isas.end(), CpuIsa::kAuto), isas.end());
+  for (CpuIsa i : isas) EXPECT_TRUE(cpu_isa_supported(i)) << cpu_isa_name(i);
+  for (std::size_t k = 1; k < isas.size(); ++k) EXPECT_LT(int(isas[k - 1]), int(isas[k])) << "ordered, no repeats";
+  for (CpuIsa i : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512})
+    EXPECT_EQ(cpu_isa_supported(i), std::find(isas.begin(), isas.end(), i) != isas.end()) << cpu_isa_name(i);
+
+  CpuIsa active = CpuIsa::kAuto;
+  const Status s = active_cpu_isa(&active);
+  const char* env = std::getenv("INDEXER_Q_CPU_ISA");
+  if (s.ok()) {
+    EXPECT_NE(active, CpuIsa::kAuto);
+    EXPECT_TRUE(cpu_isa_supported(active)) << cpu_isa_name(active);
+    if (env == nullptr || *env == '\0' || std::string(env) == "auto")
+      EXPECT_EQ(active, isas.back()) << "the best supported ISA by default";
+    else EXPECT_STREQ(cpu_isa_name(active), env);
+  } else {
+    // only an unknown / unsupported INDEXER_Q_CPU_ISA may make it fail, and *out stays untouched
+    EXPECT_NE(env, nullptr) << s.message();
+    EXPECT_EQ(active, CpuIsa::kAuto);
+    EXPECT_NE(s.message().find("INDEXER_Q_CPU_ISA"), std::string::npos) << s.message();
+  }
+}
+
+TEST(Api, ThreadCountSetting) {
+  const int before = cpu_num_threads();
+  EXPECT_GE(before, 1);
+  EXPECT_TRUE(set_cpu_num_threads(3).ok());
+  EXPECT_EQ(cpu_num_threads(), 3);
+  for (int bad : {0, -1}) {
+    const Status s = set_cpu_num_threads(bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(cpu_num_threads(), 3) << "a rejected count changes nothing";
+  }
+  EXPECT_TRUE(set_cpu_num_threads(before).ok());
+  EXPECT_EQ(cpu_num_threads(), before);
+}
+
+TEST(Api, BackendAvailability) {
+  EXPECT_TRUE(backend_available(Backend::kReference));
+  EXPECT_TRUE(backend_available(Backend::kCpu));
+  EXPECT_TRUE(backend_available(Backend::kAuto));
+#if !defined(INDEXER_Q_WITH_CUDA)
+  EXPECT_FALSE(backend_available(Backend::kCuda));
+#endif
+}
+
+TEST(Api, VersionIsMajorMinorPatch) {
+  const std::string v = version();
+  int dots = 0;
+  bool ok = !v.empty() && std::isdigit(static_cast<unsigned char>(v.front())) &&
+            std::isdigit(static_cast<unsigned char>(v.back()));
+  for (char ch : v) {
+    if (ch == '.') ++dots;
+    else ok = ok && std::isdigit(static_cast<unsigned char>(ch));
+  }
+  EXPECT_TRUE(ok && dots == 2) << v;
+}
+
+}  // namespace
