@@ -180,7 +180,7 @@ int cmd_bench(int argc, char** argv) {
         } else {
           std::printf("%-10s %-7s %7s %5s %7s %5s %11s %9s %10s %9s %6s", "backend", "isa", "tokens", "heads",
                       "threads", "sets", "us_median", "GB/s", "copy_GB/s", "vs_copy", "exact");
-          for (const auto& n : baseline_names) std::printf("  %14s %8s", (n + "_us").c_str(), "speedup");
+          for (const auto& n : baseline_names) std::printf("  %16s %8s", (n + "_us").c_str(), "speedup");
           std::printf("\n");
         }
         header_done = true;
@@ -201,8 +201,8 @@ int cmd_bench(int argc, char** argv) {
                     copy_gbps, gbps / copy_gbps, exact.c_str());
         for (const auto& n : baseline_names) {
           auto it = std::find_if(base.begin(), base.end(), [&](const BaseResult& b) { return b.name == n; });
-          if (it == base.end()) std::printf("  %14s %8s", "-", "-");
-          else std::printf("  %14.2f %7.2fx", it->us, it->us / us);
+          if (it == base.end()) std::printf("  %16s %8s", "-", "-");
+          else std::printf("  %16.2f %7.2fx", it->us, it->us / us);
         }
         std::printf("\n");
       }
