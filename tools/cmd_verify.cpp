@@ -1,5 +1,7 @@
 // indexer-q verify: conformance files through every available backend, byte for byte.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -52,7 +54,8 @@ const char* kVerifyDescription =
     "does not write is always caught. A malformed, truncated or inconsistent file is reported as\n"
     "such and the other files still run. Per file and backend it prints the number of differing\n"
     "fp8 bytes and weights_out values and, if any, the first few differing indices; then a\n"
-    "summary line.\n"
+    "summary line. A directory stands for the *.safetensors files in it; other files not named\n"
+    "*.safetensors are skipped with a note (so a shell glob may match a README).\n"
     "Exit status: 0 if every file was read and every run is exact, 1 otherwise, 2 for a bad\n"
     "command line.";
 
@@ -61,7 +64,7 @@ const char* kVerifyDescription =
 int cmd_verify(int argc, char** argv) {
   Args a("verify", kVerifyOptions, argc, argv);
   if (a.help()) {
-    std::fputs(a.help_text("indexer-q verify [options] FILE.safetensors...", kVerifyDescription).c_str(), stdout);
+    std::fputs(a.help_text("indexer-q verify [options] FILE.safetensors|DIR...", kVerifyDescription).c_str(), stdout);
     return 0;
   }
   if (a.positional().empty()) throw UsageError("no conformance file given (usage: indexer-q verify FILE...)");
@@ -112,13 +115,34 @@ int cmd_verify(int argc, char** argv) {
     }
   }
 
-  std::printf("indexer-q verify: %zu file(s) x %zu backend(s):", a.positional().size(), targets.size());
+  // Directories expand to their *.safetensors files (sorted); other files not named
+  // *.safetensors (e.g. a README matched by a shell glob) are skipped with a note.
+  std::vector<std::string> files, skipped;
+  for (const std::string& arg : a.positional()) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(arg, ec)) {
+      std::vector<std::string> found;
+      for (const auto& e : std::filesystem::directory_iterator(arg, ec))
+        if (e.path().extension() == ".safetensors") found.push_back(e.path().string());
+      std::sort(found.begin(), found.end());
+      if (found.empty()) skipped.push_back(arg + " (a directory without *.safetensors files)");
+      files.insert(files.end(), found.begin(), found.end());
+    } else if (arg.size() < 12 || arg.compare(arg.size() - 12, 12, ".safetensors") != 0) {
+      if (std::filesystem::exists(arg, ec)) skipped.push_back(arg);
+      else files.push_back(arg);  // reported as unreadable below
+    } else {
+      files.push_back(arg);
+    }
+  }
+
+  std::printf("indexer-q verify: %zu file(s) x %zu backend(s):", files.size(), targets.size());
   for (const Target& t : targets) std::printf(" %s", t.label.c_str());
   std::printf("\n");
   if (!notes.empty()) std::printf("  (%s)\n", notes.c_str());
+  for (const std::string& f : skipped) std::printf("  (skipped, not a *.safetensors file: %s)\n", f.c_str());
 
   int exact_runs = 0, differ_runs = 0, failed_runs = 0, bad_files = 0;
-  for (const std::string& path : a.positional()) {
+  for (const std::string& path : files) {
     io::ConformanceCase c;
     std::string err;
     if (!io::load_case_file(path, &c, &err)) {
@@ -171,9 +195,9 @@ int cmd_verify(int argc, char** argv) {
       }
     }
   }
-  const bool ok = bad_files == 0 && differ_runs == 0 && failed_runs == 0;
+  const bool ok = !files.empty() && bad_files == 0 && differ_runs == 0 && failed_runs == 0;
   std::printf("summary: %zu file(s), %d unreadable; %d run(s): %d exact, %d differ, %d failed -> %s\n",
-              a.positional().size(), bad_files, exact_runs + differ_runs + failed_runs, exact_runs, differ_runs,
+              files.size(), bad_files, exact_runs + differ_runs + failed_runs, exact_runs, differ_runs,
               failed_runs, ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }
