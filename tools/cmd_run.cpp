@@ -29,6 +29,8 @@ const std::vector<OptionSpec> kRunOptions = {
     {"outliers", "N", "outlier channels in q, 0..128 (default 4)"},
     {"outlier-scale", "X", "magnitude of the outlier channels relative to the others, 1..1000000\n"
                            "(default 30)"},
+    {"save", "FILE", "also write the workload and the checked outputs as a conformance file\n"
+                     "(safetensors, readable by 'indexer-q verify')"},
     {"warmup", "N", "untimed calls before timing, >= 0 (default 1)"},
     {"iters", "N", "timed samples; the median is reported, >= 1 (default 5)"},
 };
@@ -225,6 +227,37 @@ int cmd_run(int argc, char** argv) {
               ratio > 1.005   ? "the Hadamard lowers the error"
               : ratio < 0.995 ? "the Hadamard raises the error on this data"
                               : "about the same");
+  if (a.has("save")) {
+    if (!d.exact()) {
+      std::fprintf(stderr, "indexer-q run: --save: not written, the output is not bit-exact\n");
+      return 1;
+    }
+    io::StFile f;
+    auto put = [&f](const char* name, DType dt, std::vector<std::int64_t> shape, const std::uint8_t* p,
+                    std::size_t n) {
+      io::StTensor t;
+      t.dtype = io::dtype_to_safetensors(dt);
+      t.shape = std::move(shape);
+      t.data.assign(p, p + n);
+      f.tensors[name] = std::move(t);
+    };
+    put("q_input", c.dtype, {c.B, c.H, 128}, c.q_input.data(), c.q_input.size());
+    put("weight", c.dtype, {c.B, c.H}, c.weight.data(), c.weight.size());
+    put("freqs", DType::kFloat32, {c.max_pos, 64}, c.freqs.data(), c.freqs.size());
+    put("positions", c.pos_dtype, {c.B}, c.positions.data(), c.positions.size());
+    put("q_fp8", DType::kFloat8E4M3, {c.B, c.H, 128}, out8.data(), out8.size());
+    put("weights_out", DType::kFloat32, {c.B, c.H, 1}, reinterpret_cast<const std::uint8_t*>(outw.data()),
+        outw.size() * 4);
+    f.metadata["weight_scale"] = fmt("%.17g", double(c.weight_scale));
+    f.metadata["op"] = "fused_q_indexer_rope_hadamard_quant";
+    f.metadata["producer"] = std::string("indexer-q run, backend ") + t.label + ", seed " + std::to_string(spec.seed);
+    std::string err;
+    if (!io::write_safetensors(a.str("save", ""), f, &err)) {
+      std::fprintf(stderr, "indexer-q run: --save: %s\n", err.c_str());
+      return 1;
+    }
+    std::printf("  saved        %s\n", a.str("save", "").c_str());
+  }
   return d.exact() ? 0 : 1;
 }
 
