@@ -71,6 +71,7 @@ Tensor fmax(const Tensor& a, const Tensor& b) { return aten("aten::fmax", "", a,
 Tensor fmin(const Tensor& a, const Tensor& b) { return aten("aten::fmin", "", a, b); }
 Tensor gt(const Tensor& a, const Tensor& b) { return aten("aten::gt", "Tensor", a, b); }
 Tensor lt(const Tensor& a, const Tensor& b) { return aten("aten::lt", "Tensor", a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return aten("aten::ge", "Tensor", a, b); }
 Tensor eq(const Tensor& a, const Tensor& b) { return aten("aten::eq", "Tensor", a, b); }
 Tensor logical_or(const Tensor& a, const Tensor& b) { return aten("aten::logical_or", "", a, b); }
 Tensor logical_and(const Tensor& a, const Tensor& b) { return aten("aten::logical_and", "", a, b); }
@@ -149,8 +150,17 @@ void composed_forward(const OpArgs& a) {
   // 1. decode
   Tensor x = to_dtype(a.q_input, F);  // (B, H, 128), contiguous, owned
 
+  // Out-of-range positions: the validator rejects them where the host can read positions (CPU).
+  // On a device they cannot be checked without a synchronization; such a row gets what the CUDA
+  // backend gives it (128 zero codes, a NaN weights_out) and no out-of-bounds read.
+  const ScalarType pt = a.positions.scalar_type();
+  const Tensor valid = logical_and(ge(a.positions, k.scalar(0.0, pt)),
+                                   lt(a.positions, k.scalar(double(a.freqs.size(0)), pt)));
+  const Tensor safe_positions = where(valid, a.positions, k.scalar(0.0, pt));
+  const Tensor valid_rows = view(valid, Shape{B, 1, 1});
+
   // 2. RoPE on dims 64..127, interleaved (re, im) pairs
-  const Tensor fr = view(index_select(a.freqs, 0, a.positions), Shape{B, 1, 32, 2});
+  const Tensor fr = view(index_select(a.freqs, 0, safe_positions), Shape{B, 1, 32, 2});
   const Tensor c = pick(fr, 3, 0);  // (B, 1, 32)
   const Tensor s = pick(fr, 3, 1);
   Tensor rope_part = torch::stable::narrow(x, 2, 64, 64);  // view (B, H, 64)
@@ -190,12 +200,15 @@ void composed_forward(const OpArgs& a) {
 
   // 8. clamp with fmin/fmax (NaN -> +448), 9. encode
   const Tensor clamped = fmax(fmin(mul(y, inv), k.scalar(448.0, F)), k.scalar(-448.0, F));
-  copy_into(a.q_fp8, to_dtype(clamped, ScalarType::Float8_e4m3fn));
+  const Tensor codes = where(valid_rows, clamped, k.scalar(0.0, F));  // +0 -> code 0x00
+  copy_into(a.q_fp8, to_dtype(codes, ScalarType::Float8_e4m3fn));
 
   // 10. fold the scale into the head weight: (w * weight_scale) * scale
   const Tensor w = reshape(to_dtype(a.weight, F), bh1);  // handles weight row stride > H
   const Tensor ws = k.scalar(double(float(a.weight_scale)), F);
-  copy_into(a.weights_out, mul(mul(w, ws), scale));
+  const Tensor folded = mul(mul(w, ws), scale);
+  copy_into(a.weights_out,
+            where(valid_rows, folded, k.scalar(std::numeric_limits<double>::quiet_NaN(), F)));
 }
 
 }  // namespace torch_binding

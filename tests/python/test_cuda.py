@@ -67,3 +67,28 @@ def test_python_api_on_cuda_allocates_on_the_device():
     assert q8.is_cuda and wo.is_cuda
     assert_same_fp8(q8, want_q, "api q_fp8")
     assert_same_f32(wo, want_w, "api weights_out")
+
+
+@pytest.mark.parametrize("impl", ["native", "composed"])
+def test_out_of_range_positions_on_cuda(impl):
+    # Not checkable on the host without a sync: such a row gets 128 zero codes and a NaN
+    # weights_out (the CUDA backend's documented behaviour, mirrored by the composed path),
+    # the other rows are computed normally, nothing is read out of bounds.
+    from conftest import COMPOSED
+    B, H = 6, 8
+    args = make_case(B, H, torch.bfloat16, torch.int64, 0, seed=9)
+    want_q, want_w = cpu_reference(args)
+    q, w, ws, freqs, pos = (a.cuda() if isinstance(a, torch.Tensor) else a for a in args)
+    max_pos = freqs.shape[0]
+    pos[1] = max_pos
+    pos[4] = -3
+    q8, wo = new_outputs(q)
+    (NATIVE if impl == "native" else COMPOSED)(q, q8, w, wo, ws, freqs, pos)
+    torch.cuda.synchronize()
+    bad = torch.tensor([1, 4])
+    good = torch.tensor([0, 2, 3, 5])
+    codes = q8.cpu().view(torch.uint8)
+    assert bool((codes[bad] == 0).all())
+    assert bool(torch.isnan(wo.cpu()[bad]).all())
+    assert_same_fp8(q8.cpu()[good], want_q[good], "in-range rows q_fp8")
+    assert_same_f32(wo.cpu()[good], want_w[good], "in-range rows weights_out")
