@@ -109,7 +109,7 @@ def write_safetensors(path, tensors, metadata):
     blobs, off = [], 0
     for name, t in tensors.items():
         t = t.contiguous()
-        data = t.view(torch.uint8).numpy().tobytes() if t.dtype != torch.uint8 else t.numpy().tobytes()
+        data = bytes(t.view(torch.uint8).reshape(-1).tolist())  # small tensors only; no numpy needed
         header[name] = {"dtype": ST[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(data)]}
         blobs.append(data)
         off += len(data)

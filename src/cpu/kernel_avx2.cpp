@@ -152,34 +152,24 @@ inline __m256i clamp_encode(__m256 q, const Consts& c) {
                                               _mm256_castsi256_ps(_mm256_or_si256(code, c.c80)), q));
 }
 
-template <DType kDt>
-void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
-  const Consts c;
-  const std::int64_t H = p.H;
-  std::int64_t b = row_begin / H;
-  std::int64_t h = row_begin - b * H;
-  __m256 C[4], S[4];
-  bool have_freqs = false;
-  for (std::int64_t r = row_begin; r < row_end; ++r) {
-    if (!have_freqs) {
-      const std::int64_t pos = p.pos_dtype == DType::kInt32
-                                   ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[b])
-                                   : static_cast<const std::int64_t*>(p.positions)[b];
-      const float* f = p.freqs + pos * 64;
-      for (int m = 0; m < 4; ++m) {
-        if (layout_of<kDt>() == Layout::kNatural)
-          split_f32(f + 16 * m, C[m], S[m]);
-        else
-          split_shuffled(_mm256_loadu_ps(f + 16 * m), _mm256_loadu_ps(f + 16 * m + 8), C[m], S[m]);
-      }
-      have_freqs = true;
-    }
-    // Phase 1, one 16-element slice k at a time: load + even/odd split, RoPE (k >= 4),
-    // butterfly stride 1, then strides 2, 4, 8 inside each register. Kept in buf:
-    // buf[k] = E[k], buf[8 + k] = O[k].
-    alignas(32) float buf[16 * 8];
+template <int kN>
+inline float lane(__m128 v) {
+  return _mm_cvtss_f32(_mm_shuffle_ps(v, v, _MM_SHUFFLE(kN, kN, kN, kN)));
+}
+
+// kRows (1 or 2) consecutive rows of one token, phase by phase, so that the processor always
+// has independent work (one row's chain of shuffles, reductions and divisions is long).
+template <DType kDt, int kRows>
+inline void process_rows(const Problem& p, std::int64_t r0, std::int64_t b, std::int64_t h0,
+                         const __m256 C[4], const __m256 S[4], const Consts& c) {
+  constexpr Layout kL = layout_of<kDt>();
+  // Phase 1, per 16-element slice k: even/odd split, RoPE (k >= 4), butterfly stride 1, then
+  // strides 2, 4, 8 inside each register. buf[n][k] = E[k], buf[n][8 + k] = O[k] of row n.
+  alignas(32) float buf[kRows][16 * 8];
+#pragma GCC unroll 2
+  for (int n = 0; n < kRows; ++n) {
     __m256 E[8], O[8];
-    load_row<kDt>(p.q_input, r, E, O);
+    load_row<kDt>(p.q_input, r0 + n, E, O);
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
       __m256 e = E[k], o = O[k];
@@ -193,15 +183,19 @@ void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
       }
       // Step 3: stride 1, then 2, 4, 8.
       butterfly(e, o);
-      _mm256_store_ps(buf + 8 * k, inlane_stages<layout_of<kDt>()>(e, c));
-      _mm256_store_ps(buf + 64 + 8 * k, inlane_stages<layout_of<kDt>()>(o, c));
+      _mm256_store_ps(buf[n] + 8 * k, inlane_stages<kL>(e, c));
+      _mm256_store_ps(buf[n] + 64 + 8 * k, inlane_stages<kL>(o, c));
     }
-    // Phase 2, each half (E, then O) on its own: strides 16, 32, 64; step 4 (y = x / sqrt(128));
-    // step 5 (amax ignoring NaN: maxps returns its 2nd operand, the running max, for a NaN).
+  }
+  // Phase 2, each half (E, then O) on its own: strides 16, 32, 64; step 4 (y = x / sqrt(128));
+  // step 5 (amax ignoring NaN: maxps returns its 2nd operand, the running max, for a NaN).
+  __m128 amax[kRows];
+#pragma GCC unroll 2
+  for (int n = 0; n < kRows; ++n) {
     __m256 m = _mm256_setzero_ps();
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
-      float* hb = buf + 64 * half;
+      float* hb = buf[n] + 64 * half;
       __m256 v[8];
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) v[k] = _mm256_load_ps(hb + 8 * k);
@@ -221,36 +215,62 @@ void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
     m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 0x01));
     m = _mm256_max_ps(m, _mm256_permute_ps(m, 0x4E));
     m = _mm256_max_ps(m, _mm256_permute_ps(m, 0xB1));
-    // Steps 6-7: true IEEE divisions.
-    const __m128 amax = _mm256_castps256_ps128(m);
-    const __m128 scale = _mm_div_ss(_mm_max_ss(amax, _mm_set_ss(1e-4f)), _mm_set_ss(448.0f));
-    const __m128 inv = _mm_div_ss(_mm_set_ss(1.0f), scale);
-    const __m256 vinv = _mm256_broadcastss_ps(inv);
-    // Steps 8-9, then interleave the even/odd codes back into element order.
-    std::uint8_t* out = p.q_fp8 + r * 128;
+    amax[n] = _mm256_castps256_ps128(m);  // all lanes hold the max
+  }
+  // Steps 6-7: true IEEE divisions, one division instruction for all the rows (lane n = row n).
+  const __m128 am = kRows == 1 ? amax[0] : _mm_unpacklo_ps(amax[0], amax[kRows - 1]);
+  const __m128 scale = _mm_div_ps(_mm_max_ps(am, _mm_set1_ps(1e-4f)), _mm_set1_ps(448.0f));
+  const __m128 inv = _mm_div_ps(_mm_set1_ps(1.0f), scale);
+  // Steps 8-9, then interleave the even/odd codes back into element order.
+#pragma GCC unroll 2
+  for (int n = 0; n < kRows; ++n) {
+    const __m256 vinv = _mm256_set1_ps(n == 0 ? lane<0>(inv) : lane<1>(inv));
+    std::uint8_t* out = p.q_fp8 + (r0 + n) * 128;
 #pragma GCC unroll 4
     for (int k = 0; k < 8; k += 2) {
-      const __m256i e0 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf + 8 * k), vinv), c);
-      const __m256i o0 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf + 64 + 8 * k), vinv), c);
-      const __m256i e1 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf + 8 * k + 8), vinv), c);
-      const __m256i o1 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf + 64 + 8 * k + 8), vinv), c);
+      const __m256i e0 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 8 * k), vinv), c);
+      const __m256i o0 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 64 + 8 * k), vinv), c);
+      const __m256i e1 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 8 * k + 8), vinv), c);
+      const __m256i o1 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 64 + 8 * k + 8), vinv), c);
       __m256i v = _mm256_or_si256(_mm256_or_si256(_mm256_shuffle_epi8(e0, c.iel), _mm256_shuffle_epi8(o0, c.iol)),
                                   _mm256_or_si256(_mm256_shuffle_epi8(e1, c.ieh), _mm256_shuffle_epi8(o1, c.ioh)));
       // Natural: 8-byte groups (k lanes 0-3, k+1 lanes 0-3 | k lanes 4-7, k+1 lanes 4-7).
       // Shuffled: 4-byte groups x0-3, x8-11 of k, of k+1 | x4-7, x12-15 of k, of k+1.
-      if (layout_of<kDt>() == Layout::kNatural)
+      if (kL == Layout::kNatural)
         v = _mm256_permute4x64_epi64(v, 0xD8);
       else
         v = _mm256_permutevar8x32_epi32(v, c.out_perm);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * k), v);
     }
     // Step 10.
-    const float w = load_scalar(p.weight, p.dtype, b * p.weight_stride_b + h);
-    p.weights_out[r] = (w * p.weight_scale) * _mm_cvtss_f32(scale);
-    if (++h == H) {
-      h = 0;
-      ++b;
-      have_freqs = false;
+    const float w = load_scalar(p.weight, p.dtype, b * p.weight_stride_b + h0 + n);
+    p.weights_out[r0 + n] = (w * p.weight_scale) * (n == 0 ? lane<0>(scale) : lane<1>(scale));
+  }
+}
+
+template <DType kDt>
+void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
+  const Consts c;
+  const std::int64_t H = p.H;
+  std::int64_t r = row_begin;
+  while (r < row_end) {
+    const std::int64_t b = r / H;
+    const std::int64_t token_end = b * H + H < row_end ? b * H + H : row_end;
+    const std::int64_t pos = p.pos_dtype == DType::kInt32
+                                 ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[b])
+                                 : static_cast<const std::int64_t*>(p.positions)[b];
+    const float* f = p.freqs + pos * 64;
+    __m256 C[4], S[4];
+    for (int m = 0; m < 4; ++m) {
+      if (layout_of<kDt>() == Layout::kNatural)
+        split_f32(f + 16 * m, C[m], S[m]);
+      else
+        split_shuffled(_mm256_loadu_ps(f + 16 * m), _mm256_loadu_ps(f + 16 * m + 8), C[m], S[m]);
+    }
+    for (; r + 2 <= token_end; r += 2) process_rows<kDt, 2>(p, r, b, r - b * H, C, S, c);
+    if (r < token_end) {
+      process_rows<kDt, 1>(p, r, b, r - b * H, C, S, c);
+      ++r;
     }
   }
 }

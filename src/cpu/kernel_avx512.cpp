@@ -120,85 +120,121 @@ inline __m512i clamp_encode(__m512 q, const Consts& c) {
   return _mm512_mask_or_epi32(code, _mm512_movepi32_mask(u), code, c.c80);
 }
 
-template <DType kDt>
-void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
-  const Consts c;
-  const std::int64_t H = p.H;
-  std::int64_t b = row_begin / H;
-  std::int64_t h = row_begin - b * H;
-  __m512 C[2], S[2];
-  bool have_freqs = false;
-  for (std::int64_t r = row_begin; r < row_end; ++r) {
-    if (!have_freqs) {
-      const std::int64_t pos = p.pos_dtype == DType::kInt32
-                                   ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[b])
-                                   : static_cast<const std::int64_t*>(p.positions)[b];
-      const float* f = p.freqs + pos * 64;
-      for (int m = 0; m < 2; ++m) {
-        const __m512 a = _mm512_loadu_ps(f + 32 * m);
-        const __m512 bb = _mm512_loadu_ps(f + 32 * m + 16);
-        C[m] = _mm512_permutex2var_ps(a, c.even, bb);
-        S[m] = _mm512_permutex2var_ps(a, c.odd, bb);
-      }
-      have_freqs = true;
-    }
-    __m512 E[4], O[4];
-    load_row<kDt>(p.q_input, r, c, E, O);
-    // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c).
+// Lane n of v, as a float vector broadcast to all 16 lanes.
+template <int kN>
+inline __m512 broadcast_lane(__m128 v) {
+  return _mm512_broadcastss_ps(_mm_shuffle_ps(v, v, _MM_SHUFFLE(kN, kN, kN, kN)));
+}
+template <int kN>
+inline float lane(__m128 v) {
+  return _mm_cvtss_f32(_mm_shuffle_ps(v, v, _MM_SHUFFLE(kN, kN, kN, kN)));
+}
+
+// kRows (1 or 2) consecutive rows of one token, interleaved so that the processor always has
+// independent work (one row's chain of shuffles, reductions and divisions is long).
+template <DType kDt, int kRows>
+inline void process_rows(const Problem& p, std::int64_t r0, std::int64_t b, std::int64_t h0,
+                         const __m512 C[2], const __m512 S[2], const Consts& c) {
+  __m512 E[kRows][4], O[kRows][4];
+#pragma GCC unroll 2
+  for (int n = 0; n < kRows; ++n) load_row<kDt>(p.q_input, r0 + n, c, E[n], O[n]);
+  // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c).
+#pragma GCC unroll 2
+  for (int n = 0; n < kRows; ++n)
+#pragma GCC unroll 2
     for (int m = 0; m < 2; ++m) {
-      const __m512 xr = E[2 + m], xi = O[2 + m];
+      const __m512 xr = E[n][2 + m], xi = O[n][2 + m];
       const __m512 xis = _mm512_mul_ps(xi, S[m]);
       const __m512 xic = _mm512_mul_ps(xi, C[m]);
-      E[2 + m] = _mm512_fmsub_ps(xr, C[m], xis);
-      O[2 + m] = _mm512_fmadd_ps(xr, S[m], xic);
+      E[n][2 + m] = _mm512_fmsub_ps(xr, C[m], xis);
+      O[n][2 + m] = _mm512_fmadd_ps(xr, S[m], xic);
     }
-    // Step 3: strides 1; 2, 4, 8, 16; 32, 64.
-    for (int k = 0; k < 4; ++k) butterfly(E[k], O[k]);
+  // Step 3: strides 1; 2, 4, 8, 16; 32, 64.
+#pragma GCC unroll 2
+  for (int n = 0; n < kRows; ++n)
+#pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      E[k] = inlane_stages(E[k], c);
-      O[k] = inlane_stages(O[k], c);
+      butterfly(E[n][k], O[n][k]);
+      E[n][k] = inlane_stages(E[n][k], c);
+      O[n][k] = inlane_stages(O[n][k], c);
     }
-    for (int s = 1; s < 4; s <<= 1)
-      for (int k = 0; k < 4; ++k)
-        if ((k & s) == 0) {
-          butterfly(E[k], E[k + s]);
-          butterfly(O[k], O[k + s]);
-        }
-    // Steps 4-5: y = x * 1/sqrt(128); amax ignoring NaN (maxps returns its 2nd operand,
-    // the running max, when the new value is NaN).
+#pragma GCC unroll 2
+  for (int n = 0; n < kRows; ++n) {
+    butterfly(E[n][0], E[n][1]);
+    butterfly(E[n][2], E[n][3]);
+    butterfly(O[n][0], O[n][1]);
+    butterfly(O[n][2], O[n][3]);
+    butterfly(E[n][0], E[n][2]);
+    butterfly(E[n][1], E[n][3]);
+    butterfly(O[n][0], O[n][2]);
+    butterfly(O[n][1], O[n][3]);
+  }
+  // Steps 4-5: y = x * 1/sqrt(128); amax ignoring NaN (maxps returns its 2nd operand, the
+  // running max, when the new value is NaN). After the reduction all 4 lanes hold the max.
+  __m128 amax[kRows];
+#pragma GCC unroll 2
+  for (int n = 0; n < kRows; ++n) {
     __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
+#pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      E[k] = _mm512_mul_ps(E[k], c.hadamard);
-      O[k] = _mm512_mul_ps(O[k], c.hadamard);
-      m0 = _mm512_max_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(E[k]), c.absmask)), m0);
-      m1 = _mm512_max_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(O[k]), c.absmask)), m1);
+      E[n][k] = _mm512_mul_ps(E[n][k], c.hadamard);
+      O[n][k] = _mm512_mul_ps(O[n][k], c.hadamard);
+      m0 = _mm512_max_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(E[n][k]), c.absmask)), m0);
+      m1 = _mm512_max_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(O[n][k]), c.absmask)), m1);
     }
-    __m512 m = _mm512_max_ps(m0, m1);
-    __m256 m8 = _mm256_max_ps(_mm512_castps512_ps256(m),
-                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1)));
+    const __m512 m = _mm512_max_ps(m0, m1);
+    const __m256 m8 = _mm256_max_ps(_mm512_castps512_ps256(m),
+                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1)));
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
     m4 = _mm_max_ps(m4, _mm_permute_ps(m4, 0x4E));
-    m4 = _mm_max_ps(m4, _mm_permute_ps(m4, 0xB1));
-    // Steps 6-7: true IEEE divisions.
-    const __m128 scale = _mm_div_ss(_mm_max_ss(m4, _mm_set_ss(1e-4f)), _mm_set_ss(448.0f));
-    const __m128 inv = _mm_div_ss(_mm_set_ss(1.0f), scale);
-    const __m512 vinv = _mm512_broadcastss_ps(inv);
-    // Steps 8-9; the even/odd codes of each pair go to the two bytes of a 16-bit word.
-    std::uint8_t* out = p.q_fp8 + r * 128;
+    amax[n] = _mm_max_ps(m4, _mm_permute_ps(m4, 0xB1));
+  }
+  // Steps 6-7: true IEEE divisions, one division instruction for all the rows (lane n = row n).
+  const __m128 am = kRows == 1 ? amax[0] : _mm_unpacklo_ps(amax[0], amax[kRows - 1]);
+  const __m128 scale = _mm_div_ps(_mm_max_ps(am, _mm_set1_ps(1e-4f)), _mm_set1_ps(448.0f));
+  const __m128 inv = _mm_div_ps(_mm_set1_ps(1.0f), scale);
+  // Steps 8-9; the even/odd codes of each pair go to the two bytes of a 16-bit word.
+#pragma GCC unroll 2
+  for (int n = 0; n < kRows; ++n) {
+    const __m512 vinv = n == 0 ? broadcast_lane<0>(inv) : broadcast_lane<1>(inv);
+    std::uint8_t* out = p.q_fp8 + (r0 + n) * 128;
+#pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      const __m512i e = clamp_encode(_mm512_mul_ps(E[k], vinv), c);
-      const __m512i o = clamp_encode(_mm512_mul_ps(O[k], vinv), c);
+      const __m512i e = clamp_encode(_mm512_mul_ps(E[n][k], vinv), c);
+      const __m512i o = clamp_encode(_mm512_mul_ps(O[n][k], vinv), c);
       // (e & 0xff) | (o << 8), low 16 bits of each lane, then narrowed to 16 words.
       const __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 8), c.cff, 0xE4);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * k), _mm512_cvtepi32_epi16(w));
     }
     // Step 10.
-    const float w = load_scalar(p.weight, p.dtype, b * p.weight_stride_b + h);
-    p.weights_out[r] = (w * p.weight_scale) * _mm_cvtss_f32(scale);
-    if (++h == H) {
-      h = 0;
-      ++b;
-      have_freqs = false;
+    const float w = load_scalar(p.weight, p.dtype, b * p.weight_stride_b + h0 + n);
+    p.weights_out[r0 + n] = (w * p.weight_scale) * (n == 0 ? lane<0>(scale) : lane<1>(scale));
+  }
+}
+
+template <DType kDt>
+void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
+  const Consts c;
+  const std::int64_t H = p.H;
+  std::int64_t r = row_begin;
+  while (r < row_end) {
+    const std::int64_t b = r / H;
+    const std::int64_t token_end = b * H + H < row_end ? b * H + H : row_end;
+    const std::int64_t pos = p.pos_dtype == DType::kInt32
+                                 ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[b])
+                                 : static_cast<const std::int64_t*>(p.positions)[b];
+    const float* f = p.freqs + pos * 64;
+    __m512 C[2], S[2];
+    for (int m = 0; m < 2; ++m) {
+      const __m512 a = _mm512_loadu_ps(f + 32 * m);
+      const __m512 bb = _mm512_loadu_ps(f + 32 * m + 16);
+      C[m] = _mm512_permutex2var_ps(a, c.even, bb);
+      S[m] = _mm512_permutex2var_ps(a, c.odd, bb);
+    }
+    for (; r + 2 <= token_end; r += 2) process_rows<kDt, 2>(p, r, b, r - b * H, C, S, c);
+    if (r < token_end) {
+      process_rows<kDt, 1>(p, r, b, r - b * H, C, S, c);
+      ++r;
     }
   }
 }
