@@ -85,14 +85,14 @@ std::string device_text(const Tensor& t) {
 }
 
 [[noreturn]] void fail(const char* arg, const std::string& what) {
-  throw_if_error(Status::InvalidArgument(std::string("indexer_q: ") + arg + ": " + what));
-  throw 0;  // unreachable: throw_if_error threw
+  throw std::runtime_error(std::string("indexer_q: ") + arg + ": " + what);
 }
 
 // Expected dtypes per argument, used only when the tensor's dtype has no indexer_q::DType.
 const char* expected_dtype_text(const char* arg) {
   const std::string a = arg;
-  if (a == "q_input" || a == "weight") return "bf16, fp16 or fp32";
+  if (a == "q_input") return "bf16, fp16 or fp32";
+  if (a == "weight") return "the dtype of q_input (bf16, fp16 or fp32)";
   if (a == "q_fp8") return "fp8_e4m3fn (torch.float8_e4m3fn)";
   if (a == "positions") return "int32 or int64";
   return "fp32";
