@@ -1,7 +1,7 @@
 // indexer_q_cpu_bench: times the CPU backend per ISA variant and thread count through the
 // public API, beside a plain memcpy of the same traffic, and prints one line per case.
 //
-//   indexer_q_cpu_bench [--isa all|scalar|avx2|avx512] [--threads 1,2] [--tokens 1,64,4096]
+//   indexer_q_cpu_bench [--isa all|LIST of scalar,avx2,avx512] [--threads 1,2] [--tokens 1,64,4096]
 //                       [--heads 64] [--dtype bf16|fp16|fp32] [--iters 30] [--inline-rows N]
 //                       [--format csv|table]
 //
@@ -96,10 +96,17 @@ int main(int argc, char** argv) {
   if (isa_arg == "all") {
     isas = supported_cpu_isas();
   } else {
-    CpuIsa isa;
-    if (!parse_cpu_isa(isa_arg, &isa) || isa == CpuIsa::kAuto) { std::fprintf(stderr, "bad --isa\n"); return 2; }
-    if (!cpu_isa_supported(isa)) { std::fprintf(stderr, "isa %s not supported here\n", isa_arg.c_str()); return 1; }
-    isas = {isa};
+    std::size_t pos = 0;
+    while (pos <= isa_arg.size()) {
+      const std::size_t comma = isa_arg.find(',', pos);
+      const std::string name = isa_arg.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      CpuIsa isa;
+      if (!parse_cpu_isa(name, &isa) || isa == CpuIsa::kAuto) { std::fprintf(stderr, "bad --isa '%s'\n", name.c_str()); return 2; }
+      if (!cpu_isa_supported(isa)) { std::fprintf(stderr, "isa %s not supported here\n", name.c_str()); return 1; }
+      isas.push_back(isa);
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
   }
   const long long default_inline = detail::cpu::inline_row_threshold();
   if (inline_rows >= 0) detail::cpu::set_inline_row_threshold(inline_rows);

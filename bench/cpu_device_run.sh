@@ -38,16 +38,24 @@ done; done | awk 'NR==1 || !/^backend/' | tee "$OUT/cli_bench.csv"
 
 step "cpu_bench: dtypes, thread scaling, small-batch pool crossover"
 {
-timeout 60 $B/bench/indexer_q_cpu_bench --isa all --threads 1 --tokens 4096 --dtype fp16 --iters 10
-timeout 60 $B/bench/indexer_q_cpu_bench --isa all --threads 1 --tokens 4096 --dtype fp32 --iters 10
+timeout 60 $B/bench/indexer_q_cpu_bench --isa avx2,avx512 --threads 1 --tokens 4096 --dtype fp16 --iters 10
+timeout 60 $B/bench/indexer_q_cpu_bench --isa avx2,avx512 --threads 1 --tokens 4096 --dtype fp32 --iters 10
 timeout 60 $B/bench/indexer_q_cpu_bench --isa avx512 --threads 1,2,4,8,16 --tokens 4096 --iters 20
 timeout 60 $B/bench/indexer_q_cpu_bench --isa avx512 --threads 1,2,4 --tokens 1,2,4,8,16,64 --inline-rows 0 --iters 200
 timeout 60 $B/bench/indexer_q_cpu_bench --isa avx512 --threads 1,2,4 --tokens 1,2,4,8,16,64 --iters 200
 } > "$OUT/cpu_bench.txt" 2>&1
 cat "$OUT/cpu_bench.txt"
+if command -v perf >/dev/null; then
+  step "perf stat: avx512 and avx2, 1 thread, 4096 x 64 bf16"
+  for isa in avx512 avx2; do
+    timeout 60 perf stat -e instructions,cycles,task-clock $B/bench/indexer_q_cpu_bench --isa $isa --threads 1 \
+        --tokens 4096 --iters 10 > "$OUT/perf_$isa.txt" 2>&1
+    tail -15 "$OUT/perf_$isa.txt"
+  done
+fi
 
 step "PyTorch composed baseline (same sizes, 1 and 2 threads)"
-timeout 150 python3 bench/torch_baseline.py --cli $B/tools/indexer-q --tokens 4096 --heads 64 --threads 1,2 --iters 1 \
+timeout 150 python3 bench/torch_baseline.py --cli $B/tools/indexer-q --tokens 4096 --heads 64 --threads 1,2,16 --iters 1 \
     > "$OUT/torch_baseline.txt" 2>&1
 echo "torch rc $?"; cat "$OUT/torch_baseline.txt"
 step "done"
