@@ -9,6 +9,7 @@
 // one poison pattern; each backend writes over another, so an unwritten byte is a difference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -101,6 +102,21 @@ TEST(ConformanceHarness, DetectsOneWrongByteAndOneWrongWeight) {
   poisoned.q_fp8.assign(a.q_fp8.size(), 0xA5);
   poisoned.weights_out.assign(a.weights_out.size(), iqtest::float_of(0xA5A5A5A5u));
   EXPECT_GT(iqtest::compare(poisoned, a, 8).fp8_bytes, 0);
+}
+
+// Says in the test report whether CUDA took part: skipped when no device is usable.
+TEST(ConformanceHarness, CudaTakesPartWhenAvailable) {
+  const auto backends = iqtest::backends_under_test({1});
+  const bool listed = std::any_of(backends.begin(), backends.end(), [](const BackendUnderTest& b) { return b.cuda; });
+  if (!backend_available(Backend::kCuda)) {
+    EXPECT_FALSE(listed);
+    GTEST_SKIP() << "no usable CUDA device (or CUDA not built): the harness compared host backends only";
+  }
+#if defined(INDEXER_Q_WITH_CUDA)
+  EXPECT_TRUE(listed);
+#else
+  ADD_FAILURE() << "backend_available(kCuda) is true in a build without CUDA";
+#endif
 }
 
 // The random inputs really contain what the harness claims to exercise.
