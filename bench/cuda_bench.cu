@@ -170,6 +170,7 @@ int main(int argc, char** argv) {
       bufs.positions = pos;
       std::vector<cli::BaselineRun> runs = cli::cuda_baselines(bufs, *rt);
       runs.insert(runs.begin(), cli::BaselineRun{"library-auto", lib});
+      runs.push_back(cli::BaselineRun{"library-auto-again", lib});  // order effects show here
 
       // Correctness: every variant writes the bytes of the library's automatic choice.
       std::vector<std::uint8_t> ref_codes(std::size_t(rows) * 128), codes(ref_codes.size());

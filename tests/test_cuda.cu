@@ -124,18 +124,19 @@ Outputs reference_outputs(const HostCase& c) {
   return want;
 }
 
-detail::Variant V(int lanes, int block = 0, bool persistent = false) {
+detail::Variant V(int lanes, int block = 0, bool persistent = false, bool tma = false) {
   detail::Variant v;
   v.lanes = lanes;
   v.block = block;
   v.persistent = persistent;
+  v.tma = tma;
   return v;
 }
 
 std::string variant_name(const detail::Variant& v) {
   if (v.lanes < 0) return "auto";
   if (v.lanes == 0) return "scalar-fallback";
-  return std::string(v.persistent ? "persistent " : "") + "lanes=" + std::to_string(v.lanes) +
+  return std::string(v.tma ? "tma " : "") + (v.persistent ? "persistent " : "") + "lanes=" + std::to_string(v.lanes) +
          " block=" + std::to_string(v.block);
 }
 
@@ -145,6 +146,8 @@ std::vector<detail::Variant> all_variants() {
   for (int lanes : {4, 8, 16})
     for (int block : {256, 64})
       for (bool persistent : {false, true}) v.push_back(V(lanes, block, persistent));
+  v.push_back(V(4, 256, true, true));
+  v.push_back(V(8, 256, true, true));
   return v;
 }
 
@@ -237,8 +240,8 @@ TEST(Cuda, EveryVariantMatchesReference) {
 TEST(Cuda, LargeBatchMatchesReference) {
   SKIP_WITHOUT_DEVICE();
   check_variants(iqtest::random_case(4099, 64, DType::kBFloat16, DType::kInt64, 64, 77),
-                 {V(-1), V(4, 256), V(4, 256, true), V(8, 256, true)});
-  check_variants(iqtest::random_case(8191, 16, DType::kFloat16, DType::kInt32, 20, 78), {V(-1), V(4, 128, true)});
+                 {V(-1), V(4, 256), V(4, 256, true), V(8, 256, true), V(4, 256, true, true), V(8, 256, true, true)});
+  check_variants(iqtest::random_case(8191, 16, DType::kFloat16, DType::kInt32, 20, 78), {V(-1), V(4, 128, true), V(4, 256, true, true)});
 }
 
 TEST(Cuda, BaselineKernelMatchesReference) {

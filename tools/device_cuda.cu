@@ -183,8 +183,9 @@ std::unique_ptr<DeviceRuntime> make_cuda_runtime(std::string* why) {
 
 // Baselines: "warp-per-row" (bench/cuda_baseline.cuh), then the library kernel at fixed
 // launch shapes, 256 threads per block: "rowgroup-lN" (N threads per row, one row per group)
-// and "persist-lN" (a grid of resident blocks whose groups walk the rows, loading the next
-// row while computing the current one), so the automatic choice can be checked against each.
+// "persist-lN" (a grid of resident blocks whose groups walk the rows, loading the next row
+// while computing the current one) and "tma-lN" (tiles of rows streamed into shared memory by
+// cp.async.bulk; bf16/fp16), so the automatic choice can be checked against each.
 std::vector<BaselineRun> cuda_baselines(const OpBuffers& bufs, DeviceRuntime& rt) {
   std::vector<BaselineRun> v;
   bench::BaselineArgs a{bufs.q_input, static_cast<std::uint8_t*>(bufs.q_fp8), bufs.weight,
@@ -216,13 +217,16 @@ std::vector<BaselineRun> cuda_baselines(const OpBuffers& bufs, DeviceRuntime& rt
     const char* name;
     int lanes;
     bool persistent;
-  } shapes[] = {{"rowgroup-l4", 4, false}, {"rowgroup-l8", 8, false}, {"rowgroup-l16", 16, false},
-                {"persist-l4", 4, true},   {"persist-l8", 8, true}};
+    bool tma;
+  } shapes[] = {{"rowgroup-l4", 4, false, false}, {"rowgroup-l8", 8, false, false},
+                {"rowgroup-l16", 16, false, false}, {"persist-l4", 4, true, false},
+                {"tma-l4", 4, true, true},          {"tma-l8", 8, true, true}};
   for (const auto& sh : shapes) {
     detail::Variant var;
     var.lanes = sh.lanes;
     var.block = 256;
     var.persistent = sh.persistent;
+    var.tma = sh.tma;
     v.push_back({sh.name, [p, var, r] {
                    if (p.B == 0) return;
                    const Status s = detail::cuda_run_variant(p, r->stream(), false, var);

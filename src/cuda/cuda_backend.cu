@@ -326,6 +326,103 @@ __global__ void __launch_bounds__(256) rowgroup_kernel(Args a) {
   }
 }
 
+// ---- bulk-copy (TMA) variant, 2-byte inputs: a block's 256 threads handle tiles of
+// 256 / LANES consecutive rows (contiguous in memory); one thread streams the tiles into a
+// ring of kStages shared-memory buffers with cp.async.bulk, completing on an mbarrier, so the
+// bytes in flight do not depend on registers. The grid is sized to the resident blocks and
+// walks the tiles. Arithmetic: compute_row, exactly as above.
+constexpr int kStages = 3;
+
+__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(std::uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, std::uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(std::uint64_t* bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "IQ_WAIT_%=:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+      "@!p bra IQ_WAIT_%=;\n\t}" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+template <int LANES, int DT, bool POS64>
+__global__ void __launch_bounds__(256) tma_kernel(Args a) {
+  static_assert(DT != kF32, "2-byte inputs only");
+  constexpr int ROWS = 256 / LANES;
+  constexpr int C = RowLoad<LANES, DT>::C;
+  constexpr unsigned kRowBytes = kHeadDim * 2;
+  extern __shared__ __align__(128) unsigned char tiles_smem[];  // kStages * ROWS * 256
+  __shared__ __align__(8) std::uint64_t bar[kStages];
+  const int tid = int(threadIdx.x);
+  const int l = tid % LANES;
+  const int rt = tid / LANES;  // row within the tile
+  const std::uint64_t ntiles = (a.rows + ROWS - 1) / ROWS;
+  pdl_wait();
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) mbar_init(&bar[s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  auto issue = [&](int stage, std::uint64_t tile) {
+    const std::uint64_t first = tile * ROWS;
+    const std::uint64_t n = a.rows - first < std::uint64_t(ROWS) ? a.rows - first : std::uint64_t(ROWS);
+    bulk_load(tiles_smem + stage * ROWS * kRowBytes, static_cast<const char*>(a.q) + first * kRowBytes,
+              unsigned(n * kRowBytes), &bar[stage]);
+  };
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      const std::uint64_t tile = blockIdx.x + std::uint64_t(s) * gridDim.x;
+      if (tile < ntiles) issue(s, tile);
+    }
+  }
+  auto batch_of = [&](std::uint64_t row) {
+    return (row >> 32) ? row / a.H : std::uint64_t(std::uint32_t(row) / a.H);
+  };
+  std::uint64_t tile = blockIdx.x;
+  std::uint64_t row = tile * ROWS + rt;
+  std::int64_t pos_next = ld_pos<POS64>(a.pos, batch_of(row < a.rows ? row : a.rows - 1));
+  for (unsigned it = 0; tile < ntiles; ++it, tile += gridDim.x) {
+    const int stage = int(it % kStages);
+    const unsigned parity = (it / kStages) & 1u;
+    row = tile * ROWS + rt;
+    const bool active = row < a.rows;
+    const std::uint64_t rowc = active ? row : a.rows - 1;
+    const std::uint64_t b = batch_of(rowc);
+    RowLoad<LANES, DT> r;
+    r.pos = pos_next;
+    r.w = (l == 0) ? ld_weight<DT>(a.w, b * std::uint64_t(a.w_stride) + (rowc - b * a.H)) : 0u;
+    const std::uint64_t next_tile = tile + gridDim.x;
+    if (next_tile < ntiles) {
+      const std::uint64_t nrow = next_tile * ROWS + rt;
+      pos_next = ld_pos<POS64>(a.pos, batch_of(nrow < a.rows ? nrow : a.rows - 1));
+    }
+    mbar_wait(&bar[stage], parity);
+    const uint4* src = reinterpret_cast<const uint4*>(tiles_smem + stage * ROWS * kRowBytes +
+                                                      (active ? rt : 0) * kRowBytes);
+#pragma unroll
+    for (int c = 0; c < C; ++c) r.q[c] = src[c * LANES + l];
+    __syncthreads();  // every thread has read this stage: it may be refilled
+    if (tid == 0 && tile + std::uint64_t(kStages) * gridDim.x < ntiles)
+      issue(stage, tile + std::uint64_t(kStages) * gridDim.x);
+    compute_row<LANES, DT>(a, row, l, active, r, next_tile >= ntiles);
+  }
+}
+
 // Fallback for misaligned pointers: one thread per row, the scalar pipeline of row.h.
 template <int DT, bool POS64>
 __global__ void __launch_bounds__(128) scalar_kernel(Args a) {
@@ -417,11 +514,12 @@ Status check_ptr(const char* name, const void* ptr, int dev) {
 }
 
 template <typename K>
-cudaError_t launch(K kernel, unsigned grid, unsigned block, cudaStream_t s, bool pdl, const Args& a) {
+cudaError_t launch(K kernel, unsigned grid, unsigned block, cudaStream_t s, bool pdl, const Args& a,
+                   std::size_t smem = 0) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(block);
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -454,8 +552,31 @@ cudaError_t launch_rowgroup(const Args& a, unsigned block, cudaStream_t s, bool 
   return launch(kernel, unsigned(grid), block, s, pdl, a);
 }
 
+template <int LANES, int DT, bool POS64>
+cudaError_t launch_tma(const Args& a, cudaStream_t s, bool pdl, int sms) {
+  auto kernel = tma_kernel<LANES, DT, POS64>;
+  constexpr int kRows = 256 / LANES;
+  const std::size_t smem = std::size_t(kStages) * kRows * kHeadDim * 2;
+  static std::atomic<int> per_sm{0};  // resident blocks per SM, asked once
+  int n = per_sm.load(std::memory_order_relaxed);
+  if (n <= 0) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 256, smem);
+    if (e != cudaSuccess) return e;
+    if (n <= 0) n = 1;
+    per_sm.store(n, std::memory_order_relaxed);
+  }
+  const std::uint64_t tiles = (a.rows + kRows - 1) / kRows;
+  const std::uint64_t full = std::uint64_t(n) * std::uint64_t(sms);
+  return launch(kernel, unsigned(tiles < full ? tiles : full), 256, s, pdl, a, smem);
+}
+
 template <int DT, bool POS64>
 cudaError_t launch_pos(const Args& a, const Variant& v, cudaStream_t s, bool pdl, int sms) {
+  if (v.tma && DT != kF32) {
+    if (v.lanes == 8) return launch_tma<8, (DT == kF32 ? kBF16 : DT), POS64>(a, s, pdl, sms);
+    return launch_tma<4, (DT == kF32 ? kBF16 : DT), POS64>(a, s, pdl, sms);
+  }
   if (v.lanes == 0) {
     const std::uint64_t grid = (a.rows + 127) / 128;
     return launch(scalar_kernel<DT, POS64>, unsigned(grid), 128, s, pdl, a);

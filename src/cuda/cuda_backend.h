@@ -13,6 +13,8 @@ struct Variant {
   int lanes = -1;           // threads per row: 4 | 8 | 16; 0 = one-thread-per-row fallback; -1 = automatic
   int block = 0;            // threads per block (multiple of 32, <= 256); 0 = 256
   bool persistent = false;  // grid sized to the resident blocks; each row group walks rows, prefetching
+  bool tma = false;         // bf16/fp16: tiles of rows streamed to shared memory by cp.async.bulk
+                            // (lanes 4 | 8, 256 threads, persistent); fp32 ignores it
 };
 
 // The shape cuda_run uses for `rows` rows on a device with `sms` multiprocessors.
