@@ -5,7 +5,8 @@
 #     CPU), load it under this torch and run the golden + error tests with it (CUDA tensors then
 #     take the composed ATen path, since that build has no CUDA kernel).
 #  2. pip install --no-build-isolation --no-deps . (CUDA backend on when torch has CUDA + nvcc).
-#  3. python -m pytest tests/python -q against the installed package.
+#  3. python -m pytest tests/python -q against the installed package (pytest-xdist if present).
+#  4. tests/python/bench_op.py: timings through torch (CUDA graphs on the GPU, CPU wall time).
 set -u -o pipefail
 OUT=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$OUT"
@@ -35,7 +36,15 @@ grep -E "indexer_q: torch|indexer_q torch binding|CUDA compiler|Successfully ins
 echo "== pytest tests/python"
 python3 -c 'import indexer_q; print(indexer_q.library_path, indexer_q.available_backends())' \
   2>&1 | tee -a "$OUT/env.log"
+XDIST=""
+python3 -c "import xdist" 2>/dev/null && XDIST="-n ${PYTEST_WORKERS:-6}"
 start=$(date +%s)
-timeout 420 python3 -m pytest tests/python -q -p no:cacheprovider -rfEs --durations=8 2>&1 \
+timeout 420 python3 -m pytest tests/python -q -p no:cacheprovider -rfE --durations=8 $XDIST 2>&1 \
   | tee "$OUT/pytest.log" | grep -vE "^(tests/python/.*(PASSED|SKIPPED))" | tail -40
 echo "pytest rc=${PIPESTATUS[0]} in $(( $(date +%s) - start )) s"
+
+echo "== bench (tests/python/bench_op.py)"
+if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  timeout 120 python3 tests/python/bench_op.py --device cuda 2>&1 | tee "$OUT/bench.log"
+fi
+timeout 120 python3 tests/python/bench_op.py --device cpu --tokens 1,64,1024 2>&1 | tee -a "$OUT/bench.log"
