@@ -41,9 +41,12 @@ class Pool {
     if (t_is_pool_worker) return false;
     std::unique_lock<std::mutex> use(use_mu, std::try_to_lock);
     if (!use.owns_lock()) return false;
-    const int helpers = nparts - 1;
+    int helpers = nparts - 1;
     if (helpers > kMaxWorkers) return false;
-    grow(helpers);
+    helpers = grow(helpers);
+    if (helpers == 0) return false;  // no worker could be started: run inline
+    // Fewer workers than asked (thread creation failed): parts beyond them run here too.
+    const int parts_here_from = helpers + 1;
     {
       std::lock_guard<std::mutex> lk(mu_);
       fn_ = fn;
@@ -54,6 +57,7 @@ class Pool {
     }
     wake_cv_.notify_all();
     fn(ctx, 0);
+    for (int part = parts_here_from; part < nparts; ++part) fn(ctx, part);
     // Wait for the helpers: spin, then sleep.
     for (int i = 0; i < kSpinIterations; ++i) {
       if (remaining_.load(std::memory_order_acquire) == 0) return true;
@@ -70,14 +74,21 @@ class Pool {
   }
 
  private:
-  void grow(int want) {
+  // Starts workers until there are `want`; returns how many there are, at most `want` (fewer
+  // only if the system refuses to start a thread: the library never throws).
+  int grow(int want) {
     std::lock_guard<std::mutex> lk(mu_);
     while (nworkers_ < want) {
       const int index = nworkers_;
       const std::uint64_t gen = generation_.load(std::memory_order_relaxed);
-      std::thread([this, index, gen] { worker(index, gen); }).detach();
+      try {
+        std::thread([this, index, gen] { worker(index, gen); }).detach();
+      } catch (...) {
+        break;
+      }
       ++nworkers_;
     }
+    return nworkers_ < want ? nworkers_ : want;
   }
 
   void worker(int index, std::uint64_t seen) {
