@@ -148,6 +148,8 @@ std::vector<detail::Variant> all_variants() {
       for (bool persistent : {false, true}) v.push_back(V(lanes, block, persistent));
   v.push_back(V(4, 256, true, true));
   v.push_back(V(8, 256, true, true));
+  v.push_back(V(2, 256));
+  v.push_back(V(2, 64));
   return v;
 }
 
@@ -164,7 +166,10 @@ __global__ void fp8_sweep_kernel(unsigned long long* mismatches, unsigned int* f
         detail::e4m3fn_encode(fmaxf(fminf(v, detail::kFp8Max), -detail::kFp8Max));  // SPEC steps 8, 9
     const std::uint32_t got_lo = detail::quantize4_e4m3(v, 1.0f, -2.0f, 0.0f);
     const std::uint32_t got_hi = detail::quantize4_e4m3(0.5f, -0.0f, 3.0f, v);
-    if ((got_lo & 0xffu) != want || (got_hi >> 24) != want) {
+    // Without the clamp: equal for every non-NaN input.
+    const std::uint32_t sat = detail::quantize4_e4m3_sat(-1.0f, v, 0.25f, 7.0f);
+    const bool sat_bad = !isnan(v) && ((sat >> 8) & 0xffu) != want;
+    if ((got_lo & 0xffu) != want || (got_hi >> 24) != want || sat_bad) {
       ++bad;
       atomicMin(first_bad, std::uint32_t(u));
     }
@@ -234,6 +239,36 @@ TEST(Cuda, EveryVariantMatchesReference) {
         check_variants(iqtest::random_case(bh.first, bh.second, dt, pt, stride, ++seed), all_variants());
       }
     }
+  }
+}
+
+// Rows whose Hadamard meets Inf - Inf, overflows, or carries NaN: the kernels skip step 8's
+// clamp on rows that cannot hold a NaN product, so these rows check that reasoning.
+TEST(Cuda, NonFiniteRowsMatchReference) {
+  SKIP_WITHOUT_DEVICE();
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    const float big = dt == DType::kFloat16 ? 65504.0f : 3.0e38f;
+    const std::vector<std::vector<std::pair<int, float>>> rows = {
+        {{0, INFINITY}, {1, INFINITY}},                          // Inf - Inf at stride 1
+        {{0, INFINITY}, {1, -INFINITY}},                         // Inf + -Inf
+        {{3, INFINITY}, {67, -INFINITY}},                        // meet late
+        {{0, INFINITY}, {1, INFINITY}, {2, -INFINITY}, {3, INFINITY}},
+        {{0, big}, {1, -big}},                                   // overflow in one branch
+        {{5, big}, {6, big}, {9, big}, {10, big}},               // overflow, finite elsewhere
+        {{0, big}, {1, big}, {2, -big}, {3, -big}},              // overflow then Inf - Inf
+        {{7, NAN}},                                              // one NaN
+        {{70, NAN}},                                             // one NaN in the rotated half
+        {{0, INFINITY}},                                         // one Inf
+        {{100, -INFINITY}},                                      // one -Inf, rotated
+        {{2, big}, {64, big}, {65, big}},                        // rotated overflow
+    };
+    const std::int64_t H = std::int64_t(rows.size());
+    HostCase c = iqtest::random_case(3, H, dt, DType::kInt64, H, 31337);
+    for (std::int64_t b = 0; b < c.B; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        for (const auto& e : rows[std::size_t(h)])
+          iqtest::store_as(c.q_input, dt, std::size_t((b * H + h) * 128 + e.first), e.second);
+    check_variants(c, all_variants());
   }
 }
 

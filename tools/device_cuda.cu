@@ -80,7 +80,7 @@ class CudaRuntime final : public DeviceRuntime {
   void* stream() override { return stream_; }
 
   // fn is captured kPerGraph times into one CUDA graph; the graph is replayed `warmup` /
-  // kPerGraph times (at least 2) unmeasured, then max(10, iters / kPerGraph) times, each replay
+  // kPerGraph times (at least 5) unmeasured, then max(15, iters / kPerGraph) times, each replay
   // between two events; the result is the median replay time divided by kPerGraph.
   double time_median_us(const std::function<void()>& fn, int warmup, int iters) override {
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
@@ -135,8 +135,8 @@ class CudaRuntime final : public DeviceRuntime {
   static constexpr int kPerGraph = 20;
 
   double replay_median(cudaGraphExec_t exec, int warmup, int iters) {
-    const int w = std::max(2, warmup / kPerGraph);
-    const int n = std::max(10, iters / kPerGraph);
+    const int w = std::max(5, warmup / kPerGraph);
+    const int n = std::max(15, iters / kPerGraph);
     for (int i = 0; i < w; ++i) check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     std::vector<double> t(std::size_t(n), 0.0);
@@ -218,13 +218,15 @@ std::vector<BaselineRun> cuda_baselines(const OpBuffers& bufs, DeviceRuntime& rt
     int lanes;
     bool persistent;
     bool tma;
-  } shapes[] = {{"rowgroup-l4", 4, false, false}, {"rowgroup-l8", 8, false, false},
-                {"rowgroup-l16", 16, false, false}, {"persist-l4", 4, true, false},
-                {"tma-l4", 4, true, true},          {"tma-l8", 8, true, true}};
+    int block;
+  } shapes[] = {{"rowgroup-l4", 4, false, false, 256},  {"rowgroup-l8", 8, false, false, 256},
+                {"rowgroup-l16", 16, false, false, 256}, {"rowgroup-l2", 2, false, false, 256},
+                {"rowgroup-l4-b128", 4, false, false, 128}, {"persist-l4", 4, true, false, 256},
+                {"tma-l4", 4, true, true, 256}};
   for (const auto& sh : shapes) {
     detail::Variant var;
     var.lanes = sh.lanes;
-    var.block = 256;
+    var.block = sh.block;
     var.persistent = sh.persistent;
     var.tma = sh.tma;
     v.push_back({sh.name, [p, var, r] {

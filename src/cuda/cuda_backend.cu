@@ -14,10 +14,10 @@
 // rounds exactly like the plain add / subtract (the product by +-1 is exact).
 //
 // FP8 encoding uses Hopper's cvt.rn.satfinite.e4m3x2.f32 (round to nearest even, saturating
-// to +-448). Step 8's clamp is kept as fminf(v, 448) only: it maps NaN to +448 exactly like
-// the spec's fmax(fmin(v, 448), -448); every non-NaN value below -448 is saturated to -448
-// by the conversion itself. tests/test_cuda.cu checks the conversion against the scalar
-// encoder for every float32 bit pattern.
+// to +-448), which equals the spec's clamp-then-encode for every non-NaN product; step 8's
+// fmin(., 448) (NaN -> +448) is applied only to rows that can hold a NaN product (see
+// compute_row). tests/test_cuda.cu checks the conversion against the scalar encoder for every
+// float32 bit pattern, and rows built to produce Inf - Inf, overflow and NaN.
 //
 // Out-of-range positions. Positions live in device memory and cannot be checked on the host
 // without a synchronization. A row whose position p is < 0 or >= max_pos reads no freqs row
@@ -272,16 +272,30 @@ __device__ __forceinline__ void compute_row(const Args& a, std::uint64_t row, in
   const float inv = __fdiv_rn(1.0f, scale);
 
   // ---- quantize (steps 8, 9) and store ----
+  // Step 8's fmin(., 448) matters only for NaN products (the conversion saturates everything
+  // else exactly like the clamp). A product y * inv is NaN only if some y is NaN or inv = 0
+  // (amax = Inf). A NaN Hadamard input makes every y NaN (each output sums every input); a
+  // NaN made inside the butterflies (Inf - Inf) always leaves an Inf beside it (a pair of
+  // non-NaN values never gives two NaNs), so amax = Inf. Hence the test below, uniform across
+  // the lanes of a row, finds every row that needs the clamp.
+  const bool need_clamp = !(amax <= 3.40282347e38f) || !(x[0][0] == x[0][0]);
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int k = 0; k < 8; ++k) x[c][k] = __fmul_rn(x[c][k], inv);
+  if (need_clamp) {
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) x[c][k] = fminf(x[c][k], kFp8Max);  // NaN -> +448
+  }
   if (!active) return;
   std::uint8_t* orow = a.out + row * kHeadDim;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    float v[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(x[c][k], inv);
     uint2 o;
-    o.x = quantize4_e4m3(v[0], v[1], v[2], v[3]);
-    o.y = quantize4_e4m3(v[4], v[5], v[6], v[7]);
+    o.x = quantize4_e4m3_sat(x[c][0], x[c][1], x[c][2], x[c][3]);
+    o.y = quantize4_e4m3_sat(x[c][4], x[c][5], x[c][6], x[c][7]);
     if (!valid) o = make_uint2(0u, 0u);
     *reinterpret_cast<uint2*>(orow + (c * LANES + l) * 8) = o;
   }
@@ -589,6 +603,7 @@ cudaError_t launch_pos(const Args& a, const Variant& v, cudaStream_t s, bool pdl
   }
   if (v.lanes == 16) return launch_rowgroup<16, DT, POS64, false>(a, block, s, pdl, sms);
   if (v.lanes == 8) return launch_rowgroup<8, DT, POS64, false>(a, block, s, pdl, sms);
+  if (v.lanes == 2) return launch_rowgroup<2, DT, POS64, false>(a, block, s, pdl, sms);
   return launch_rowgroup<4, DT, POS64, false>(a, block, s, pdl, sms);
 }
 

@@ -10,7 +10,7 @@ namespace indexer_q {
 namespace detail {
 
 struct Variant {
-  int lanes = -1;           // threads per row: 4 | 8 | 16; 0 = one-thread-per-row fallback; -1 = automatic
+  int lanes = -1;           // threads per row: 2 (not persistent) | 4 | 8 | 16; 0 = one-thread-per-row fallback; -1 = automatic
   int block = 0;            // threads per block (multiple of 32, <= 256); 0 = 256
   bool persistent = false;  // grid sized to the resident blocks; each row group walks rows, prefetching
   bool tma = false;         // bf16/fp16: tiles of rows streamed to shared memory by cp.async.bulk

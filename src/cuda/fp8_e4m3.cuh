@@ -13,11 +13,11 @@ namespace detail {
 // fminf(v, 448) maps NaN to +448 (as the spec's fmax(fmin(v, 448), -448) does) and clamps
 // the top; cvt.rn.satfinite.e4m3x2.f32 rounds to nearest even and saturates the rest
 // (anything below -448, -Inf included, becomes -448). cvt d, a, b puts a in the high byte.
-__device__ __forceinline__ std::uint32_t quantize4_e4m3(float a, float b, float c, float d) {
-  a = fminf(a, kFp8Max);
-  b = fminf(b, kFp8Max);
-  c = fminf(c, kFp8Max);
-  d = fminf(d, kFp8Max);
+//
+// quantize4_e4m3_sat skips the fminf: it equals quantize4_e4m3 for every input that is not
+// NaN (the conversion saturates +-large and +-Inf to +-448 by itself), and the kernels call it
+// only for rows that hold no NaN product (see compute_row).
+__device__ __forceinline__ std::uint32_t quantize4_e4m3_sat(float a, float b, float c, float d) {
   std::uint32_t r;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   asm("{\n\t.reg .b16 lo, hi;\n\t"
@@ -32,6 +32,10 @@ __device__ __forceinline__ std::uint32_t quantize4_e4m3(float a, float b, float 
       (std::uint32_t(e4m3fn_encode(fmaxf(d, -kFp8Max))) << 24);
 #endif
   return r;
+}
+
+__device__ __forceinline__ std::uint32_t quantize4_e4m3(float a, float b, float c, float d) {
+  return quantize4_e4m3_sat(fminf(a, kFp8Max), fminf(b, kFp8Max), fminf(c, kFp8Max), fminf(d, kFp8Max));
 }
 
 }  // namespace detail
