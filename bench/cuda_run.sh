@@ -51,8 +51,8 @@ if command -v cuobjdump >/dev/null; then
   cuobjdump -sass $B/libindexer_q.a >"$OUT/sass.txt" 2>&1
   cuobjdump -sass $B/cuda_bench 2>/dev/null | awk '/Function : .*baseline/{p=1} /Function : /&&!/baseline/{p=0} p' >>"$OUT/sass.txt"
   awk '/Function : /{if(n)print n, f; f=$3; n=0} /^ *\/\*[0-9a-f]{4}\*\//{n++} END{print n, f}' "$OUT/sass.txt" \
-    | grep -E 'rowgroup_kernelILi(4|8|16)ELi0ELb1|baseline_warp_kernelILi0ELb1' | sed 's/^/sass instr: /' >>"$SUM"
-  for k in 'rowgroup_kernelILi4ELi0ELb1'; do
+    | grep -E 'rowgroup_kernelILi(2|4|8|16)ELi0ELb1ELb0|tma_kernelILi4ELi0ELb1|baseline_warp_kernelILi0ELb1' | sed 's/^/sass instr: /' >>"$SUM"
+  for k in 'rowgroup_kernelILi4ELi0ELb1ELb0'; do
     awk -v k=$k '/Function : /{p=index($0,k)>0} p' "$OUT/sass.txt" | grep -oE '^ +/\*[0-9a-f]{4}\*/ +[A-Z0-9.]+' \
       | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25 | tr '\n' ' ' | sed "s/^/$k ops: /" >>"$SUM"; echo >>"$SUM"
   done
