@@ -12,6 +12,15 @@
 
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/util/shim_utils.h>
+
+// Throws if a stable C shim call fails. torch >= 2.13 headers name it
+// STABLE_TORCH_ERROR_CODE_CHECK; 2.11 / 2.12 headers only have TORCH_ERROR_CODE_CHECK.
+#if defined(STABLE_TORCH_ERROR_CODE_CHECK)
+#define IQ_SHIM_CHECK(call) STABLE_TORCH_ERROR_CODE_CHECK(call)
+#else
+#define IQ_SHIM_CHECK(call) TORCH_ERROR_CODE_CHECK(call)
+#endif
 
 #include "indexer_q/indexer_q.h"
 

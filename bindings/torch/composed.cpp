@@ -56,7 +56,7 @@ using Shape = std::vector<std::int64_t>;
 template <class... A>
 Tensor aten(const char* name, const char* overload, const A&... args) {
   std::array<StableIValue, sizeof...(A)> stack{torch::stable::detail::from(args)...};
-  STABLE_TORCH_ERROR_CODE_CHECK(
+  IQ_SHIM_CHECK(
       torch_call_dispatcher(name, overload, stack.data(), TORCH_ABI_VERSION));
   return torch::stable::detail::to<Tensor>(stack[0]);
 }

@@ -216,7 +216,7 @@ void cuda_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out
     const int32_t index = q_input.get_device_index();
     guard.emplace(index);
     void* stream = nullptr;
-    STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(index, &stream));
+    IQ_SHIM_CHECK(aoti_torch_get_current_cuda_stream(index, &stream));
     o.stream = stream;
   }
   throw_if_error(indexer_q::fused_q_indexer_rope_hadamard_quant(
