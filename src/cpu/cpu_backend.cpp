@@ -198,6 +198,7 @@ Status cpu_run(const Problem& p, CpuIsa isa, int num_threads) {
   // Parts: at most one per thread, and no part smaller than a few dozen rows.
   std::int64_t nparts = num_threads < 1 ? 1 : num_threads;
   nparts = std::min<std::int64_t>(nparts, (rows + 31) / 32);
+  nparts = std::min<std::int64_t>(nparts, 1024);  // the pool's worker cap + the caller
   if (nparts > 1 && rows >= cpu::inline_row_threshold()) {
     cpu::Job job{&p, kernel, rows, int(nparts)};
     if (cpu::pool_try_run(int(nparts), &cpu::run_part, &job)) return Status::Ok();

@@ -27,7 +27,7 @@ namespace detail {
 namespace cpu {
 namespace {
 
-constexpr int kSpinIterations = 2000;  // ~ 10-50 microseconds of pause before sleeping
+constexpr int kSpinIterations = 2000;  // pause instructions (~10-100 us, by CPU) before sleeping
 constexpr int kMaxWorkers = 1023;
 
 thread_local bool t_is_pool_worker = false;
