@@ -150,6 +150,8 @@ std::vector<detail::Variant> all_variants() {
   v.push_back(V(8, 256, true, true));
   v.push_back(V(2, 256));
   v.push_back(V(2, 64));
+  v.push_back(V(4, 128));
+  v.push_back(V(16, 128));
   return v;
 }
 

@@ -221,7 +221,8 @@ std::vector<BaselineRun> cuda_baselines(const OpBuffers& bufs, DeviceRuntime& rt
     int block;
   } shapes[] = {{"rowgroup-l4", 4, false, false, 256},  {"rowgroup-l8", 8, false, false, 256},
                 {"rowgroup-l16", 16, false, false, 256}, {"rowgroup-l2", 2, false, false, 256},
-                {"rowgroup-l4-b128", 4, false, false, 128}, {"persist-l4", 4, true, false, 256},
+                {"rowgroup-l4-b128", 4, false, false, 128}, {"rowgroup-l4-b64", 4, false, false, 64},
+                {"persist-l4", 4, true, false, 256},
                 {"tma-l4", 4, true, true, 256}};
   for (const auto& sh : shapes) {
     detail::Variant var;
