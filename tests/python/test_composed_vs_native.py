@@ -84,6 +84,11 @@ def test_composed_equals_native(B, H, dtype, device):
         assert_same_f32(w_n, w_ref, f"{device} vs cpu weights_out")
     if B == 0:
         assert q_n.numel() == 0 and w_n.numel() == 0
+    if B == 333:  # the grid really covers the hard cases: fp8 subnormals, +-448, NaN/Inf weights
+        codes = q_n.cpu().view(torch.uint8)
+        assert bool((((codes & 0x78) == 0) & ((codes & 0x07) != 0)).any())
+        assert bool(((codes & 0x7F) == 0x7E).any())
+        assert bool((~torch.isfinite(w_n.cpu())).any())
 
 
 # ---- the RoPE fma: a case where "(xr*c in double) - (xi*s), rounded to float" is wrong --------
