@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target indexer-q >/dev/null
-exec build/indexer-q run "$@"
+exec build/tools/indexer-q run "$@"
