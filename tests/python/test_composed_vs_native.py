@@ -4,7 +4,6 @@ adversarial inputs (and, on CUDA, both against the CPU kernel)."""
 import math
 from fractions import Fraction
 
-import numpy as np
 import pytest
 import torch
 
@@ -93,13 +92,14 @@ def test_composed_equals_native(B, H, dtype, device):
 
 # ---- the RoPE fma: a case where "(xr*c in double) - (xi*s), rounded to float" is wrong --------
 def f32(v):
-    return np.float32(v)
+    """A float32 scalar (0-dim tensor): arithmetic between two of them rounds to float32."""
+    return torch.as_tensor(v, dtype=torch.float32)
 
 
-def round_to_f32(fr: Fraction) -> np.float32:
+def round_to_f32(fr: Fraction) -> torch.Tensor:
     """Correctly rounded (nearest, ties to even) float32 of an exact rational (normal range)."""
     if fr == 0:
-        return np.float32(0.0)
+        return f32(0.0)
     sign = -1 if fr < 0 else 1
     a = abs(fr)
     e = math.floor(math.log2(a))
@@ -113,7 +113,7 @@ def round_to_f32(fr: Fraction) -> np.float32:
     rem = n - lo
     if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and lo % 2 == 1):
         lo += 1
-    return np.float32(sign * float(lo * ulp))
+    return f32(sign * float(lo * ulp))  # lo * ulp has 24 bits: exact in double and float
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -127,12 +127,12 @@ def test_rope_fma_is_exact_at_float_midpoints(impl, device):
     xr, c = f32(97.0), f32(172961 * 2.0**-18)
     xi, s = f32(-(2.0**-40)), f32(2.0**-100)
     exact = round_to_f32(Fraction(float(xr)) * Fraction(float(c)) - Fraction(float(xi * s)))
-    naive = f32(np.float64(xr) * np.float64(c) - np.float64(f32(xi * s)))
-    assert exact == f32(64.0 + 2.0**-17) and naive == f32(64.0), (exact, naive)
-    k = np.frombuffer(np.uint32(0x3DB504F3).tobytes(), dtype=np.float32)[0]
-    want_scale = f32(f32(exact * k) / f32(448.0))
-    naive_scale = f32(f32(naive * k) / f32(448.0))
-    assert want_scale != naive_scale  # the test can tell the two apart
+    naive = (xr.double() * c.double() - (xi * s).double()).float()
+    assert float(exact) == 64.0 + 2.0**-17 and float(naive) == 64.0, (exact, naive)
+    k = torch.tensor(0x3DB504F3, dtype=torch.int32).view(torch.float32)
+    want_scale = (exact * k) / f32(448.0)
+    naive_scale = (naive * k) / f32(448.0)
+    assert float(want_scale) != float(naive_scale)  # the test can tell the two apart
 
     B, H = 2, 3
     q = torch.zeros(B, H, 128, dtype=torch.float32)
@@ -147,8 +147,8 @@ def test_rope_fma_is_exact_at_float_midpoints(impl, device):
     q_fp8, w_out = new_outputs(q.to(device))
     op = NATIVE if impl == "native" else COMPOSED
     op(q.to(device), q_fp8, weight.to(device), w_out, 1.0, freqs.to(device), positions.to(device))
-    got = w_out.cpu().numpy().reshape(-1)
-    assert np.all(got.view(np.uint32) == np.full(B * H, want_scale).view(np.uint32)), got
+    got = w_out.cpu().reshape(-1)
+    assert bool((got.view(torch.int32) == want_scale.view(torch.int32)).all()), (got, want_scale)
     codes = q_fp8.cpu().view(torch.uint8).reshape(-1)
     assert bool(((codes == 0x7E) | (codes == 0xFE)).all())  # every value is +-448
 
