@@ -1,7 +1,8 @@
 // The CUDA backend of fused_q_indexer_rope_hadamard_quant.
 //
 // Design (the "row-group" kernel): each row of 128 values is processed by LANES consecutive
-// threads (LANES = 4, 8 or 16). A lane holds C = 128 / (8 * LANES) chunks of 8 contiguous
+// threads of one warp (LANES = 2, 4, 8 or 16; choose_variant picks 16 up to 1024 rows, else 4
+// in blocks of 128, from H200 measurements in docs/PERFORMANCE.md). A lane holds C = 128 / (8 * LANES) chunks of 8 contiguous
 // values; element i of the row lives in
 //     chunk c = i / (8 * LANES),   lane l = (i / 8) % LANES,   slot k = i % 8.
 // Each chunk is one 16-byte load (bf16 / fp16) or two (fp32), and one 8-byte store of codes.
@@ -20,9 +21,10 @@
 // float32 bit pattern, and rows built to produce Inf - Inf, overflow and NaN.
 //
 // Out-of-range positions. Positions live in device memory and cannot be checked on the host
-// without a synchronization. A row whose position p is < 0 or >= max_pos reads no freqs row
-// (no out-of-bounds access); its 128 codes are written as 0x00 and its weights_out as a quiet
-// NaN, so the caller can detect it (isnan(weights_out)). No trap, no error code.
+// without a synchronization. A row whose position p is < 0 or >= max_pos reads freqs row 0
+// instead (always in bounds: max_pos >= 1), so nothing outside the tensors is read; its 128
+// codes are written as 0x00 and its weights_out as a quiet NaN, so the caller can detect it
+// (isnan(weights_out)). No trap, no error code.
 //
 // Everything is enqueued on the caller's stream: no allocation, no host synchronization, so
 // the call can be captured in a CUDA graph. With enable_pdl on an sm_90+ device the kernel
@@ -33,6 +35,12 @@
 // Misaligned pointers (q_input / freqs not 16-byte aligned, q_fp8 not 8-byte aligned, e.g. a
 // view at an odd element offset) take a simple one-thread-per-row kernel with the scalar row
 // pipeline of src/common/row.h: same bytes, slower.
+//
+// Also here, for benchmarks and tests (cuda_run_variant): a persistent variant (row groups
+// loop over the rows and prefetch the next row) and a bulk-copy variant (tiles of rows
+// streamed into shared memory by cp.async.bulk). Both measured slower on an H200; kept so the
+// comparison can be repeated. Before launching, every pointer is checked to be device (or
+// managed / pinned) memory of p.device.index, and the launch runs with that device current.
 #include <cuda_runtime.h>
 
 #include <atomic>
