@@ -26,7 +26,7 @@ timeout 200 $B/tools/indexer-q bench --backend cuda --heads 64,16 --tokens 1,8,6
 say "indexer-q bench rc=$?"; cut -d, -f3,4,8,9,11,12,13,14,15 "$OUT/cli_bench.csv" >>"$SUM"
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 if [ -n "$NCU" ]; then
-  timeout 150 $NCU --clock-control none -k regex:rowgroup_kernelILi4ELi0ELb1ELb0 -c 1 \
+  timeout 150 $NCU --clock-control none -k regex:rowgroup_kernel -c 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
     --section WarpStateStats --section MemoryWorkloadAnalysis \
     $T --gtest_filter=Cuda.LargeBatchMatchesReference >"$OUT/ncu.txt" 2>&1
