@@ -52,6 +52,14 @@ inline std::uint16_t to_f16(float f) {
   return std::uint16_t(sign | ((std::uint32_t(e - 1 + 15) << 10) + m));  // a carry bumps the exponent
 }
 
+// An independent definition of float8_e4m3fn, by code: e = 0 -> m * 2^-9, else
+// (1 + m/8) * 2^(e-7); bit 7 is the sign (0x7f / 0xff are NaN and not meant here).
+inline double e4m3_value(int code) {
+  const int e = (code >> 3) & 15, m = code & 7;
+  const double mag = e == 0 ? std::ldexp(double(m), -9) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return (code & 0x80) ? -mag : mag;
+}
+
 // Stores v as element i of a buffer of dtype dt (bf16 / fp16 / fp32).
 inline void store_as(std::vector<std::uint8_t>& buf, DType dt, std::size_t i, float v) {
   if (dt == DType::kFloat32) {

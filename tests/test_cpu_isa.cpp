@@ -18,33 +18,15 @@
 #include "cpu/cpu_internal.h"
 #include "cpu/thread_pool.h"
 #include "indexer_q/indexer_q.h"
+#include "iq_test_util.h"
 
 namespace {
 
 using namespace indexer_q;
 
-std::uint32_t bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float from_bits(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// float -> half, truncating the mantissa (any encoding will do: both backends read the bytes).
-std::uint16_t to_f16(float f) {
-  const std::uint32_t u = bits(f);
-  const std::uint16_t sign = std::uint16_t((u >> 16) & 0x8000u);
-  if (std::isnan(f)) return std::uint16_t(sign | 0x7e00u);
-  const float a = std::fabs(f);
-  if (a >= 65504.0f) return std::uint16_t(sign | (std::isinf(a) ? 0x7c00u : 0x7bffu));
-  if (a < 0x1p-14f) return std::uint16_t(sign | std::uint16_t(a * 0x1p24f));
-  const std::uint32_t au = bits(a);
-  return std::uint16_t(sign | ((((au >> 23) - 112u) << 10) | ((au >> 13) & 0x3ffu)));
-}
+using iqtest::to_f16;
+inline std::uint32_t bits(float f) { return iqtest::bits_of(f); }
+inline float from_bits(std::uint32_t u) { return iqtest::float_of(u); }
 
 struct Case {
   std::int64_t B = 0, H = 0, max_pos = 0, wstride = 0;

@@ -31,11 +31,7 @@ using iqtest::float_of;
 // Code k = (e, m) = (k >> 3, k & 7): e = 0 -> m * 2^-9; else (1 + m/8) * 2^(e-7).
 // Code 0x7f (e = 15, m = 7) is NaN; the sign bit is bit 7.
 // ---------------------------------------------------------------------------------------
-double e4m3_value(int code) {
-  const int e = (code >> 3) & 15, m = code & 7;
-  const double mag = e == 0 ? std::ldexp(double(m), -9) : std::ldexp(1.0 + m / 8.0, e - 7);
-  return (code & 0x80) ? -mag : mag;
-}
+using iqtest::e4m3_value;
 
 // Nearest e4m3fn code of x by brute force over all values (double arithmetic, ties to the
 // even code, |x| beyond 448 or Inf -> +-448, NaN -> 0x7f with its sign). The slow definition.

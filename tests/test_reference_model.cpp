@@ -66,11 +66,7 @@ double decode_input(const HostCase& c, const std::vector<std::uint8_t>& buf, std
   return neg ? -v : v;
 }
 
-double e4m3_value(int code) {
-  const int e = (code >> 3) & 15, m = code & 7;
-  const double mag = e == 0 ? std::ldexp(double(m), -9) : std::ldexp(1.0 + m / 8.0, e - 7);
-  return (code & 0x80) ? -mag : mag;
-}
+using iqtest::e4m3_value;
 
 // Nearest e4m3fn code (brute force, ties to even, saturating at +-448).
 int e4m3_nearest(double x) {

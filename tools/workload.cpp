@@ -1,6 +1,8 @@
 // Synthetic workloads and device-side op buffers. See workload.h.
 #include "workload.h"
 
+#include "common/row.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -57,16 +59,8 @@ class Rng {
   bool have_spare_ = false;
 };
 
-std::uint32_t bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float from_bits(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using detail::f32_bits;
+using detail::f32_from_bits;
 
 void store(std::vector<std::uint8_t>& buf, DType dt, std::size_t i, float v) {
   switch (dt) {
@@ -87,20 +81,20 @@ void store(std::vector<std::uint8_t>& buf, DType dt, std::size_t i, float v) {
 }  // namespace
 
 std::uint16_t f32_to_bf16(float f) {
-  const std::uint32_t u = bits(f);
+  const std::uint32_t u = f32_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x40u);  // quiet NaN
   return std::uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 std::uint16_t f32_to_f16(float f) {
-  const std::uint32_t u = bits(f);
+  const std::uint32_t u = f32_bits(f);
   const std::uint16_t sign = std::uint16_t((u >> 16) & 0x8000u);
   const std::uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return std::uint16_t(sign | 0x7e00u);      // NaN
   if (a >= 0x477ff000u) return std::uint16_t(sign | 0x7c00u);     // >= 65520 rounds to Inf
   if (a < 0x38800000u) {                                           // below 2^-14: subnormal
-    const float scaled = from_bits(a) * 16777216.0f;               // exact: times 2^24, < 2^10
-    const std::uint32_t r = bits(scaled + 8388608.0f) - 0x4b000000u;  // round to integer, ties even
+    const float scaled = f32_from_bits(a) * 16777216.0f;               // exact: times 2^24, < 2^10
+    const std::uint32_t r = f32_bits(scaled + 8388608.0f) - 0x4b000000u;  // round to integer, ties even
     return std::uint16_t(sign | r);                                // r == 0x400 is the smallest normal
   }
   const std::uint32_t r = (a + 0xfffu + ((a >> 13) & 1u)) >> 13;  // 10 mantissa bits, ties even
