@@ -83,9 +83,8 @@ inline void load_row(const void* base, std::int64_t r, __m256 E[8], __m256 O[8])
 
 struct Consts {
   __m256 sg0, sg1, sg2;  // +1 where the lane bit is clear, -1 where set
-  __m256 hadamard, absmask, c448, cm448, c512, c2p23;
-  __m256i kp, one, c80;
-  __m256 min_normal;
+  __m256 hadamard, absmask, expmask, c448, cm448, c1p5x2p20, c2m120;
+  __m256i min_normal_bits, c80;
   __m256i iel, iol, ieh, ioh, out_perm;
   Consts() {
     sg0 = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
@@ -95,11 +94,10 @@ struct Consts {
     absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     c448 = _mm256_set1_ps(448.0f);
     cm448 = _mm256_set1_ps(-448.0f);
-    c512 = _mm256_set1_ps(512.0f);
-    c2p23 = _mm256_set1_ps(8388608.0f);
-    kp = _mm256_set1_epi32(int(0x7ffffu - (960u << 20)));
-    one = _mm256_set1_epi32(1);
-    min_normal = _mm256_set1_ps(0x1p-6f);
+    expmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7f800000));
+    c1p5x2p20 = _mm256_set1_ps(0x1.8p20f);
+    c2m120 = _mm256_set1_ps(0x1p-120f);
+    min_normal_bits = _mm256_set1_epi32(0x3c800000);  // 2^-6
     c80 = _mm256_set1_epi32(0x80);
     out_perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const char z = char(0x80);
@@ -136,20 +134,27 @@ inline void butterfly(__m256& a, __m256& b) {
 
 // Steps 8..9 for 8 values already multiplied by inv: clamp (NaN -> +448) and encode.
 // Returns the e4m3fn code in the low byte of each 32-bit lane (upper bytes: don't care).
+//
+// After the clamp, v is finite with |v| <= 448. With E the exponent of |v| and Ec = max(E, -6),
+// the e4m3fn grid around v has step 2^(Ec-3) (Ec = -6: the subnormal step 2^-9). Adding
+// 1.5 * 2^(Ec+20) puts the sum in the binade [2^(Ec+20), 2^(Ec+21)) whose ulp is that step, so
+// the single rounding of the fma is round-to-nearest-even of v onto the grid, and subtracting
+// the constant back is exact: r = RNE(v) on the grid, |r| <= 448. Then |r| * 2^-120 has the
+// float32 bit pattern code7 << 20 (an e4m3 normal maps to a float32 normal with the exponent
+// re-biased 127 -> 7, an e4m3 subnormal k * 2^-9 to the float32 subnormal k * 2^-129), and the
+// sign comes from v (so -0 and values rounding to zero from below keep 0x80).
 inline __m256i clamp_encode(__m256 q, const Consts& c) {
-  q = _mm256_min_ps(q, c.c448);   // minps returns its 2nd operand when one is NaN: NaN -> 448
-  q = _mm256_max_ps(q, c.cm448);
-  const __m256i u = _mm256_castps_si256(q);
-  const __m256i a = _mm256_castps_si256(_mm256_and_ps(q, c.absmask));
-  // |v| < 2^-6: subnormal codes, |v| * 512 rounded to an integer (ties to even) by adding 2^23.
-  const __m256i sub = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_castsi256_ps(a), c.c512, c.c2p23));
-  // Normal: round the mantissa to 3 bits (ties to even) and re-bias the exponent 127 -> 7.
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 20), c.one);
-  const __m256i n = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, c.kp), odd), 20);
-  const __m256i is_sub = _mm256_castps_si256(_mm256_cmp_ps(_mm256_castsi256_ps(a), c.min_normal, _CMP_LT_OQ));
-  const __m256i code = _mm256_blendv_epi8(n, sub, is_sub);
+  // minps returns its 2nd operand when one is NaN: NaN -> 448. `hi` has v's sign (the max
+  // with -448 keeps it), and serves as the sign mask so that q itself may be overwritten.
+  const __m256 hi = _mm256_min_ps(q, c.c448);
+  q = _mm256_max_ps(hi, c.cm448);
+  const __m256i e = _mm256_castps_si256(_mm256_and_ps(q, c.expmask));          // 2^E (0 for 0)
+  const __m256 m = _mm256_castsi256_ps(_mm256_max_epi32(e, c.min_normal_bits)); // 2^Ec
+  const __m256 t = _mm256_fmadd_ps(m, c.c1p5x2p20, q);   // the one rounding
+  const __m256 r = _mm256_fnmadd_ps(m, c.c1p5x2p20, t);  // exact: RNE(v) on the grid
+  const __m256i code = _mm256_srli_epi32(_mm256_castps_si256(_mm256_mul_ps(r, c.c2m120)), 20);
   return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(code),
-                                              _mm256_castsi256_ps(_mm256_or_si256(code, c.c80)), q));
+                                              _mm256_castsi256_ps(_mm256_or_si256(code, c.c80)), hi));
 }
 
 template <int kN>
