@@ -163,14 +163,21 @@ inline float lane(__m128 v) {
 }
 
 // kRows (1 or 2) consecutive rows of one token, phase by phase, so that the processor always
-// has independent work (one row's chain of shuffles, reductions and divisions is long).
+// has independent work. The work is split in two: front (steps 1-7: everything up to the
+// divisions, results left in buf) and back (steps 8-10, from buf). run_rows issues the front of
+// the next rows before the back of the previous ones, so that the long chain of the amax
+// reduction and the two divisions overlaps with independent encoding work instead of stalling
+// the pipeline. Lane n of scale / inv belongs to row n.
+struct RowScale {
+  __m128 scale, inv;
+};
+
 template <DType kDt, int kRows>
-inline void process_rows(const Problem& p, std::int64_t r0, std::int64_t b, std::int64_t h0,
-                         const __m256 C[4], const __m256 S[4], const Consts& c) {
+inline RowScale front_rows(const Problem& p, std::int64_t r0, const __m256 C[4], const __m256 S[4],
+                           const Consts& c, float (*buf)[16 * 8]) {
   constexpr Layout kL = layout_of<kDt>();
   // Phase 1, per 16-element slice k: even/odd split, RoPE (k >= 4), butterfly stride 1, then
   // strides 2, 4, 8 inside each register. buf[n][k] = E[k], buf[n][8 + k] = O[k] of row n.
-  alignas(32) float buf[kRows][16 * 8];
 #pragma GCC unroll 2
   for (int n = 0; n < kRows; ++n) {
     __m256 E[8], O[8];
@@ -226,6 +233,14 @@ inline void process_rows(const Problem& p, std::int64_t r0, std::int64_t b, std:
   const __m128 am = kRows == 1 ? amax[0] : _mm_unpacklo_ps(amax[0], amax[kRows - 1]);
   const __m128 scale = _mm_div_ps(_mm_max_ps(am, _mm_set1_ps(1e-4f)), _mm_set1_ps(448.0f));
   const __m128 inv = _mm_div_ps(_mm_set1_ps(1.0f), scale);
+  return RowScale{scale, inv};
+}
+
+template <DType kDt, int kRows>
+inline void back_rows(const Problem& p, std::int64_t r0, std::int64_t b, std::int64_t h0, const Consts& c,
+                      const float (*buf)[16 * 8], RowScale rs) {
+  constexpr Layout kL = layout_of<kDt>();
+  const __m128 scale = rs.scale, inv = rs.inv;
   // Steps 8-9, then interleave the even/odd codes back into element order.
 #pragma GCC unroll 2
   for (int n = 0; n < kRows; ++n) {
@@ -272,9 +287,24 @@ void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
       else
         split_shuffled(_mm256_loadu_ps(f + 16 * m), _mm256_loadu_ps(f + 16 * m + 8), C[m], S[m]);
     }
-    for (; r + 2 <= token_end; r += 2) process_rows<kDt, 2>(p, r, b, r - b * H, C, S, c);
+    // Pairs of rows, software-pipelined: front of pair i, then back of pair i - 1.
+    if (r + 2 <= token_end) {
+      alignas(32) float buf[2][2][16 * 8];
+      int cur = 0;
+      RowScale prev = front_rows<kDt, 2>(p, r, C, S, c, buf[cur]);
+      std::int64_t prev_r = r;
+      for (r += 2; r + 2 <= token_end; r += 2) {
+        const RowScale rs = front_rows<kDt, 2>(p, r, C, S, c, buf[cur ^ 1]);
+        back_rows<kDt, 2>(p, prev_r, b, prev_r - b * H, c, buf[cur], prev);
+        prev = rs;
+        prev_r = r;
+        cur ^= 1;
+      }
+      back_rows<kDt, 2>(p, prev_r, b, prev_r - b * H, c, buf[cur], prev);
+    }
     if (r < token_end) {
-      process_rows<kDt, 1>(p, r, b, r - b * H, C, S, c);
+      alignas(32) float buf[1][16 * 8];
+      back_rows<kDt, 1>(p, r, b, r - b * H, c, buf, front_rows<kDt, 1>(p, r, C, S, c, buf));
       ++r;
     }
   }
