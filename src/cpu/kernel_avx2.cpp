@@ -6,7 +6,9 @@
 //   - butterfly stride 1 is E +/- O; strides 16, 32, 64 pair registers (k bits 0, 1, 2);
 //   - strides 2, 4, 8 pair lanes (lane bits 0, 1, 2) inside a register: with p the register
 //     with its lanes swapped, each lane computes fma(r, +-1, p), i.e. exactly a + b or a - b
-//     (a product by +-1 is exact, so the single rounding is the one of the add/sub).
+//     (a product by +-1 is exact, so the single rounding is the one of the add/sub); stride 2
+//     uses addsub(r, p) instead (a - b in the even lane, b + a in the odd one), which leaves
+//     lane bit 0 = NOT x bit 1 from then on (only the output interleave cares).
 // Every value goes through the same IEEE operations, in the same order, as SPEC.md.
 // This file includes no shared header with inline functions (see cpu_internal.h).
 #include <immintrin.h>
@@ -82,12 +84,11 @@ inline void load_row(const void* base, std::int64_t r, __m256 E[8], __m256 O[8])
 }
 
 struct Consts {
-  __m256 sg0, sg1, sg2;  // +1 where the lane bit is clear, -1 where set
+  __m256 sg1, sg2;  // +1 where the lane bit is clear, -1 where set
   __m256 hadamard, absmask, expmask, c448, cm448, c1p5x2p20, c2m120;
   __m256i min_normal_bits, c80;
   __m256i iel, iol, ieh, ioh, out_perm;
   Consts() {
-    sg0 = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
     sg1 = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
     sg2 = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
     hadamard = _mm256_set1_ps(kHadamard);
@@ -101,21 +102,25 @@ struct Consts {
     c80 = _mm256_set1_epi32(0x80);
     out_perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const char z = char(0x80);
-    iel = _mm256_setr_epi8(0, z, 4, z, 8, z, 12, z, z, z, z, z, z, z, z, z,
-                           0, z, 4, z, 8, z, 12, z, z, z, z, z, z, z, z, z);
-    iol = _mm256_setr_epi8(z, 0, z, 4, z, 8, z, 12, z, z, z, z, z, z, z, z,
-                           z, 0, z, 4, z, 8, z, 12, z, z, z, z, z, z, z, z);
-    ieh = _mm256_setr_epi8(z, z, z, z, z, z, z, z, 0, z, 4, z, 8, z, 12, z,
-                           z, z, z, z, z, z, z, z, 0, z, 4, z, 8, z, 12, z);
-    ioh = _mm256_setr_epi8(z, z, z, z, z, z, z, z, z, 0, z, 4, z, 8, z, 12,
-                           z, z, z, z, z, z, z, z, z, 0, z, 4, z, 8, z, 12);
+    // Lane bit 0 is the complement of x bit 1 (see inlane_stages): lanes 1, 0, 3, 2.
+    iel = _mm256_setr_epi8(4, z, 0, z, 12, z, 8, z, z, z, z, z, z, z, z, z,
+                           4, z, 0, z, 12, z, 8, z, z, z, z, z, z, z, z, z);
+    iol = _mm256_setr_epi8(z, 4, z, 0, z, 12, z, 8, z, z, z, z, z, z, z, z,
+                           z, 4, z, 0, z, 12, z, 8, z, z, z, z, z, z, z, z);
+    ieh = _mm256_setr_epi8(z, z, z, z, z, z, z, z, 4, z, 0, z, 12, z, 8, z,
+                           z, z, z, z, z, z, z, z, 4, z, 0, z, 12, z, 8, z);
+    ioh = _mm256_setr_epi8(z, z, z, z, z, z, z, z, z, 4, z, 0, z, 12, z, 8,
+                           z, z, z, z, z, z, z, z, z, 4, z, 0, z, 12, z, 8);
   }
 };
 
 // Butterflies at strides 2, 4, 8 inside one register (in that order).
 template <Layout kL>
 inline __m256 inlane_stages(__m256 v, const Consts& c) {
-  v = _mm256_fmadd_ps(v, c.sg0, _mm256_permute_ps(v, 0xB1));  // x bit 1 = lane bit 0
+  // Stride 2 (x bit 1 = lane bit 0): addsub gives a - b in the even lane and b + a in the odd
+  // lane of each pair, i.e. the outputs land with lane bit 0 = NOT x bit 1 (the output
+  // interleave below accounts for it).
+  v = _mm256_addsub_ps(v, _mm256_permute_ps(v, 0xB1));
   if (kL == Layout::kNatural) {
     v = _mm256_fmadd_ps(v, c.sg1, _mm256_permute_ps(v, 0x4E));           // x bit 2 = lane bit 1
     v = _mm256_fmadd_ps(v, c.sg2, _mm256_permute2f128_ps(v, v, 0x01));   // x bit 3 = lane bit 2
