@@ -4,11 +4,14 @@
 // elements: E[k] lane l = x[16k + 2l], O[k] lane l = x[16k + 2l + 1]. Then
 //   - the RoPE pairs (x[64+2j], x[65+2j]) are (E[4+m] lane l, O[4+m] lane l), j = 8m + l;
 //   - butterfly stride 1 is E +/- O; strides 16, 32, 64 pair registers (k bits 0, 1, 2);
-//   - strides 2, 4, 8 pair lanes (lane bits 0, 1, 2) inside a register: with p the register
-//     with its lanes swapped, each lane computes fma(r, +-1, p), i.e. exactly a + b or a - b
-//     (a product by +-1 is exact, so the single rounding is the one of the add/sub); stride 2
-//     uses addsub(r, p) instead (a - b in the even lane, b + a in the odd one), which leaves
-//     lane bit 0 = NOT x bit 1 from then on (only the output interleave cares).
+//   - strides 2, 4, 8 pair lanes (lane bits 0, 1, 2) inside a register. Stride 2: with p the
+//     register with its pairs of lanes swapped, addsub(r, p) gives a - b in the even lane and
+//     b + a in the odd one (lane bit 0 = NOT x bit 1 from then on). The stride on lane bit 2
+//     (halves): fma(r, +-1, swapped halves), exactly a + b or a - b (a product by +-1 is
+//     exact, so the single rounding is the one of the add/sub). The stride on lane bit 1: two
+//     shufps gather the partners of E[k] and O[k] into u and w, and u + w, u - w become the
+//     S and D registers (that stride's x bit becomes the register, lane bit 1 = x bit 0).
+//     Only the output interleave cares about where each value sits.
 // Every value goes through the same IEEE operations, in the same order, as SPEC.md.
 // This file includes no shared header with inline functions (see cpu_internal.h).
 #include <immintrin.h>
@@ -84,12 +87,12 @@ inline void load_row(const void* base, std::int64_t r, __m256 E[8], __m256 O[8])
 }
 
 struct Consts {
-  __m256 sg1, sg2;  // +1 where the lane bit is clear, -1 where set
+  __m256 sg2;  // +1 where lane bit 2 is clear, -1 where set
   __m256 hadamard, absmask, expmask, c448, cm448, c1p5x2p20, c2m120;
   __m256i min_normal_bits, c80;
-  __m256i iel, iol, ieh, ioh, out_perm;
+  __m256i out_perm;
+  __m256i ns0, nd0, ns1, nd1;  // output interleave: S/D registers of slices k, k + 1
   Consts() {
-    sg1 = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
     sg2 = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
     hadamard = _mm256_set1_ps(kHadamard);
     absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -102,34 +105,20 @@ struct Consts {
     c80 = _mm256_set1_epi32(0x80);
     out_perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const char z = char(0x80);
-    // Lane bit 0 is the complement of x bit 1 (see inlane_stages): lanes 1, 0, 3, 2.
-    iel = _mm256_setr_epi8(4, z, 0, z, 12, z, 8, z, z, z, z, z, z, z, z, z,
-                           4, z, 0, z, 12, z, 8, z, z, z, z, z, z, z, z, z);
-    iol = _mm256_setr_epi8(z, 4, z, 0, z, 12, z, 8, z, z, z, z, z, z, z, z,
-                           z, 4, z, 0, z, 12, z, 8, z, z, z, z, z, z, z, z);
-    ieh = _mm256_setr_epi8(z, z, z, z, z, z, z, z, 4, z, 0, z, 12, z, 8, z,
-                           z, z, z, z, z, z, z, z, 4, z, 0, z, 12, z, 8, z);
-    ioh = _mm256_setr_epi8(z, z, z, z, z, z, z, z, z, 4, z, 0, z, 12, z, 8,
-                           z, z, z, z, z, z, z, z, z, 4, z, 0, z, 12, z, 8);
+    // In each 128-bit half of an S or D register, lanes 1, 3, 0, 2 hold 4 consecutive
+    // elements (natural: half h of S / D of slice k = x[16k + 8h + 0..3] / x[16k + 8h + 4..7];
+    // shuffled: x[16k + 4h + 0..3] / x[16k + 8 + 4h + 0..3]). Each goes to its own dword of
+    // the half; the final permute puts the dwords in order.
+    ns0 = _mm256_setr_epi8(4, 12, 0, 8, z, z, z, z, z, z, z, z, z, z, z, z,
+                           4, 12, 0, 8, z, z, z, z, z, z, z, z, z, z, z, z);
+    nd0 = _mm256_setr_epi8(z, z, z, z, 4, 12, 0, 8, z, z, z, z, z, z, z, z,
+                           z, z, z, z, 4, 12, 0, 8, z, z, z, z, z, z, z, z);
+    ns1 = _mm256_setr_epi8(z, z, z, z, z, z, z, z, 4, 12, 0, 8, z, z, z, z,
+                           z, z, z, z, z, z, z, z, 4, 12, 0, 8, z, z, z, z);
+    nd1 = _mm256_setr_epi8(z, z, z, z, z, z, z, z, z, z, z, z, 4, 12, 0, 8,
+                           z, z, z, z, z, z, z, z, z, z, z, z, 4, 12, 0, 8);
   }
 };
-
-// Butterflies at strides 2, 4, 8 inside one register (in that order).
-template <Layout kL>
-inline __m256 inlane_stages(__m256 v, const Consts& c) {
-  // Stride 2 (x bit 1 = lane bit 0): addsub gives a - b in the even lane and b + a in the odd
-  // lane of each pair, i.e. the outputs land with lane bit 0 = NOT x bit 1 (the output
-  // interleave below accounts for it).
-  v = _mm256_addsub_ps(v, _mm256_permute_ps(v, 0xB1));
-  if (kL == Layout::kNatural) {
-    v = _mm256_fmadd_ps(v, c.sg1, _mm256_permute_ps(v, 0x4E));           // x bit 2 = lane bit 1
-    v = _mm256_fmadd_ps(v, c.sg2, _mm256_permute2f128_ps(v, v, 0x01));   // x bit 3 = lane bit 2
-  } else {
-    v = _mm256_fmadd_ps(v, c.sg2, _mm256_permute2f128_ps(v, v, 0x01));   // x bit 2 = lane bit 2
-    v = _mm256_fmadd_ps(v, c.sg1, _mm256_permute_ps(v, 0x4E));           // x bit 3 = lane bit 1
-  }
-  return v;
-}
 
 inline void butterfly(__m256& a, __m256& b) {
   const __m256 t = a;
@@ -182,7 +171,7 @@ inline RowScale front_rows(const Problem& p, std::int64_t r0, const __m256 C[4],
                            const Consts& c, float (*buf)[16 * 8]) {
   constexpr Layout kL = layout_of<kDt>();
   // Phase 1, per 16-element slice k: even/odd split, RoPE (k >= 4), butterfly stride 1, then
-  // strides 2, 4, 8 inside each register. buf[n][k] = E[k], buf[n][8 + k] = O[k] of row n.
+  // strides 2, 4, 8 (see the top of the file).
 #pragma GCC unroll 2
   for (int n = 0; n < kRows; ++n) {
     __m256 E[8], O[8];
@@ -200,11 +189,33 @@ inline RowScale front_rows(const Problem& p, std::int64_t r0, const __m256 C[4],
       }
       // Step 3: stride 1, then 2, 4, 8.
       butterfly(e, o);
-      _mm256_store_ps(buf[n] + 8 * k, inlane_stages<kL>(e, c));
-      _mm256_store_ps(buf[n] + 64 + 8 * k, inlane_stages<kL>(o, c));
+      // Stride 2 (x bit 1 = lane bit 0) in each register by addsub: a - b lands in the even
+      // lane and b + a in the odd lane of each pair, so from here on lane bit 0 = NOT x bit 1.
+      e = _mm256_addsub_ps(e, _mm256_permute_ps(e, 0xB1));
+      o = _mm256_addsub_ps(o, _mm256_permute_ps(o, 0xB1));
+      // Natural layout: stride 4 is lane bit 1, stride 8 lane bit 2 (128-bit halves).
+      // Shuffled layout: stride 4 is lane bit 2, stride 8 lane bit 1.
+      // The lane-bit-2 stage: each lane computes fma(r, +-1, swapped halves) = a + b or a - b.
+      if (kL == Layout::kShuffled) {
+        e = _mm256_fmadd_ps(e, c.sg2, _mm256_permute2f128_ps(e, e, 0x01));
+        o = _mm256_fmadd_ps(o, c.sg2, _mm256_permute2f128_ps(o, o, 0x01));
+      }
+      // The lane-bit-1 stage across the pair: u holds lanes 0,1 (4,5) of e and of o, w lanes
+      // 2,3 (6,7), so u + w / u - w are the sums / differences. In the S (sum) and D
+      // (difference) registers, lane bit 1 = x bit 0 and the register is that stage's x bit.
+      const __m256 u = _mm256_shuffle_ps(e, o, 0x44);
+      const __m256 w = _mm256_shuffle_ps(e, o, 0xEE);
+      __m256 sum = _mm256_add_ps(u, w), dif = _mm256_sub_ps(u, w);
+      if (kL == Layout::kNatural) {
+        sum = _mm256_fmadd_ps(sum, c.sg2, _mm256_permute2f128_ps(sum, sum, 0x01));
+        dif = _mm256_fmadd_ps(dif, c.sg2, _mm256_permute2f128_ps(dif, dif, 0x01));
+      }
+      // buf[n][8k] = S, buf[n][64 + 8k] = D.
+      _mm256_store_ps(buf[n] + 8 * k, sum);
+      _mm256_store_ps(buf[n] + 64 + 8 * k, dif);
     }
   }
-  // Phase 2, each half (E, then O) on its own: strides 16, 32, 64; step 4 (y = x / sqrt(128));
+  // Phase 2, each half (S, then D) on its own: strides 16, 32, 64; step 4 (y = x / sqrt(128));
   // step 5 (amax ignoring NaN: maxps returns its 2nd operand, the running max, for a NaN).
   __m128 amax[kRows];
 #pragma GCC unroll 2
@@ -257,8 +268,8 @@ inline void back_rows(const Problem& p, std::int64_t r0, std::int64_t b, std::in
       const __m256i o0 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 64 + 8 * k), vinv), c);
       const __m256i e1 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 8 * k + 8), vinv), c);
       const __m256i o1 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 64 + 8 * k + 8), vinv), c);
-      __m256i v = _mm256_or_si256(_mm256_or_si256(_mm256_shuffle_epi8(e0, c.iel), _mm256_shuffle_epi8(o0, c.iol)),
-                                  _mm256_or_si256(_mm256_shuffle_epi8(e1, c.ieh), _mm256_shuffle_epi8(o1, c.ioh)));
+      __m256i v = _mm256_or_si256(_mm256_or_si256(_mm256_shuffle_epi8(e0, c.ns0), _mm256_shuffle_epi8(o0, c.nd0)),
+                                  _mm256_or_si256(_mm256_shuffle_epi8(e1, c.ns1), _mm256_shuffle_epi8(o1, c.nd1)));
       // Natural: 8-byte groups (k lanes 0-3, k+1 lanes 0-3 | k lanes 4-7, k+1 lanes 4-7).
       // Shuffled: 4-byte groups x0-3, x8-11 of k, of k+1 | x4-7, x12-15 of k, of k+1.
       if (kL == Layout::kNatural)
