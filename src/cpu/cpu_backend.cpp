@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/float_env.h"
 #include "common/problem.h"
 #include "cpu/cpu_internal.h"
 #include "cpu/thread_pool.h"
@@ -131,7 +132,10 @@ void run_part(void* ctx, int part) {
   const Job& j = *static_cast<const Job*>(ctx);
   const std::int64_t begin = j.rows * part / j.nparts;
   const std::int64_t end = j.rows * (part + 1) / j.nparts;
-  if (end > begin) j.kernel(*j.p, begin, end);
+  if (end > begin) {
+    const IeeeFloatScope ieee;  // this thread's MXCSR may have flush-to-zero set
+    j.kernel(*j.p, begin, end);
+  }
 }
 
 }  // namespace
@@ -203,6 +207,7 @@ Status cpu_run(const Problem& p, CpuIsa isa, int num_threads) {
     cpu::Job job{&p, kernel, rows, int(nparts)};
     if (cpu::pool_try_run(int(nparts), &cpu::run_part, &job)) return Status::Ok();
   }
+  const IeeeFloatScope ieee;
   kernel(p, 0, rows);  // small batch, busy pool, or nested call: inline on this thread
   return Status::Ok();
 }

@@ -2,6 +2,7 @@
 // It is the executable spec that every other backend is compared against.
 #include <cstdint>
 
+#include "common/float_env.h"
 #include "common/problem.h"
 #include "common/row.h"
 
@@ -25,6 +26,7 @@ std::int64_t load_position(const void* base, DType dt, std::int64_t b) {
 }  // namespace
 
 Status reference_run(const Problem& p) {
+  const IeeeFloatScope ieee;  // the caller may run with flush-to-zero / denormals-are-zero
   float x[kHeadDim];
   for (std::int64_t b = 0; b < p.B; ++b) {
     const float* f = p.freqs + load_position(p.positions, p.pos_dtype, b) * kFreqsDim;
