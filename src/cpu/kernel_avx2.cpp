@@ -88,8 +88,8 @@ inline void load_row(const void* base, std::int64_t r, __m256 E[8], __m256 O[8])
 
 struct Consts {
   __m256 sg2;  // +1 where lane bit 2 is clear, -1 where set
-  __m256 hadamard, absmask, expmask, c448, cm448, c1p5x2p20, c2m120;
-  __m256i min_normal_bits, c80;
+  __m256 hadamard, absmask, expmask, c448, cm448, c2p20;
+  __m256i min_normal_bits, c56, c184;
   __m256i out_perm;
   __m256i ns0, nd0, ns1, nd1;  // output interleave: S/D registers of slices k, k + 1
   Consts() {
@@ -99,10 +99,10 @@ struct Consts {
     c448 = _mm256_set1_ps(448.0f);
     cm448 = _mm256_set1_ps(-448.0f);
     expmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7f800000));
-    c1p5x2p20 = _mm256_set1_ps(0x1.8p20f);
-    c2m120 = _mm256_set1_ps(0x1p-120f);
+    c2p20 = _mm256_set1_ps(0x1p20f);
+    c56 = _mm256_set1_epi32(56);    // (8 * 6 - 8 * 127) mod 256
+    c184 = _mm256_set1_epi32(184);  // the same + 0x80 (sign)
     min_normal_bits = _mm256_set1_epi32(0x3c800000);  // 2^-6
-    c80 = _mm256_set1_epi32(0x80);
     out_perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const char z = char(0x80);
     // In each 128-bit half of an S or D register, lanes 1, 3, 0, 2 hold 4 consecutive
@@ -129,26 +129,26 @@ inline void butterfly(__m256& a, __m256& b) {
 // Steps 8..9 for 8 values already multiplied by inv: clamp (NaN -> +448) and encode.
 // Returns the e4m3fn code in the low byte of each 32-bit lane (upper bytes: don't care).
 //
-// After the clamp, v is finite with |v| <= 448. With E the exponent of |v| and Ec = max(E, -6),
-// the e4m3fn grid around v has step 2^(Ec-3) (Ec = -6: the subnormal step 2^-9). Adding
-// 1.5 * 2^(Ec+20) puts the sum in the binade [2^(Ec+20), 2^(Ec+21)) whose ulp is that step, so
-// the single rounding of the fma is round-to-nearest-even of v onto the grid, and subtracting
-// the constant back is exact: r = RNE(v) on the grid, |r| <= 448. Then |r| * 2^-120 has the
-// float32 bit pattern code7 << 20 (an e4m3 normal maps to a float32 normal with the exponent
-// re-biased 127 -> 7, an e4m3 subnormal k * 2^-9 to the float32 subnormal k * 2^-129), and the
-// sign comes from v (so -0 and values rounding to zero from below keep 0x80).
+// After the clamp, a = |v| <= 448 is finite. With E the exponent of a and Ec = max(E, -6),
+// m = 2^Ec, the e4m3fn grid around a has step 2^(Ec-3) (Ec = -6: the subnormal step 2^-9).
+// t = a + 2^(Ec+20) lies in the binade [2^(Ec+20), 2^(Ec+21)) whose ulp is that step, so the
+// single rounding of the fma is round-to-nearest-even of a onto the grid, and the low bits of
+// t count grid steps: bits(t) = bits(m) + (20 << 23) + k, RNE(a) = k * 2^(Ec-3), 0 <= k <= 16.
+// The code is k + 8 * (Ec + 6) (a carry k = 16 is the next exponent, k < 8 only occurs at
+// Ec = -6 as a subnormal code), i.e. the low byte of bits(t) - bits(m) + (bits(m) >> 20) + 56,
+// all in integers (no float32 subnormal is ever produced, which would be slow). The sign
+// comes from v (so -0 and values rounding to zero from below keep 0x80).
 inline __m256i clamp_encode(__m256 q, const Consts& c) {
   // minps returns its 2nd operand when one is NaN: NaN -> 448. `hi` has v's sign (the max
-  // with -448 keeps it), and serves as the sign mask so that q itself may be overwritten.
+  // with -448 keeps it) and serves as the sign mask.
   const __m256 hi = _mm256_min_ps(q, c.c448);
   q = _mm256_max_ps(hi, c.cm448);
-  const __m256i e = _mm256_castps_si256(_mm256_and_ps(q, c.expmask));          // 2^E (0 for 0)
-  const __m256 m = _mm256_castsi256_ps(_mm256_max_epi32(e, c.min_normal_bits)); // 2^Ec
-  const __m256 t = _mm256_fmadd_ps(m, c.c1p5x2p20, q);   // the one rounding
-  const __m256 r = _mm256_fnmadd_ps(m, c.c1p5x2p20, t);  // exact: RNE(v) on the grid
-  const __m256i code = _mm256_srli_epi32(_mm256_castps_si256(_mm256_mul_ps(r, c.c2m120)), 20);
-  return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(code),
-                                              _mm256_castsi256_ps(_mm256_or_si256(code, c.c80)), hi));
+  const __m256 a = _mm256_and_ps(q, c.absmask);
+  const __m256i m = _mm256_max_epi32(_mm256_castps_si256(_mm256_and_ps(q, c.expmask)), c.min_normal_bits);
+  const __m256i t = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_castsi256_ps(m), c.c2p20, a));  // the one rounding
+  const __m256i raw = _mm256_add_epi32(_mm256_sub_epi32(t, m), _mm256_srli_epi32(m, 20));
+  return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(_mm256_add_epi32(raw, c.c56)),
+                                              _mm256_castsi256_ps(_mm256_add_epi32(raw, c.c184)), hi));
 }
 
 template <int kN>
