@@ -2,7 +2,9 @@
 //
 //   fused_q_indexer_rope_hadamard_quant: RoPE on the last 64 of 128 dims, a 128-point
 //   Hadamard transform, FP8 E4M3 quantization with one scale per (token, head), the scale
-//   folded into the head weight.
+//   folded into the head weight. That is the default form (recipe v4_fp8); the other forms
+//   engines run (DeepSeek-V3.2's RoPE-first layout, FP4 with block scales, FNUZ FP8 for AMD)
+//   are recipes of the same op: see `Recipe` and `run()` below.
 //
 // This header is the whole public C++ API. It depends on nothing but the C++ standard
 // library: tensors are described by raw pointers, sizes, strides, a dtype and a device.
@@ -28,11 +30,15 @@ enum class DType : int {
   kFloat8E4M3 = 3, // float8_e4m3fn (no infinities, one NaN code per sign)
   kInt32 = 4,
   kInt64 = 5,
+  kFloat8E4M3FNUZ = 6,  // float8_e4m3fnuz (AMD gfx942): no infinities, no -0, 0x80 is NaN
+  kUInt8 = 7,           // raw codes (FP4 pairs, or FP8 codes where a caller has no fp8 dtype)
+  kInt8 = 8,
 };
 
 // Size in bytes of one element of `dt`.
 std::size_t dtype_size(DType dt) noexcept;
-// Short name: "bf16", "fp16", "fp32", "fp8_e4m3fn", "int32", "int64".
+// Short name: "bf16", "fp16", "fp32", "fp8_e4m3fn", "int32", "int64", "fp8_e4m3fnuz", "uint8",
+// "int8".
 const char* dtype_name(DType dt) noexcept;
 
 enum class DeviceType : int {
@@ -142,6 +148,57 @@ Status set_cpu_num_threads(int n);
 int cpu_num_threads() noexcept;
 
 // ---------------------------------------------------------------------------------------
+// Recipes: the forms of the op
+// ---------------------------------------------------------------------------------------
+// Each form of the op is one recipe: a row of include/indexer_q/recipes.inc, described by a
+// Recipe. Every backend runs every recipe and gives the same bytes.
+enum class RopeDims : int {
+  kLast64 = 0,   // dims 64..127 rotated (DeepSeek-V4), dims 0..63 pass through
+  kFirst64 = 1,  // dims 0..63 rotated (DeepSeek-V3.2 layout), dims 64..127 pass through
+};
+enum class FreqsLayout : int {
+  kInterleaved = 0,  // freqs[p, 2j] = cos, freqs[p, 2j + 1] = sin (pair j = 0..31)
+  kHalves = 1,       // freqs[p, j] = cos, freqs[p, 32 + j] = sin
+};
+enum class OutFormat : int {
+  kE4M3FN = 0,    // (B, H, 128) fp8 e4m3fn codes, one scale per row folded into weights_out
+  kE4M3FNUZ = 1,  // (B, H, 128) fp8 e4m3fnuz: the e4m3fn result with -0 written as +0 and
+                  // weights_out times 2, so dequant(q) * weights_out is unchanged
+  kE2M1 = 2,      // (B, H, 64) e2m1 code pairs (low nibble = even dim) + (B, H) int32 holding
+                  // four UE8M0 scale bytes (one per 32 dims, little-endian)
+};
+enum class WeightFold : int {
+  kTimesScale = 0,  // weights_out = (weight * weight_scale) * scale
+  kNoScale = 1,     // weights_out = weight * weight_scale (the scales travel in q_scale)
+};
+
+enum class RecipeId : int {
+#define IQ_RECIPE(Id, name, ...) Id,
+#include "indexer_q/recipes.inc"
+#undef IQ_RECIPE
+};
+
+struct Recipe {
+  RecipeId id;
+  const char* name;  // "v4_fp8", "v32_fp8", "rope_first_fp8", "v4_fp4", "v4_fp8_fnuz", ...
+  RopeDims rope_dims;
+  FreqsLayout freqs_layout;
+  bool hadamard;             // butterflies at strides 1..64, then * 0x1.6a09e6p-4f
+  bool bf16_after_rope;      // rotated dims rounded to bf16 (nearest even) after RoPE
+  bool bf16_after_hadamard;  // all values rounded to bf16 after the Hadamard multiply
+  OutFormat format;
+  WeightFold fold;
+};
+
+// The descriptor of a recipe; an unknown id returns the v4_fp8 descriptor with id kV4Fp8.
+const Recipe& recipe(RecipeId id) noexcept;
+const char* recipe_name(RecipeId id) noexcept;
+// Parses a recipe name ("v4_fp8", ...); false if unknown.
+bool parse_recipe(const std::string& name, RecipeId* out) noexcept;
+// Every recipe, in list order (v4_fp8 first).
+std::vector<RecipeId> all_recipes();
+
+// ---------------------------------------------------------------------------------------
 // The op
 // ---------------------------------------------------------------------------------------
 struct Options {
@@ -152,6 +209,37 @@ struct Options {
   bool enable_pdl = false;         // CUDA backend only: programmatic dependent launch (sm_90+)
 };
 
+// The op's arguments, for every recipe: one model shared by the API, the CLI, the PyTorch
+// binding, the tests and the benchmarks.
+//
+//   q_input     (B, H, 128)  bf16|fp16|fp32, contiguous
+//   q_out       FP8 recipes: (B, H, 128) fp8_e4m3fn (kE4M3FN) or fp8_e4m3fnuz (kE4M3FNUZ),
+//               uint8 or int8 taken as raw codes; FP4: (B, H, 64) uint8|int8; contiguous [written]
+//   q_scale     FP4 only: (B, H) int32, stride(1) = 1, stride(0) >= H              [written]
+//               FP8 recipes: must be empty (ndim 0, no data)
+//   weight      (B, H)       same dtype as q_input, stride(1) = 1, stride(0) >= H
+//   weights_out (B, H, 1)    fp32, contiguous                                      [written]
+//   freqs       (max_pos, 64) fp32, contiguous, laid out as the recipe says
+//   positions   (B,)         int32|int64, contiguous, values in [0, max_pos)
+struct OpArgs {
+  RecipeId recipe = RecipeId::kV4Fp8;
+  TensorView q_input;
+  TensorView q_out;
+  TensorView q_scale;
+  TensorView weight;
+  TensorView weights_out;
+  float weight_scale = 1.0f;
+  TensorView freqs;
+  TensorView positions;
+};
+
+// The validator of every recipe (see validate() below for what it reads).
+Status validate(const OpArgs& args, const Options& options = Options{});
+// Validates, then runs the recipe on the chosen backend. On any error nothing is written.
+Status run(const OpArgs& args, const Options& options = Options{});
+
+// The v4_fp8 recipe with its historical signature (q_fp8 = OpArgs::q_out).
+//
 // Checks every argument against the contract (see SPEC.md and docs/API.md) without
 // touching any data except `positions`, which is range-checked when it lives on the host.
 // This is the one validator behind the C++ API, the CLI and the PyTorch binding.

@@ -10,8 +10,12 @@ namespace indexer_q {
 namespace detail {
 
 // A call that passed validate(). Layout facts the backends may rely on:
+//  - recipe is one of the list (include/indexer_q/recipes.inc); run it through with_recipe()
+//    (src/common/recipe.h) and process_row<R> (src/common/row.h);
 //  - row r = b * H + h of q_input starts at element r * 128 (rows contiguous, batch contiguous);
-//  - q_fp8 likewise (bytes); weights_out[r] is the float of row r;
+//  - q_out: row r's codes start at byte r * R::kOutBytes (128 fp8 codes, or 64 fp4 pairs);
+//  - q_sf (FP4 recipes only, else null): row r's 4 UE8M0 bytes at q_sf + 4 * r;
+//  - weights_out[r] is the float of row r;
 //  - weight[b, h] is at element b * weight_stride_b + h;
 //  - freqs row p starts at float p * 64; positions[b] is int32 or int64;
 //  - on the host every positions[b] is in [0, max_pos) (checked by the validator); on a
@@ -19,11 +23,13 @@ namespace detail {
 //    guard every read (see docs/API.md for what an out-of-range row gets).
 //  - B >= 1 (B = 0 returns before any backend is called), H >= 1.
 struct Problem {
+  RecipeId recipe = RecipeId::kV4Fp8;
   std::int64_t B = 0;
   std::int64_t H = 0;
   DType dtype = DType::kBFloat16;  // of q_input and weight
   const void* q_input = nullptr;
-  std::uint8_t* q_fp8 = nullptr;
+  std::uint8_t* q_out = nullptr;
+  std::uint8_t* q_sf = nullptr;
   const void* weight = nullptr;
   std::int64_t weight_stride_b = 0;  // elements
   float* weights_out = nullptr;
@@ -37,12 +43,15 @@ struct Problem {
   std::int64_t rows() const { return B * H; }
 };
 
-// Bytes a call moves through memory once: q rows read, fp8 written, weights read and written,
-// one position and one freqs row per token. Used by the CLI's reports and benchmarks.
-inline std::int64_t bytes_moved(std::int64_t B, std::int64_t H, DType dtype, DType pos_dtype) {
+// Bytes a call moves through memory once: q rows read, codes (and FP4 block scales) written,
+// weights read and written, one position and one freqs row per token. Used by the CLI's
+// reports and benchmarks.
+inline std::int64_t bytes_moved(std::int64_t B, std::int64_t H, DType dtype, DType pos_dtype,
+                                RecipeId recipe = RecipeId::kV4Fp8) {
   const std::int64_t in = dtype == DType::kFloat32 ? 4 : 2;
   const std::int64_t pos = pos_dtype == DType::kInt32 ? 4 : 8;
-  return B * H * (128 * in + 128 + in + 4) + B * (pos + 64 * 4);
+  const std::int64_t out = indexer_q::recipe(recipe).format == OutFormat::kE2M1 ? 64 + 4 : 128;
+  return B * H * (128 * in + out + in + 4) + B * (pos + 64 * 4);
 }
 
 // ---- backends (each implemented in its own directory) ----

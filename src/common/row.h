@@ -1,5 +1,6 @@
-// Scalar math shared by host and device code: the element codecs (bf16, fp16, fp8 e4m3fn)
-// and the row pipeline of SPEC.md, step by step. Every backend reproduces exactly what
+// Scalar math shared by host and device code: the element codecs (bf16, fp16, fp8 e4m3fn,
+// e2m1 + ue8m0) and the row pipeline of SPEC.md / SPEC-variants.md, step by step, composed
+// from a recipe (src/common/recipe.h). Every backend reproduces exactly what
 // these functions compute; the scalar reference *is* these functions.
 //
 // Host code including this header must be built with -ffp-contract=off (the project's
@@ -11,6 +12,8 @@
 #include <cstring>
 #include <cmath>
 
+#include "common/recipe.h"
+
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define IQ_HD __host__ __device__ __forceinline__
 #else
@@ -21,8 +24,7 @@ namespace indexer_q {
 namespace detail {
 
 constexpr int kHeadDim = 128;
-constexpr int kRopeDim = 64;            // the last 64 dims are rotated
-constexpr int kRopeOffset = kHeadDim - kRopeDim;
+constexpr int kRopeDim = 64;            // 64 of the 128 dims are rotated (which: the recipe)
 constexpr int kFreqsDim = 64;           // (cos, sin) for 32 pairs
 constexpr float kHadamardScale = 0x1.6a09e6p-4f;  // float32 nearest 1/sqrt(128), bits 0x3db504f3
 constexpr float kFp8Max = 448.0f;
@@ -96,19 +98,51 @@ IQ_HD float e4m3fn_decode(std::uint8_t c) {
   return f32_from_bits(sign | ((e + 120u) << 23) | (m << 20));
 }
 
-// ---- the row pipeline (SPEC.md steps 2..10) ----
+// ---- bf16 rounding point (FP4 recipes) ----
+// Rounds to the nearest bf16 (ties to even) and back; Inf stays Inf, finite values past the
+// largest bf16 become Inf, NaN stays NaN (quieted).
+IQ_HD float round_bf16(float f) {
+  const std::uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return f32_from_bits(u | 0x00400000u);
+  return f32_from_bits((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
 
-// Step 2: RoPE on dims 64..127, interleaved (re, im) pairs; f = freqs row of the position.
+// ---- fp4 e2m1 (SPEC-variants.md, v4_fp4) ----
+constexpr float kFp4Max = 6.0f;
+// UE8M0 exponent byte of a block: s = fmax(1e-4, amax) / 6 rounded up to a power of two.
+IQ_HD std::uint8_t ue8m0_of_amax(float amax) {
+  const float s = ::fmaxf(kScaleFloor, amax) / kFp4Max;
+  const std::uint32_t b = f32_bits(s);
+  return std::uint8_t(((b >> 23) & 0xffu) + ((b & 0x7fffffu) != 0u ? 1u : 0u));
+}
+// inv = 2^(127 - e), built from bits in 32-bit unsigned arithmetic (e = 255 gives -Inf).
+IQ_HD float ue8m0_inverse(std::uint8_t e) { return f32_from_bits((254u - std::uint32_t(e)) << 23); }
+// E2M1 code of v: magnitude = number of thresholds {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5}
+// strictly below min(|v|, 6) (NaN -> 6), so ties go to the smaller magnitude; sign bit 8 only
+// on a nonzero code of a negative v.
+IQ_HD std::uint8_t e2m1_encode(float v) {
+  const float a = ::fminf(::fabsf(v), kFp4Max);
+  const std::uint8_t m = std::uint8_t((a > 0.25f) + (a > 0.75f) + (a > 1.25f) + (a > 1.75f) +
+                                      (a > 2.5f) + (a > 3.5f) + (a > 5.0f));
+  return std::uint8_t(m | ((v < 0.0f && m != 0) ? 8u : 0u));
+}
+
+// ---- the row pipeline, composed from a recipe (R = RecipeT<Id>, src/common/recipe.h) ----
+
+// Step 2: RoPE on the recipe's 64 dims, interleaved (re, im) pairs; f = freqs row of the
+// position, laid out as the recipe says.
+template <class R>
 IQ_HD void rope_row(float* x, const float* f) {
   for (int j = 0; j < kRopeDim / 2; ++j) {
-    const float xr = x[kRopeOffset + 2 * j];
-    const float xi = x[kRopeOffset + 2 * j + 1];
-    const float c = f[2 * j];
-    const float s = f[2 * j + 1];
+    float* v = x + R::kRopeOffset + 2 * j;
+    const float xr = v[0];
+    const float xi = v[1];
+    const float c = R::kFreqsLayout == FreqsLayout::kInterleaved ? f[2 * j] : f[j];
+    const float s = R::kFreqsLayout == FreqsLayout::kInterleaved ? f[2 * j + 1] : f[32 + j];
     const float xis = xi * s;
     const float xic = xi * c;
-    x[kRopeOffset + 2 * j] = ::fmaf(xr, c, -xis);
-    x[kRopeOffset + 2 * j + 1] = ::fmaf(xr, s, xic);
+    v[0] = ::fmaf(xr, c, -xis);
+    v[1] = ::fmaf(xr, s, xic);
   }
 }
 
@@ -126,37 +160,69 @@ IQ_HD void hadamard_row(float* x) {
   }
 }
 
-// Steps 4..7: scale by 1/sqrt(128) in place, then the row's quantization scale.
+// Steps 4..6 (FP8 recipes): y = x / sqrt(128) in place when the recipe has the Hadamard,
+// then the row's quantization scale.
+template <class R>
 IQ_HD float scale_and_amax_row(float* y) {
   float amax = 0.0f;
   for (int i = 0; i < kHeadDim; ++i) {
-    y[i] = y[i] * kHadamardScale;
+    if (R::kHadamard) y[i] = y[i] * kHadamardScale;
     amax = ::fmaxf(amax, ::fabsf(y[i]));
   }
   // amax starts at 0 rather than NaN: with step 6's fmax(1e-4, .) both give the same scale.
   return ::fmaxf(kScaleFloor, amax) / kFp8Max;
 }
 
-// Steps 8..9 for one value, given inv = 1 / scale.
+// Steps 8..9 for one value, given inv = 1 / scale: the e4m3fn code.
 IQ_HD std::uint8_t quantize_value(float y, float inv) {
   const float v = ::fmaxf(::fminf(y * inv, kFp8Max), -kFp8Max);
   return e4m3fn_encode(v);
 }
+// The e4m3fnuz code of the same value (OutFormat::kE4M3FNUZ): -0 becomes +0.
+IQ_HD std::uint8_t fnuz_from_fn(std::uint8_t c) { return c == 0x80u ? std::uint8_t(0) : c; }
 
 // Step 10.
 IQ_HD float fold_weight(float w, float weight_scale, float scale) {
   return (w * weight_scale) * scale;
 }
 
-// The whole row: x (128 floats, already decoded) is consumed as scratch.
+// The whole row for recipe R: x (128 floats, already decoded) is consumed as scratch.
+// out: 128 fp8 codes, or 64 fp4 code pairs and sf = 4 UE8M0 bytes (FP4 recipes; else unused).
+template <class R>
 IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_scale,
-                       std::uint8_t* out, float* weight_out) {
-  rope_row(x, freqs_row);
-  hadamard_row(x);
-  const float scale = scale_and_amax_row(x);
+                       std::uint8_t* out, std::uint8_t* sf, float* weight_out) {
+  static_assert(!R::kFp4 || R::kFold == WeightFold::kNoScale,
+                "FP4 has one scale per 32 values: it cannot be folded into weights_out");
+  rope_row<R>(x, freqs_row);
+  if (R::kBf16AfterRope)
+    for (int i = 0; i < kRopeDim; ++i) x[R::kRopeOffset + i] = round_bf16(x[R::kRopeOffset + i]);
+  if (R::kHadamard) hadamard_row(x);
+  if (R::kFp4) {
+    for (int i = 0; i < kHeadDim; ++i) {
+      if (R::kHadamard) x[i] = x[i] * kHadamardScale;
+      if (R::kBf16AfterHadamard) x[i] = round_bf16(x[i]);
+    }
+    for (int k = 0; k < 4; ++k) {  // blocks of 32 dims
+      float amax = 0.0f;
+      for (int i = 32 * k; i < 32 * k + 32; ++i) amax = ::fmaxf(amax, ::fabsf(x[i]));
+      const std::uint8_t e = ue8m0_of_amax(amax);
+      const float inv = ue8m0_inverse(e);
+      sf[k] = e;
+      for (int m = 16 * k; m < 16 * k + 16; ++m)
+        out[m] = std::uint8_t(e2m1_encode(x[2 * m] * inv) | (e2m1_encode(x[2 * m + 1] * inv) << 4));
+    }
+    *weight_out = w * weight_scale;
+    return;
+  }
+  const float scale = scale_and_amax_row<R>(x);
   const float inv = 1.0f / scale;
-  for (int i = 0; i < kHeadDim; ++i) out[i] = quantize_value(x[i], inv);
-  *weight_out = fold_weight(w, weight_scale, scale);
+  for (int i = 0; i < kHeadDim; ++i) {
+    const std::uint8_t c = quantize_value(x[i], inv);
+    out[i] = R::kFnuz ? fnuz_from_fn(c) : c;
+  }
+  const float wo = R::kFold == WeightFold::kTimesScale ? fold_weight(w, weight_scale, scale)
+                                                       : w * weight_scale;
+  *weight_out = R::kFnuz ? wo * 2.0f : wo;
 }
 
 }  // namespace detail

@@ -193,7 +193,8 @@ void set_inline_row_threshold(std::int64_t rows) {
 }  // namespace cpu
 
 Status cpu_run(const Problem& p, CpuIsa isa, int num_threads) {
-  const cpu::KernelFn kernel = cpu::kernel_for(isa);
+  // TEMPORARY (recipe work in progress): the SIMD kernels run v4_fp8 only so far.
+  const cpu::KernelFn kernel = p.recipe == RecipeId::kV4Fp8 ? cpu::kernel_for(isa) : cpu::kernel_for(CpuIsa::kScalar);
   if (kernel == nullptr || !cpu_isa_supported(isa))
     return Status::Unavailable(std::string("indexer_q: cpu_isa: '") + cpu_isa_name(isa) +
                                "' is not supported by this build or processor");

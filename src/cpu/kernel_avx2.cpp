@@ -261,7 +261,7 @@ inline void back_rows(const Problem& p, std::int64_t r0, std::int64_t b, std::in
 #pragma GCC unroll 2
   for (int n = 0; n < kRows; ++n) {
     const __m256 vinv = _mm256_set1_ps(n == 0 ? lane<0>(inv) : lane<1>(inv));
-    std::uint8_t* out = p.q_fp8 + (r0 + n) * 128;
+    std::uint8_t* out = p.q_out + (r0 + n) * 128;
 #pragma GCC unroll 4
     for (int k = 0; k < 8; k += 2) {
       const __m256i e0 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 8 * k), vinv), c);

@@ -197,7 +197,7 @@ inline void process_rows(const Problem& p, std::int64_t r0, std::int64_t b, std:
 #pragma GCC unroll 2
   for (int n = 0; n < kRows; ++n) {
     const __m512 vinv = n == 0 ? broadcast_lane<0>(inv) : broadcast_lane<1>(inv);
-    std::uint8_t* out = p.q_fp8 + (r0 + n) * 128;
+    std::uint8_t* out = p.q_out + (r0 + n) * 128;
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       const __m512i e = clamp_encode(_mm512_mul_ps(E[n][k], vinv), c);

@@ -1,4 +1,4 @@
-// Portable CPU kernel: the row pipeline of src/common/row.h, one row at a time. This is the
+// Portable CPU kernel: the row pipeline of src/common/row.h for the call's recipe, one row at a time. This is the
 // only variant on non-x86 processors and the fallback everywhere.
 #include <cstdint>
 
@@ -11,7 +11,7 @@ namespace detail {
 namespace cpu {
 namespace {
 
-template <typename Decode>
+template <class R, typename Decode>
 void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end, Decode decode) {
   float x[kHeadDim];
   const std::int64_t H = p.H;
@@ -23,30 +23,33 @@ void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end, De
                                  : static_cast<const std::int64_t*>(p.positions)[b];
     for (int i = 0; i < kHeadDim; ++i) x[i] = decode(p.q_input, r * kHeadDim + i);
     const float w = decode(p.weight, b * p.weight_stride_b + h);
-    process_row(x, p.freqs + pos * kFreqsDim, w, p.weight_scale, p.q_fp8 + r * kHeadDim,
-                p.weights_out + r);
+    process_row<R>(x, p.freqs + pos * kFreqsDim, w, p.weight_scale, p.q_out + r * R::kOutBytes,
+                   R::kFp4 ? p.q_sf + 4 * r : nullptr, p.weights_out + r);
   }
 }
 
 }  // namespace
 
 void kernel_scalar(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
-  switch (p.dtype) {
-    case DType::kBFloat16:
-      run_rows(p, row_begin, row_end, [](const void* base, std::int64_t i) {
-        return bf16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
-      });
-      break;
-    case DType::kFloat16:
-      run_rows(p, row_begin, row_end, [](const void* base, std::int64_t i) {
-        return f16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
-      });
-      break;
-    default:
-      run_rows(p, row_begin, row_end,
-               [](const void* base, std::int64_t i) { return static_cast<const float*>(base)[i]; });
-      break;
-  }
+  with_recipe(p.recipe, [&](auto rec) {
+    using R = decltype(rec);
+    switch (p.dtype) {
+      case DType::kBFloat16:
+        run_rows<R>(p, row_begin, row_end, [](const void* base, std::int64_t i) {
+          return bf16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
+        });
+        break;
+      case DType::kFloat16:
+        run_rows<R>(p, row_begin, row_end, [](const void* base, std::int64_t i) {
+          return f16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
+        });
+        break;
+      default:
+        run_rows<R>(p, row_begin, row_end,
+                    [](const void* base, std::int64_t i) { return static_cast<const float*>(base)[i]; });
+        break;
+    }
+  });
 }
 
 void quantize_scalar(const float* y, float inv, std::uint8_t* out, std::int64_t n) {

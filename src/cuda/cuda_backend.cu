@@ -57,6 +57,8 @@ namespace indexer_q {
 namespace detail {
 namespace {
 
+constexpr int kV4RopeOffset = RecipeT<RecipeId::kV4Fp8>::kRopeOffset;  // TEMPORARY: v4_fp8 only
+
 struct Args {
   const void* q;
   std::uint8_t* out;
@@ -190,10 +192,10 @@ __device__ __forceinline__ void compute_row(const Args& a, std::uint64_t row, in
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     const int i0 = (c * LANES + l) * 8;
-    const bool rope = (C > 1) ? (c * 8 * LANES >= kRopeOffset) : (i0 >= kRopeOffset);
+    const bool rope = (C > 1) ? (c * 8 * LANES >= kV4RopeOffset) : (i0 >= kV4RopeOffset);
     if (rope) {
-      fq[c][0] = ld_f4(frow + (i0 - kRopeOffset));
-      fq[c][1] = ld_f4(frow + (i0 - kRopeOffset) + 4);
+      fq[c][0] = ld_f4(frow + (i0 - kV4RopeOffset));
+      fq[c][1] = ld_f4(frow + (i0 - kV4RopeOffset) + 4);
     }
   }
   if (last_loads) pdl_launch_dependents();  // every input of this thread has been requested
@@ -208,7 +210,7 @@ __device__ __forceinline__ void compute_row(const Args& a, std::uint64_t row, in
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     const int i0 = (c * LANES + l) * 8;
-    const bool rope = (C > 1) ? (c * 8 * LANES >= kRopeOffset) : (i0 >= kRopeOffset);
+    const bool rope = (C > 1) ? (c * 8 * LANES >= kV4RopeOffset) : (i0 >= kV4RopeOffset);
     if (rope) {
       const float f[8] = {fq[c][0].x, fq[c][0].y, fq[c][0].z, fq[c][0].w,
                           fq[c][1].x, fq[c][1].y, fq[c][1].z, fq[c][1].w};
@@ -478,7 +480,7 @@ __global__ void __launch_bounds__(128) scalar_kernel(Args a) {
     a.w_out[row] = __uint_as_float(0x7fc00000u);
     return;
   }
-  process_row(x, f, w, a.w_scale, o, a.w_out + row);
+  process_row<RecipeT<RecipeId::kV4Fp8>>(x, f, w, a.w_scale, o, nullptr, a.w_out + row);
 }
 
 // ---- per-device facts, read once per device (relaxed atomics: every writer stores the same values) ----
@@ -645,7 +647,7 @@ Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant
   const struct {
     const char* name;
     const void* ptr;
-  } ptrs[] = {{"q_input", p.q_input}, {"q_fp8", p.q_fp8},     {"weight", p.weight},
+  } ptrs[] = {{"q_input", p.q_input}, {"q_fp8", p.q_out},     {"weight", p.weight},
               {"weights_out", p.weights_out}, {"freqs", p.freqs}, {"positions", p.positions}};
   for (const auto& x : ptrs) {
     Status s = check_ptr(x.name, x.ptr, dev);
@@ -664,9 +666,9 @@ Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant
   }
   const DeviceInfo info = device_info(dev);
 
-  Args a{p.q_input, p.q_fp8, p.weight, p.weight_stride_b, p.weights_out, p.weight_scale,
+  Args a{p.q_input, p.q_out, p.weight, p.weight_stride_b, p.weights_out, p.weight_scale,
          p.freqs, p.max_pos, p.positions, std::uint64_t(p.rows()), std::uint32_t(p.H)};
-  const bool fast_ok = aligned(p.q_input, 16) && aligned(p.freqs, 16) && aligned(p.q_fp8, 8);
+  const bool fast_ok = aligned(p.q_input, 16) && aligned(p.freqs, 16) && aligned(p.q_out, 8);
   if (v.lanes < 0) v = choose_variant(p.rows(), info.sms);
   if (!fast_ok) v.lanes = 0;
   if (v.block <= 0) v.block = 256;
@@ -706,6 +708,10 @@ Variant choose_variant(std::int64_t rows, int sms) {
 }
 
 Status cuda_run(const Problem& p, void* stream, bool enable_pdl) {
+  // TEMPORARY (recipe work in progress): only v4_fp8 has a CUDA kernel so far.
+  if (p.recipe != RecipeId::kV4Fp8)
+    return Status::Unavailable(std::string("indexer_q: cuda backend: recipe ") + recipe_name(p.recipe) +
+                               " is not implemented yet");
   return cuda_run_variant(p, stream, enable_pdl, Variant{});
 }
 

@@ -1,4 +1,5 @@
-// The scalar reference: SPEC.md step by step, one row at a time, one thread.
+// The scalar reference: SPEC.md / SPEC-variants.md step by step (src/common/row.h composed
+// from the recipe), one row at a time, one thread.
 // It is the executable spec that every other backend is compared against.
 #include <cstdint>
 
@@ -23,10 +24,8 @@ std::int64_t load_position(const void* base, DType dt, std::int64_t b) {
                              : static_cast<const std::int64_t*>(base)[b];
 }
 
-}  // namespace
-
-Status reference_run(const Problem& p) {
-  const IeeeFloatScope ieee;  // the caller may run with flush-to-zero / denormals-are-zero
+template <class R>
+void run_recipe(const Problem& p) {
   float x[kHeadDim];
   for (std::int64_t b = 0; b < p.B; ++b) {
     const float* f = p.freqs + load_position(p.positions, p.pos_dtype, b) * kFreqsDim;
@@ -34,9 +33,17 @@ Status reference_run(const Problem& p) {
       const std::int64_t r = b * p.H + h;
       for (int i = 0; i < kHeadDim; ++i) x[i] = load_element(p.q_input, p.dtype, r * kHeadDim + i);
       const float w = load_element(p.weight, p.dtype, b * p.weight_stride_b + h);
-      process_row(x, f, w, p.weight_scale, p.q_fp8 + r * kHeadDim, p.weights_out + r);
+      process_row<R>(x, f, w, p.weight_scale, p.q_out + r * R::kOutBytes,
+                     R::kFp4 ? p.q_sf + 4 * r : nullptr, p.weights_out + r);
     }
   }
+}
+
+}  // namespace
+
+Status reference_run(const Problem& p) {
+  const IeeeFloatScope ieee;  // the caller may run with flush-to-zero / denormals-are-zero
+  with_recipe(p.recipe, [&](auto r) { run_recipe<decltype(r)>(p); });
   return Status::Ok();
 }
 

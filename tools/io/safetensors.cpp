@@ -265,7 +265,8 @@ bool dtype_from_safetensors(const std::string& name, DType* out) {
     const char* name;
     DType dt;
   } table[] = {{"BF16", DType::kBFloat16}, {"F16", DType::kFloat16}, {"F32", DType::kFloat32},
-               {"F8_E4M3", DType::kFloat8E4M3}, {"I32", DType::kInt32}, {"I64", DType::kInt64}};
+               {"F8_E4M3", DType::kFloat8E4M3}, {"I32", DType::kInt32}, {"I64", DType::kInt64},
+               {"U8", DType::kUInt8}, {"I8", DType::kInt8}};
   for (const auto& e : table) {
     if (name == e.name) {
       *out = e.dt;
@@ -338,10 +339,22 @@ bool expect_dtype(const char* name, const StTensor& t, std::initializer_list<con
 
 bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
   *out = ConformanceCase{};
-  const StTensor *q, *w, *fr, *pos, *q8, *wo;
+  // The form: metadata "variant" (absent = the main op, v4_fp8).
+  RecipeId recipe_id = RecipeId::kV4Fp8;
+  const auto var = file.metadata.find("variant");
+  if (var != file.metadata.end() && !parse_recipe(var->second, &recipe_id)) {
+    std::string names;
+    for (RecipeId r : all_recipes()) names += (names.empty() ? "" : ", ") + std::string(recipe_name(r));
+    return set_error(error, "metadata \"variant\" = \"" + var->second + "\" is not a recipe of this library (" +
+                                names + ")");
+  }
+  const bool fp4 = recipe(recipe_id).format == OutFormat::kE2M1;
+  const char* out_name = fp4 ? "q_fp4" : "q_fp8";
+  const StTensor *q, *w, *fr, *pos, *q8, *wo, *sf = nullptr;
   if (!get_tensor(file, "q_input", &q, error) || !get_tensor(file, "weight", &w, error) ||
       !get_tensor(file, "freqs", &fr, error) || !get_tensor(file, "positions", &pos, error) ||
-      !get_tensor(file, "q_fp8", &q8, error) || !get_tensor(file, "weights_out", &wo, error))
+      !get_tensor(file, out_name, &q8, error) || !get_tensor(file, "weights_out", &wo, error) ||
+      (fp4 && !get_tensor(file, "q_sf", &sf, error)))
     return false;
 
   if (!expect_dtype("q_input", *q, {"BF16", "F16", "F32"}, error)) return false;
@@ -349,6 +362,7 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
     return set_error(error, "tensor 'q_input' has shape " + shape_text(q->shape) + ", expected [B, H, 128] with H >= 1");
   const std::int64_t B = q->shape[0], H = q->shape[1];
   ConformanceCase c;
+  c.recipe = recipe_id;
   c.B = B;
   c.H = H;
   dtype_from_safetensors(q->dtype, &c.dtype);
@@ -366,8 +380,17 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
   if (!expect_shape("positions", *pos, {B}, "[B]", error)) return false;
   dtype_from_safetensors(pos->dtype, &c.pos_dtype);
 
-  if (!expect_dtype("q_fp8", *q8, {"F8_E4M3"}, error)) return false;
-  if (!expect_shape("q_fp8", *q8, {B, H, 128}, "[B, H, 128]", error)) return false;
+  if (fp4) {
+    if (!expect_dtype(out_name, *q8, {"U8", "I8"}, error)) return false;
+    if (!expect_shape(out_name, *q8, {B, H, 64}, "[B, H, 64]", error)) return false;
+    if (!expect_dtype("q_sf", *sf, {"I32"}, error)) return false;
+    if (!expect_shape("q_sf", *sf, {B, H}, "[B, H]", error)) return false;
+  } else {
+    // FNUZ recipes have no files of their own (derived from the FN files); a raw-code file may
+    // store the codes as U8.
+    if (!expect_dtype(out_name, *q8, {"F8_E4M3", "U8"}, error)) return false;
+    if (!expect_shape(out_name, *q8, {B, H, 128}, "[B, H, 128]", error)) return false;
+  }
   if (!expect_dtype("weights_out", *wo, {"F32"}, error)) return false;
   if (!expect_shape("weights_out", *wo, {B, H, 1}, "[B, H, 1]", error)) return false;
 
@@ -402,7 +425,8 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
   c.weight = w->data;
   c.freqs = fr->data;
   c.positions = pos->data;
-  c.q_fp8 = q8->data;
+  c.q_out = q8->data;
+  if (fp4) c.q_sf = sf->data;
   c.weights_out.resize(std::size_t(B * H));
   if (!wo->data.empty()) std::memcpy(c.weights_out.data(), wo->data.data(), wo->data.size());
   *out = std::move(c);
@@ -417,21 +441,45 @@ bool load_case_file(const std::string& path, ConformanceCase* out, std::string* 
   return true;
 }
 
-Diff compare_outputs(const std::uint8_t* q_fp8, const float* weights_out, const std::uint8_t* expected_fp8,
-                     const float* expected_weights, std::int64_t rows) {
+std::int64_t ConformanceCase::out_bytes_per_row() const {
+  return indexer_q::recipe(recipe).format == OutFormat::kE2M1 ? 64 : 128;
+}
+
+bool derive_fnuz_case(const ConformanceCase& fn, ConformanceCase* out) {
+  if (recipe(fn.recipe).format != OutFormat::kE4M3FN) return false;
+  RecipeId fnuz;
+  if (!parse_recipe(std::string(recipe_name(fn.recipe)) + "_fnuz", &fnuz)) return false;
+  *out = fn;
+  out->recipe = fnuz;
+  for (std::uint8_t& c : out->q_out)
+    if (c == 0x80u) c = 0x00u;
+  for (float& w : out->weights_out) w = w * 2.0f;
+  return true;
+}
+
+Diff compare_outputs(const ConformanceCase& expected, const std::uint8_t* q_out, const std::uint8_t* q_sf,
+                     const float* weights_out) {
   Diff d;
-  const std::int64_t n8 = rows * 128;
-  for (std::int64_t i = 0; i < n8; ++i) {
-    if (q_fp8[i] != expected_fp8[i]) {
-      if (d.fp8_bytes < Diff::kListed) d.first_fp8.push_back(i);
-      ++d.fp8_bytes;
+  const std::int64_t rows = expected.B * expected.H;
+  const std::int64_t nq = rows * expected.out_bytes_per_row();
+  for (std::int64_t i = 0; i < nq; ++i) {
+    if (q_out[i] != expected.q_out[std::size_t(i)]) {
+      if (d.q_bytes < Diff::kListed) d.first_q.push_back(i);
+      ++d.q_bytes;
+    }
+  }
+  const std::int64_t nsf = std::int64_t(expected.q_sf.size());
+  for (std::int64_t i = 0; i < nsf; ++i) {
+    if (q_sf == nullptr || q_sf[i] != expected.q_sf[std::size_t(i)]) {
+      if (d.sf_bytes < Diff::kListed) d.first_sf.push_back(i);
+      ++d.sf_bytes;
     }
   }
   for (std::int64_t r = 0; r < rows; ++r) {
     std::uint32_t a, b;
     std::memcpy(&a, weights_out + r, 4);
-    std::memcpy(&b, expected_weights + r, 4);
-    const bool both_nan = std::isnan(weights_out[r]) && std::isnan(expected_weights[r]);
+    std::memcpy(&b, expected.weights_out.data() + r, 4);
+    const bool both_nan = std::isnan(weights_out[r]) && std::isnan(expected.weights_out[std::size_t(r)]);
     if (a != b && !both_nan) {
       if (d.weights < Diff::kListed) d.first_weights.push_back(r);
       ++d.weights;

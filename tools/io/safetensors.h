@@ -39,13 +39,17 @@ const char* dtype_to_safetensors(DType dt);
 // One conformance case: the op's inputs and the expected outputs, checked for consistency
 // (names present, dtypes allowed, shapes agreeing with each other, weight_scale parseable).
 struct ConformanceCase {
+  RecipeId recipe = RecipeId::kV4Fp8;  // metadata "variant" (absent: v4_fp8)
   std::int64_t B = 0, H = 0, max_pos = 0;
   DType dtype = DType::kBFloat16;     // q_input and weight
   DType pos_dtype = DType::kInt64;
   float weight_scale = 1.0f;          // metadata string -> double (strtod) -> float32
   std::vector<std::uint8_t> q_input, weight, freqs, positions;  // raw bytes, contiguous
-  std::vector<std::uint8_t> q_fp8;                               // expected, B*H*128 bytes
-  std::vector<float> weights_out;                                // expected, B*H floats
+  std::vector<std::uint8_t> q_out;   // expected codes: B*H*128 (q_fp8) or B*H*64 (q_fp4) bytes
+  std::vector<std::uint8_t> q_sf;    // expected FP4 block scales: B*H*4 bytes (q_sf int32, LE); else empty
+  std::vector<float> weights_out;    // expected, B*H floats
+
+  std::int64_t out_bytes_per_row() const;  // 128 or 64
 
   // Host views of the inputs (valid while *this lives).
   TensorView q_input_view() const;
@@ -57,19 +61,25 @@ struct ConformanceCase {
 bool load_case(const StFile& file, ConformanceCase* out, std::string* error);
 bool load_case_file(const std::string& path, ConformanceCase* out, std::string* error);
 
-// Byte comparison of actual outputs against a case: counts differing fp8 bytes and differing
-// weights_out floats (bit comparison; NaN equals NaN).
+// The FNUZ case of an FN case (SPEC-variants.md: same bytes except 0x80 -> 0x00, weights_out
+// times 2; recipe <name> -> <name>_fnuz). False if the case's recipe has no FNUZ form.
+bool derive_fnuz_case(const ConformanceCase& fn, ConformanceCase* out);
+
+// Byte comparison of actual outputs against a case: counts differing code bytes, block-scale
+// bytes (FP4) and weights_out floats (bit comparison; NaN equals NaN).
 struct Diff {
-  std::int64_t fp8_bytes = 0;
+  std::int64_t q_bytes = 0;
+  std::int64_t sf_bytes = 0;
   std::int64_t weights = 0;
-  // The first few differing indices (up to kListed each): element index into q_fp8
-  // (row = index / 128, dim = index % 128) and row index into weights_out.
+  // The first few differing indices (up to kListed each): byte index into q_out (row = index /
+  // out_bytes_per_row), byte index into q_sf (row = index / 4), row index into weights_out.
   static constexpr int kListed = 5;
-  std::vector<std::int64_t> first_fp8, first_weights;
-  bool exact() const { return fp8_bytes == 0 && weights == 0; }
+  std::vector<std::int64_t> first_q, first_sf, first_weights;
+  bool exact() const { return q_bytes == 0 && sf_bytes == 0 && weights == 0; }
 };
-Diff compare_outputs(const std::uint8_t* q_fp8, const float* weights_out,
-                     const std::uint8_t* expected_fp8, const float* expected_weights, std::int64_t rows);
+// q_sf may be null for FP8 cases.
+Diff compare_outputs(const ConformanceCase& expected, const std::uint8_t* q_out, const std::uint8_t* q_sf,
+                     const float* weights_out);
 
 }  // namespace io
 }  // namespace indexer_q

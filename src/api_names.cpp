@@ -1,0 +1,194 @@
+// The public API, part 1: tensor views and the names of dtypes, backends, ISAs and recipes.
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "common/problem.h"
+#include "indexer_q/indexer_q.h"
+
+namespace indexer_q {
+
+// ---------------------------------------------------------------------------------------
+// small helpers
+// ---------------------------------------------------------------------------------------
+std::size_t dtype_size(DType dt) noexcept {
+  switch (dt) {
+    case DType::kBFloat16: return 2;
+    case DType::kFloat16: return 2;
+    case DType::kFloat32: return 4;
+    case DType::kFloat8E4M3: return 1;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+    case DType::kFloat8E4M3FNUZ: return 1;
+    case DType::kUInt8: return 1;
+    case DType::kInt8: return 1;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dt) noexcept {
+  switch (dt) {
+    case DType::kBFloat16: return "bf16";
+    case DType::kFloat16: return "fp16";
+    case DType::kFloat32: return "fp32";
+    case DType::kFloat8E4M3: return "fp8_e4m3fn";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kFloat8E4M3FNUZ: return "fp8_e4m3fnuz";
+    case DType::kUInt8: return "uint8";
+    case DType::kInt8: return "int8";
+  }
+  return "unknown";
+}
+
+namespace {
+TensorView make_view(const void* data, DType dtype, std::initializer_list<std::int64_t> sizes,
+                     const std::int64_t* strides, Device device) {
+  TensorView v;
+  v.data = const_cast<void*>(data);
+  v.dtype = dtype;
+  v.device = device;
+  v.ndim = int(std::min<std::size_t>(sizes.size(), TensorView::kMaxDims));
+  int i = 0;
+  for (std::int64_t s : sizes) {
+    if (i >= TensorView::kMaxDims) break;
+    v.sizes[i++] = s;
+  }
+  if (strides) {
+    for (int d = 0; d < v.ndim; ++d) v.strides[d] = strides[d];
+  } else {
+    std::int64_t st = 1;
+    for (int d = v.ndim - 1; d >= 0; --d) {
+      v.strides[d] = st;
+      st *= std::max<std::int64_t>(v.sizes[d], 1);
+    }
+  }
+  return v;
+}
+}  // namespace
+
+TensorView TensorView::contiguous(const void* data, DType dtype,
+                                  std::initializer_list<std::int64_t> sizes, Device device) {
+  return make_view(data, dtype, sizes, nullptr, device);
+}
+
+TensorView TensorView::strided(const void* data, DType dtype,
+                               std::initializer_list<std::int64_t> sizes,
+                               std::initializer_list<std::int64_t> strides, Device device) {
+  std::int64_t st[kMaxDims] = {0, 0, 0, 0};
+  int i = 0;
+  for (std::int64_t s : strides) {
+    if (i >= kMaxDims) break;
+    st[i++] = s;
+  }
+  TensorView v = make_view(data, dtype, sizes, st, device);
+  if (int(strides.size()) != v.ndim) v.ndim = -1;  // rejected by validate(): "strides do not match"
+  return v;
+}
+
+std::int64_t TensorView::numel() const noexcept {
+  if (ndim < 0) return 0;
+  std::int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= sizes[d];
+  return n;
+}
+
+const char* backend_name(Backend b) noexcept {
+  switch (b) {
+    case Backend::kAuto: return "auto";
+    case Backend::kReference: return "reference";
+    case Backend::kCpu: return "cpu";
+    case Backend::kCuda: return "cuda";
+  }
+  return "unknown";
+}
+
+bool parse_backend(const std::string& name, Backend* out) noexcept {
+  for (Backend b : {Backend::kAuto, Backend::kReference, Backend::kCpu, Backend::kCuda}) {
+    if (name == backend_name(b)) {
+      *out = b;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool backend_available(Backend b) noexcept {
+  switch (b) {
+    case Backend::kAuto:
+    case Backend::kReference:
+    case Backend::kCpu: return true;
+    case Backend::kCuda:
+#if defined(INDEXER_Q_WITH_CUDA)
+      return detail::cuda_available();
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+const char* cpu_isa_name(CpuIsa isa) noexcept {
+  switch (isa) {
+    case CpuIsa::kAuto: return "auto";
+    case CpuIsa::kScalar: return "scalar";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+  }
+  return "unknown";
+}
+
+bool parse_cpu_isa(const std::string& name, CpuIsa* out) noexcept {
+  for (CpuIsa i : {CpuIsa::kAuto, CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (name == cpu_isa_name(i)) {
+      *out = i;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* version() noexcept { return INDEXER_Q_VERSION; }
+
+// ---------------------------------------------------------------------------------------
+// recipes (the list: include/indexer_q/recipes.inc)
+// ---------------------------------------------------------------------------------------
+namespace {
+constexpr Recipe kRecipes[] = {
+#define IQ_RECIPE(Id, Name, Rope, Freqs, Had, Bf16Rope, Bf16Had, Fmt, Fold)                      \
+  Recipe{RecipeId::Id, Name, RopeDims::Rope, FreqsLayout::Freqs, Had, Bf16Rope, Bf16Had, OutFormat::Fmt, \
+         WeightFold::Fold},
+#include "indexer_q/recipes.inc"
+#undef IQ_RECIPE
+};
+constexpr int kNumRecipes = int(sizeof kRecipes / sizeof kRecipes[0]);
+}  // namespace
+
+const Recipe& recipe(RecipeId id) noexcept {
+  const int i = int(id);
+  return (i >= 0 && i < kNumRecipes) ? kRecipes[i] : kRecipes[0];
+}
+
+const char* recipe_name(RecipeId id) noexcept {
+  const int i = int(id);
+  return (i >= 0 && i < kNumRecipes) ? kRecipes[i].name : "unknown";
+}
+
+bool parse_recipe(const std::string& name, RecipeId* out) noexcept {
+  for (const Recipe& r : kRecipes) {
+    if (name == r.name) {
+      *out = r.id;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<RecipeId> all_recipes() {
+  std::vector<RecipeId> v;
+  for (const Recipe& r : kRecipes) v.push_back(r.id);
+  return v;
+}
+
+}  // namespace indexer_q

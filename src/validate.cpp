@@ -1,0 +1,346 @@
+// The public API, part 2: the one validator, for every recipe. It turns an OpArgs into the
+// detail::Problem every backend receives, or a Status naming the offending argument.
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "common/problem.h"
+#include "common/validate.h"
+#include "indexer_q/indexer_q.h"
+
+namespace indexer_q {
+
+// ---------------------------------------------------------------------------------------
+// the validator
+// ---------------------------------------------------------------------------------------
+namespace {
+
+constexpr std::int64_t kHeadDim = 128;
+constexpr std::int64_t kFreqsDim = 64;
+
+std::string shape_str(const TensorView& t) {
+  std::ostringstream os;
+  os << "(";
+  for (int d = 0; d < t.ndim; ++d) os << (d ? ", " : "") << t.sizes[d];
+  if (t.ndim == 1) os << ",";
+  os << ")";
+  return os.str();
+}
+
+std::string stride_str(const TensorView& t) {
+  std::ostringstream os;
+  os << "(";
+  for (int d = 0; d < t.ndim; ++d) os << (d ? ", " : "") << t.strides[d];
+  if (t.ndim == 1) os << ",";
+  os << ")";
+  return os.str();
+}
+
+const char* device_str(const Device& d) { return d.type == DeviceType::kCPU ? "cpu" : "cuda"; }
+
+std::string device_full(const Device& d) {
+  if (d.type == DeviceType::kCPU) return "cpu";
+  return std::string("cuda:") + std::to_string(d.index);
+}
+
+Status bad(const char* arg, const std::string& what) {
+  return Status::InvalidArgument(std::string("indexer_q: ") + arg + ": " + what);
+}
+
+// Shape check: exact rank and sizes.
+Status check_shape(const char* arg, const TensorView& t, std::initializer_list<std::int64_t> want,
+                   const char* want_text) {
+  if (t.ndim < 0) return bad(arg, "sizes and strides have different lengths");
+  bool ok = t.ndim == int(want.size());
+  if (ok) {
+    int d = 0;
+    for (std::int64_t w : want) ok = ok && t.sizes[d++] == w;
+  }
+  if (!ok) {
+    std::ostringstream os;
+    os << "expected shape " << want_text << ", got " << shape_str(t);
+    return bad(arg, os.str());
+  }
+  return Status::Ok();
+}
+
+// Stride check: dims of size <= 1 may have any stride; the others must match `want`
+// (for dim 0 of weight: >= want).
+Status check_strides(const char* arg, const TensorView& t, std::initializer_list<std::int64_t> want,
+                     const char* want_text, bool dim0_at_least = false) {
+  int d = 0;
+  for (std::int64_t w : want) {
+    if (t.sizes[d] > 1) {
+      const bool ok = (d == 0 && dim0_at_least) ? t.strides[d] >= w : t.strides[d] == w;
+      if (!ok) {
+        std::ostringstream os;
+        os << "unsupported strides " << stride_str(t) << "; expected " << want_text;
+        return bad(arg, os.str());
+      }
+    }
+    ++d;
+  }
+  return Status::Ok();
+}
+
+Status check_dtype(const char* arg, const TensorView& t, std::initializer_list<DType> allowed,
+                   const char* want_text) {
+  for (DType d : allowed)
+    if (t.dtype == d) return Status::Ok();
+  return bad(arg, std::string("expected dtype ") + want_text + ", got " + dtype_name(t.dtype));
+}
+
+// Byte range [lo, hi) spanned by a view (empty if any size is 0).
+struct Span {
+  std::uintptr_t lo = 0, hi = 0;
+  bool empty() const { return hi <= lo; }
+};
+
+Span span_of(const TensorView& t) {
+  Span s;
+  if (t.numel() == 0 || t.data == nullptr) return s;
+  std::int64_t last = 0;
+  for (int d = 0; d < t.ndim; ++d) last += (t.sizes[d] - 1) * t.strides[d];
+  s.lo = reinterpret_cast<std::uintptr_t>(t.data);
+  s.hi = s.lo + std::uintptr_t(last + 1) * dtype_size(t.dtype);
+  return s;
+}
+
+bool overlaps(const TensorView& a, const TensorView& b) {
+  if (a.device != b.device) return false;
+  const Span x = span_of(a), y = span_of(b);
+  if (x.empty() || y.empty()) return false;
+  return x.lo < y.hi && y.lo < x.hi;
+}
+
+}  // namespace
+
+namespace detail {
+
+Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
+  const TensorView& q_input = args.q_input;
+  const TensorView& q_out = args.q_out;
+  const TensorView& q_scale = args.q_scale;
+  const TensorView& weight = args.weight;
+  const TensorView& weights_out = args.weights_out;
+  const TensorView& freqs = args.freqs;
+  const TensorView& positions = args.positions;
+
+  // --- the recipe fixes the output tensors ---
+  const int rid = int(args.recipe);
+  bool known = false;
+  for (RecipeId r : all_recipes()) known = known || int(r) == rid;
+  if (!known) {
+    std::string names;
+    for (RecipeId r : all_recipes()) names += (names.empty() ? "" : ", ") + std::string(recipe_name(r));
+    return bad("recipe", "unknown recipe id " + std::to_string(rid) + "; expected one of " + names);
+  }
+  const Recipe& rec = recipe(args.recipe);
+  const bool fp4 = rec.format == OutFormat::kE2M1;
+  const char* out_name = fp4 ? "q_fp4" : "q_fp8";
+
+  // --- q_input fixes B, H and the dtype ---
+  if (q_input.ndim != 3)
+    return bad("q_input", "expected 3 dims (B, H, 128), got " + std::to_string(q_input.ndim));
+  const std::int64_t B = q_input.sizes[0];
+  const std::int64_t H = q_input.sizes[1];
+  if (B < 0) return bad("q_input", "batch size B must be >= 0, got " + std::to_string(B));
+  if (H <= 0) return bad("q_input", "head count H must be >= 1, got " + std::to_string(H));
+  if (q_input.sizes[2] != kHeadDim)
+    return bad("q_input", "head dim must be 128, got " + std::to_string(q_input.sizes[2]) +
+                              " (shape " + shape_str(q_input) + ")");
+  Status s = check_dtype("q_input", q_input, {DType::kBFloat16, DType::kFloat16, DType::kFloat32},
+                         "bf16, fp16 or fp32");
+  if (!s.ok()) return s;
+  s = check_strides("q_input", q_input, {H * kHeadDim, kHeadDim, 1}, "contiguous rows (H*128, 128, 1)");
+  if (!s.ok()) return s;
+
+  // --- q_out (q_fp8 / q_fp4) and q_scale ---
+  const std::int64_t out_dim = fp4 ? kHeadDim / 2 : kHeadDim;
+  const std::string bhd = "(" + std::to_string(B) + ", " + std::to_string(H) + ", " +
+                          std::to_string(out_dim) + ") = (B, H, " + std::to_string(out_dim) + ")";
+  s = check_shape(out_name, q_out, {B, H, out_dim}, bhd.c_str());
+  if (!s.ok()) return s;
+  if (fp4) {
+    s = check_dtype(out_name, q_out, {DType::kUInt8, DType::kInt8},
+                    "uint8 or int8 (two e2m1 codes per byte)");
+  } else if (rec.format == OutFormat::kE4M3FNUZ) {
+    s = check_dtype(out_name, q_out, {DType::kFloat8E4M3FNUZ, DType::kUInt8, DType::kInt8},
+                    (std::string("fp8_e4m3fnuz (or uint8 / int8 raw codes) for recipe ") + rec.name).c_str());
+  } else {
+    s = check_dtype(out_name, q_out, {DType::kFloat8E4M3, DType::kUInt8, DType::kInt8},
+                    (std::string("fp8_e4m3fn (or uint8 / int8 raw codes) for recipe ") + rec.name).c_str());
+  }
+  if (!s.ok()) return s;
+  const std::string contig = "contiguous (H*" + std::to_string(out_dim) + ", " + std::to_string(out_dim) + ", 1)";
+  s = check_strides(out_name, q_out, {H * out_dim, out_dim, 1}, contig.c_str());
+  if (!s.ok()) return s;
+  const std::string bh_sf = "(" + std::to_string(B) + ", " + std::to_string(H) + ") = (B, H)";
+  if (fp4) {
+    s = check_shape("q_sf", q_scale, {B, H}, bh_sf.c_str());
+    if (!s.ok()) return s;
+    s = check_dtype("q_sf", q_scale, {DType::kInt32}, "int32 (four UE8M0 bytes per row)");
+    if (!s.ok()) return s;
+    s = check_strides("q_sf", q_scale, {H, 1}, "contiguous (H, 1)");
+    if (!s.ok()) return s;
+  } else if (q_scale.ndim != 0 || q_scale.data != nullptr) {
+    return bad("q_sf", std::string("recipe ") + rec.name +
+                           " has no block scales: expected an empty view (ndim 0, no data)");
+  }
+
+  // --- weight ---
+  const std::string bh = "(" + std::to_string(B) + ", " + std::to_string(H) + ") = (B, H)";
+  s = check_shape("weight", weight, {B, H}, bh.c_str());
+  if (!s.ok()) return s;
+  if (weight.dtype != q_input.dtype)
+    return bad("weight", std::string("expected the dtype of q_input (") + dtype_name(q_input.dtype) +
+                             "), got " + dtype_name(weight.dtype));
+  s = check_strides("weight", weight, {H, 1}, "stride(1) = 1 and stride(0) >= H", true);
+  if (!s.ok()) return s;
+
+  // --- weights_out ---
+  const std::string bh1 = "(" + std::to_string(B) + ", " + std::to_string(H) + ", 1) = (B, H, 1)";
+  s = check_shape("weights_out", weights_out, {B, H, 1}, bh1.c_str());
+  if (!s.ok()) return s;
+  s = check_dtype("weights_out", weights_out, {DType::kFloat32}, "fp32");
+  if (!s.ok()) return s;
+  s = check_strides("weights_out", weights_out, {H, 1, 1}, "contiguous (H, 1, 1)");
+  if (!s.ok()) return s;
+
+  // --- freqs ---
+  if (freqs.ndim != 2 || freqs.sizes[1] != kFreqsDim || freqs.sizes[0] < 0)
+    return bad("freqs", std::string("expected shape (max_pos, 64) (") +
+                            (rec.freqs_layout == FreqsLayout::kInterleaved ? "(cos, sin) per pair"
+                                                                           : "[cos x32 | sin x32]") +
+                            " for recipe " + rec.name + "), got " + shape_str(freqs));
+  s = check_dtype("freqs", freqs, {DType::kFloat32}, "fp32");
+  if (!s.ok()) return s;
+  s = check_strides("freqs", freqs, {kFreqsDim, 1}, "contiguous (64, 1)");
+  if (!s.ok()) return s;
+  const std::int64_t max_pos = freqs.sizes[0];
+
+  // --- positions ---
+  const std::string b1 = "(" + std::to_string(B) + ",) = (B,)";
+  s = check_shape("positions", positions, {B}, b1.c_str());
+  if (!s.ok()) return s;
+  s = check_dtype("positions", positions, {DType::kInt32, DType::kInt64}, "int32 or int64");
+  if (!s.ok()) return s;
+  s = check_strides("positions", positions, {1}, "contiguous (1,)");
+  if (!s.ok()) return s;
+
+  // --- devices ---
+  const struct {
+    const char* name;
+    const TensorView* t;
+  } all_[] = {{"q_input", &q_input}, {out_name, &q_out}, {"q_sf", &q_scale}, {"weight", &weight},
+              {"weights_out", &weights_out}, {"freqs", &freqs}, {"positions", &positions}};
+  // q_sf takes part only in FP4 recipes.
+  const auto all = fp4 ? std::vector<std::decay_t<decltype(all_[0])>>(std::begin(all_), std::end(all_))
+                       : std::vector<std::decay_t<decltype(all_[0])>>{all_[0], all_[1], all_[3], all_[4], all_[5], all_[6]};
+  for (const auto& a : all) {
+    if (a.t->device != q_input.device)
+      return bad(a.name, std::string("expected the device of q_input (") + device_full(q_input.device) +
+                             "), got " + device_full(a.t->device));
+  }
+  const Device dev = q_input.device;
+
+  // --- backend vs device ---
+  Backend backend = options.backend;
+  if (backend != Backend::kAuto && backend != Backend::kReference && backend != Backend::kCpu &&
+      backend != Backend::kCuda)
+    return bad("options.backend", "expected auto, reference, cpu or cuda, got the value " +
+                                      std::to_string(int(backend)));
+  if (options.cpu_isa != CpuIsa::kAuto && options.cpu_isa != CpuIsa::kScalar &&
+      options.cpu_isa != CpuIsa::kAvx2 && options.cpu_isa != CpuIsa::kAvx512)
+    return bad("options.cpu_isa", "expected auto, scalar, avx2 or avx512, got the value " +
+                                      std::to_string(int(options.cpu_isa)));
+  if (backend == Backend::kAuto) backend = dev.type == DeviceType::kCPU ? Backend::kCpu : Backend::kCuda;
+  if ((backend == Backend::kReference || backend == Backend::kCpu) && dev.type != DeviceType::kCPU)
+    return bad("options.backend", std::string("backend '") + backend_name(backend) +
+                                      "' needs cpu tensors, got " + device_str(dev) + " tensors");
+  if (backend == Backend::kCuda && dev.type != DeviceType::kCUDA)
+    return bad("options.backend", std::string("backend 'cuda' needs cuda tensors, got ") +
+                                      device_str(dev) + " tensors");
+  if (options.num_threads < 0)
+    return bad("options.num_threads", "expected >= 0 (0 = default), got " + std::to_string(options.num_threads));
+
+  if (B == 0) {
+    if (out) {
+      *out = Problem{};
+      out->recipe = args.recipe;
+      out->H = H;
+    }
+    return Status::Ok();  // valid, nothing to do, nothing to read
+  }
+
+  // --- null data (B > 0 from here) ---
+  for (const auto& a : all) {
+    if (a.t->data == nullptr && a.t->numel() > 0)
+      return bad(a.name, "data pointer is null while the tensor has " + std::to_string(a.t->numel()) +
+                             " elements");
+  }
+  if (max_pos == 0) return bad("freqs", "has 0 rows (max_pos = 0), so no position is valid");
+
+  // --- outputs must not overlap inputs or each other ---
+  const struct {
+    const char* name;
+    const TensorView* t;
+  } outs_[] = {{out_name, &q_out}, {"weights_out", &weights_out}, {"q_sf", &q_scale}};
+  for (int oi = 0; oi < (fp4 ? 3 : 2); ++oi) {
+    const auto& o = outs_[oi];
+    for (const auto& a : all) {
+      if (a.t == o.t) continue;
+      if (overlaps(*o.t, *a.t))
+        return bad(o.name, std::string("output memory overlaps ") + a.name);
+    }
+  }
+
+  // --- positions in range, wherever the host can read them ---
+  if (dev.type == DeviceType::kCPU) {
+    for (std::int64_t b = 0; b < B; ++b) {
+      const std::int64_t p = positions.dtype == DType::kInt32
+                                 ? std::int64_t(static_cast<const std::int32_t*>(positions.data)[b])
+                                 : static_cast<const std::int64_t*>(positions.data)[b];
+      if (p < 0 || p >= max_pos)
+        return bad("positions", "positions[" + std::to_string(b) + "] = " + std::to_string(p) +
+                                    " is outside [0, max_pos) = [0, " + std::to_string(max_pos) + ")");
+    }
+  }
+
+  if (out) {
+    Problem& p = *out;
+    p.recipe = args.recipe;
+    p.B = B;
+    p.H = H;
+    p.dtype = q_input.dtype;
+    p.q_input = q_input.data;
+    p.q_out = static_cast<std::uint8_t*>(q_out.data);
+    p.q_sf = fp4 ? static_cast<std::uint8_t*>(q_scale.data) : nullptr;
+    p.weight_scale = args.weight_scale;
+    p.weight = weight.data;
+    p.weight_stride_b = B > 1 ? weight.strides[0] : H;
+    p.weights_out = static_cast<float*>(weights_out.data);
+    p.freqs = static_cast<const float*>(freqs.data);
+    p.max_pos = max_pos;
+    p.positions = positions.data;
+    p.pos_dtype = positions.dtype;
+    p.device = dev;
+  }
+  return Status::Ok();
+}
+
+}  // namespace detail
+
+Status validate(const OpArgs& args, const Options& options) {
+  return detail::validate_op(args, options, nullptr);
+}
+
+Status validate(const TensorView& q_input, const TensorView& q_fp8, const TensorView& weight,
+                const TensorView& weights_out, float weight_scale, const TensorView& freqs,
+                const TensorView& positions, const Options& options) {
+  return validate(detail::v4_fp8_args(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions),
+                  options);
+}
+
+}  // namespace indexer_q
