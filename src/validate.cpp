@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/problem.h"
 #include "common/validate.h"
@@ -230,14 +231,17 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   if (!s.ok()) return s;
 
   // --- devices ---
-  const struct {
+  // The tensors of this recipe, in argument order (q_sf takes part only in FP4 recipes).
+  struct Named {
     const char* name;
     const TensorView* t;
-  } all_[] = {{"q_input", &q_input}, {out_name, &q_out}, {"q_sf", &q_scale}, {"weight", &weight},
-              {"weights_out", &weights_out}, {"freqs", &freqs}, {"positions", &positions}};
-  // q_sf takes part only in FP4 recipes.
-  const auto all = fp4 ? std::vector<std::decay_t<decltype(all_[0])>>(std::begin(all_), std::end(all_))
-                       : std::vector<std::decay_t<decltype(all_[0])>>{all_[0], all_[1], all_[3], all_[4], all_[5], all_[6]};
+    bool output;
+  };
+  std::vector<Named> all = {{"q_input", &q_input, false}, {out_name, &q_out, true}};
+  if (fp4) all.push_back({"q_sf", &q_scale, true});
+  for (Named n : {Named{"weight", &weight, false}, Named{"weights_out", &weights_out, true},
+                  Named{"freqs", &freqs, false}, Named{"positions", &positions, false}})
+    all.push_back(n);
   for (const auto& a : all) {
     if (a.t->device != q_input.device)
       return bad(a.name, std::string("expected the device of q_input (") + device_full(q_input.device) +
@@ -283,12 +287,8 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   if (max_pos == 0) return bad("freqs", "has 0 rows (max_pos = 0), so no position is valid");
 
   // --- outputs must not overlap inputs or each other ---
-  const struct {
-    const char* name;
-    const TensorView* t;
-  } outs_[] = {{out_name, &q_out}, {"weights_out", &weights_out}, {"q_sf", &q_scale}};
-  for (int oi = 0; oi < (fp4 ? 3 : 2); ++oi) {
-    const auto& o = outs_[oi];
+  for (const Named& o : all) {
+    if (!o.output) continue;
     for (const auto& a : all) {
       if (a.t == o.t) continue;
       if (overlaps(*o.t, *a.t))
