@@ -1,6 +1,7 @@
 // Option parsing and small shared helpers of the indexer-q commands.
 #include "cli.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -153,10 +154,118 @@ DType parse_pos_dtype_option(const Args& a, const char* name, const char* dflt) 
   return v == "int32" ? DType::kInt32 : DType::kInt64;
 }
 
+namespace {
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+}  // namespace
+
+// The enumerators of Backend and CpuIsa are consecutive; the library names each and answers
+// "unknown" past the last one.
+std::vector<std::string> backend_name_list() {
+  std::vector<std::string> v;
+  for (int i = 0;; ++i) {
+    const std::string n = backend_name(Backend(i));
+    if (n == "unknown") break;
+    v.push_back(n);
+  }
+  return v;
+}
+std::string backend_names() { return join(backend_name_list(), "|"); }
+
+std::string isa_names() {
+  std::vector<std::string> v;
+  for (int i = int(CpuIsa::kAuto);; ++i) {
+    const std::string n = cpu_isa_name(CpuIsa(i));
+    if (n == "unknown") break;
+    v.push_back(n);
+  }
+  return join(v, "|");
+}
+
+std::string recipe_names() {
+  std::vector<std::string> v;
+  for (RecipeId r : all_recipes()) v.push_back(recipe_name(r));
+  return join(v, "|");
+}
+
+namespace {
+RecipeId recipe_or_throw(const std::string& name) {
+  RecipeId r;
+  if (!parse_recipe(name, &r))
+    throw UsageError("option --recipe: unknown recipe '" + name + "' (recipes: " + recipe_names() + ")");
+  return r;
+}
+}  // namespace
+
+RecipeId parse_recipe_option(const Args& a) {
+  return recipe_or_throw(a.str("recipe", recipe_name(RecipeId::kV4Fp8)));
+}
+
+std::vector<RecipeId> parse_recipe_list_option(const Args& a) {
+  const std::string s = a.str("recipe", recipe_name(RecipeId::kV4Fp8));
+  if (s == "all") return all_recipes();
+  std::vector<RecipeId> out;
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t comma = s.find(',', at);
+    const RecipeId r = recipe_or_throw(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+std::string recipe_summary(RecipeId id) {
+  const Recipe& r = recipe(id);
+  std::string s = r.rope_dims == RopeDims::kLast64 ? "RoPE dims 64..127" : "RoPE dims 0..63";
+  s += r.freqs_layout == FreqsLayout::kInterleaved ? " (freqs cos,sin interleaved)" : " (freqs cos|sin halves)";
+  if (r.bf16_after_rope) s += ", bf16 round";
+  s += r.hadamard ? ", Hadamard" : ", no Hadamard";
+  if (r.bf16_after_hadamard) s += ", bf16 round";
+  switch (r.format) {
+    case OutFormat::kE4M3FN: s += ", fp8 e4m3fn (B,H,128), row scale"; break;
+    case OutFormat::kE4M3FNUZ: s += ", fp8 e4m3fnuz (B,H,128) (-0 -> +0, weights_out x2), row scale"; break;
+    case OutFormat::kE2M1: s += ", fp4 e2m1 pairs (B,H,64) + ue8m0 scale per 32 dims (q_sf (B,H) int32)"; break;
+  }
+  s += r.fold == WeightFold::kTimesScale ? " folded into weights_out" : "; weights_out = weight * weight_scale";
+  return s;
+}
+
+std::string recipes_help() {
+  std::string out = "recipes (the forms of the op; contracts: SPEC.md, SPEC-variants.md):\n";
+  for (RecipeId id : all_recipes()) {
+    std::string name = recipe_name(id);
+    if (id == RecipeId::kV4Fp8) name += " (default)";
+    std::string line = "  " + name;
+    if (line.size() < 24) line.append(24 - line.size(), ' ');
+    else line += "\n" + std::string(24, ' ');
+    // wrap the summary at ~100 columns
+    std::string summary = recipe_summary(id), cur;
+    std::size_t at = 0;
+    while (at < summary.size()) {
+      std::size_t next = summary.find(' ', at);
+      if (next == std::string::npos) next = summary.size();
+      const std::string word = summary.substr(at, next - at);
+      if (!cur.empty() && 24 + cur.size() + 1 + word.size() > 100) {
+        line += cur + "\n" + std::string(24, ' ');
+        cur.clear();
+      }
+      cur += (cur.empty() ? "" : " ") + word;
+      at = next + 1;
+    }
+    out += line + cur + "\n";
+  }
+  return out;
+}
+
 CpuIsa parse_isa_option(const Args& a) {
   const std::string v = a.str("isa", "auto");
   CpuIsa isa;
-  if (!parse_cpu_isa(v, &isa)) throw UsageError("option --isa: expected auto|scalar|avx2|avx512, got '" + v + "'");
+  if (!parse_cpu_isa(v, &isa)) throw UsageError("option --isa: expected " + isa_names() + ", got '" + v + "'");
   if (isa != CpuIsa::kAuto && !cpu_isa_supported(isa)) {
     std::string list;
     for (CpuIsa s : supported_cpu_isas()) list += (list.empty() ? "" : ", ") + std::string(cpu_isa_name(s));
@@ -194,7 +303,7 @@ DeviceRuntime* Runtimes::get_cuda() {
 }
 
 Target select_target(const Args& a, Runtimes* rts) {
-  const std::string b = a.choice("backend", "auto", {"auto", "reference", "cpu", "cuda"});
+  const std::string b = a.choice("backend", "auto", backend_name_list());
   const bool explicit_isa = a.has("isa"), explicit_threads = a.has("threads");
   const CpuIsa isa = parse_isa_option(a);
   const int threads = int(a.integer("threads", 0, 1, 4096));

@@ -22,7 +22,7 @@ struct UsageError : std::runtime_error {
 struct OptionSpec {
   const char* name;     // without the leading "--"
   const char* metavar;  // nullptr for a flag without a value
-  const char* help;     // may contain '\n' for extra lines
+  std::string help;     // may contain '\n' for extra lines
 };
 
 // Parses "--name value", "--name=value", flags and positional arguments against a fixed list
@@ -60,8 +60,26 @@ class Args {
 // Common option values.
 DType parse_dtype_option(const Args& a, const char* name, const char* dflt);      // bf16|fp16|fp32
 DType parse_pos_dtype_option(const Args& a, const char* name, const char* dflt);  // int32|int64
-// --isa: auto|scalar|avx2|avx512, and it must be supported here (else UsageError).
+// --isa: one of the library's ISA names (isa_names()), and it must be supported here (else
+// UsageError).
 CpuIsa parse_isa_option(const Args& a);
+
+// Names from the library's own lists (never retyped in tools/), joined with '|'.
+std::string backend_names();  // "auto|reference|cpu|cuda"
+std::string isa_names();      // "auto|scalar|avx2|avx512"
+std::string recipe_names();   // all_recipes(), in list order
+// The names as a list (for Args::choice).
+std::vector<std::string> backend_name_list();
+
+// --recipe NAME (default v4_fp8); UsageError naming the recipes for an unknown one.
+RecipeId parse_recipe_option(const Args& a);
+// --recipe NAME[,NAME...] | all (default v4_fp8).
+std::vector<RecipeId> parse_recipe_list_option(const Args& a);
+// One line describing a recipe from its descriptor (rope dims, freqs layout, Hadamard, bf16
+// rounding points, output format, weight fold).
+std::string recipe_summary(RecipeId id);
+// Help text listing every recipe with its summary.
+std::string recipes_help();
 
 // A backend to run on, with the runtime that owns its memory.
 struct Target {
@@ -97,9 +115,10 @@ std::string fmt(const char* format, ...)
 #endif
     ;
 std::string human_bytes(double bytes);  // "69.3 MB" (decimal units)
-// "first fp8 diffs: [row r, dim i] got 0x.. want 0x..; ..." for the indices listed in d.
-std::string diff_details(const io::Diff& d, const std::uint8_t* got8, const std::uint8_t* want8,
-                         const float* gotw, const float* wantw);
+// "first code diffs: [row r, byte i] got 0x.. want 0x..; ..." for the indices listed in d
+// (codes, FP4 block scales, weights_out), against the expected outputs of `want`.
+std::string diff_details(const io::Diff& d, const io::ConformanceCase& want, const std::uint8_t* got_q,
+                         const std::uint8_t* got_sf, const float* got_w);
 
 // Commands. Each returns the process exit code.
 int cmd_run(int argc, char** argv);

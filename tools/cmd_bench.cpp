@@ -1,5 +1,6 @@
-// indexer-q bench: a sweep of tokens x heads on one backend, beside a plain copy of the same
-// number of bytes on the same device, and the device's baselines, all in the same run.
+// indexer-q bench: a sweep of recipes x tokens x heads on one backend, beside a plain copy of the
+// same number of bytes on the same device, in the same run. The op is called through the public
+// API only (run()); comparisons with other kernel designs live in bench/.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -15,58 +16,66 @@ namespace cli {
 
 namespace {
 
-const std::vector<OptionSpec> kBenchOptions = {
-    {"backend", "B", "auto|reference|cpu|cuda (default auto: cuda when a device is usable, else cpu)"},
-    {"isa", "I", "cpu backend instruction set: auto|scalar|avx2|avx512 (default auto)"},
-    {"threads", "N", "cpu backend threads, >= 1 (default: the library default); the copy is\n"
-                     "split over the same number of threads when it is 1 MiB or more"},
-    {"tokens", "LIST", "comma-separated token counts (default 1,8,64,256,1024,4096,16384)"},
-    {"heads", "LIST", "comma-separated head counts (default 64)"},
-    {"dtype", "D", "q_input / weight dtype: bf16|fp16|fp32 (default bf16)"},
-    {"pos-dtype", "D", "positions dtype: int32|int64 (default int64)"},
-    {"warmup", "N", "untimed calls before timing, >= 0 (default 5)"},
-    {"iters", "N", "timed samples per case; the median is reported, >= 1 (default 20)"},
-    {"rotate-mb", "M", "cpu only: rotate among enough input/output buffer sets that together they\n"
-                       "span at least M MiB (at most 1024 sets), so small cases are not timed out of\n"
-                       "L1/L2 (default 16; 0 = one set)"},
-    {"seed", "S", "workload seed, >= 0 (default 1)"},
-    {"format", "F", "table|csv (default table)"},
-    {"no-check", nullptr, "skip the byte comparison of each case against the scalar reference"},
-};
+std::vector<OptionSpec> bench_options() {
+  return {
+      {"recipe", "LIST", "recipes to time: NAME[,NAME...] or all (default v4_fp8; see 'recipes'\n"
+                         "below)"},
+      {"backend", "B", backend_names() + " (default auto: cuda when a device is usable, else cpu)"},
+      {"isa", "I", "cpu backend instruction set: " + isa_names() + " (default auto)"},
+      {"threads", "N", "cpu backend threads, >= 1 (default: the library default); the copy is\n"
+                       "split over the same number of threads when it is 1 MiB or more"},
+      {"tokens", "LIST", "comma-separated token counts (default 1,8,64,256,1024,4096,16384)"},
+      {"heads", "LIST", "comma-separated head counts (default 64)"},
+      {"dtype", "D", "q_input / weight dtype: bf16|fp16|fp32 (default bf16)"},
+      {"pos-dtype", "D", "positions dtype: int32|int64 (default int64)"},
+      {"warmup", "N", "untimed calls before timing, >= 0 (default 5)"},
+      {"iters", "N", "timed samples per case; the median is reported, >= 1 (default 20)"},
+      {"rotate-mb", "M", "cpu only: rotate among enough input/output buffer sets that together they\n"
+                         "span at least M MiB (at most 1024 sets), so small cases are not timed out of\n"
+                         "L1/L2 (default 16; 0 = one set)"},
+      {"seed", "S", "workload seed, >= 0 (default 1)"},
+      {"format", "F", "table|csv (default table)"},
+      {"no-check", nullptr, "skip the byte comparison of each case against the scalar reference"},
+  };
+}
 
 const char* kBenchDescription =
-    "Times the op for every (tokens, heads) pair on one backend (workloads as in 'indexer-q run').\n"
-    "Per case it prints:\n"
+    "Times the op for every (recipe, heads, tokens) triple on one backend (workloads as in\n"
+    "'indexer-q run'). Per case it prints:\n"
     "  us_median      median time of one call (CPU: wall clock; each sample times enough\n"
     "                 back-to-back calls to last >= 50 us and divides; CUDA: CUDA-graph replay,\n"
     "                 events)\n"
-    "  gbps           effective bandwidth: bytes read + written once per call (q rows, weights,\n"
-    "                 fp8 out, weights_out, one position and one freqs row per token) / time\n"
+    "  gbps           effective bandwidth: bytes read + written once per call / time. Per row:\n"
+    "                 128 inputs, one weight, 4 bytes weights_out, and the codes: 128 bytes for\n"
+    "                 the fp8 recipes, 64 + 4 (codes + block scales) for fp4; per token one\n"
+    "                 position and one 256-byte freqs row\n"
     "  copy_gbps      a plain copy on the same device in the same run (memcpy / device-to-device),\n"
     "                 of half that many bytes, so that bytes read + bytes written equal the op's;\n"
     "                 copy_gbps = (read + written) / copy time, counted exactly like gbps\n"
     "  ratio_to_copy  gbps / copy_gbps (1.0 = as fast as a copy of the same traffic)\n"
-    "  baselines      for CUDA: the one-warp-per-row baseline kernel on the same buffers, its time\n"
-    "                 and the speedup (baseline time / op time)\n"
     "  exact          the first buffer set's output compared byte for byte with the reference\n"
+    "                 (yes / NO; '-' with --no-check)\n"
     "CPU: small cases rotate among several buffer sets (see --rotate-mb; each set has its own\n"
     "inputs, positions and outputs, the freqs table is shared); 'sets' says how many. The copy\n"
     "rotates the same way (source/destination pairs spanning >= 16 MiB).\n"
     "csv: one header line, then one row per case: backend,isa,tokens,heads,dtype,threads,sets,\n"
-    "us_median,gbps,copy_us,copy_gbps,ratio_to_copy,exact[,<baseline>_us,<baseline>_speedup...]\n"
-    "(isa and threads are '-' on a GPU).\n"
+    "us_median,gbps,copy_us,copy_gbps,ratio_to_copy,exact,recipe (isa and threads are '-' on a\n"
+    "GPU).\n"
+    "A case the backend cannot run (e.g. a recipe it does not implement) is reported on stderr\n"
+    "and the sweep goes on.\n"
     "Exit status: 0 if every case ran (and matched the reference), 1 otherwise, 2 for a bad\n"
     "command line.";
 
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args a("bench", kBenchOptions, argc, argv);
+  Args a("bench", bench_options(), argc, argv);
   if (a.help()) {
-    std::fputs(a.help_text("indexer-q bench [options]", kBenchDescription).c_str(), stdout);
+    std::fputs(a.help_text("indexer-q bench [options]", kBenchDescription, recipes_help()).c_str(), stdout);
     return 0;
   }
   if (!a.positional().empty()) throw UsageError("unexpected argument '" + a.positional()[0] + "'");
+  const std::vector<RecipeId> recipes = parse_recipe_list_option(a);
   const std::vector<std::int64_t> tokens =
       a.int_list("tokens", {1, 8, 64, 256, 1024, 4096, 16384}, 1, std::int64_t(1) << 22);
   const std::vector<std::int64_t> heads = a.int_list("heads", {64}, 1, 4096);
@@ -82,131 +91,106 @@ int cmd_bench(int argc, char** argv) {
   const Target t = select_target(a, &rts);
   DeviceRuntime& rt = *t.rt;
   const bool gpu = t.backend == Backend::kCuda;
-  const std::string isa_col = t.backend == Backend::kCpu ? cpu_isa_name(t.isa) : gpu ? "-" : "scalar";
+  const std::string isa_col =
+      t.backend == Backend::kCpu ? cpu_isa_name(t.isa) : gpu ? "-" : cpu_isa_name(CpuIsa::kScalar);
   const std::string threads_col = gpu ? "-" : std::to_string(t.threads);
   const Options opts = t.options();
 
-  if (!csv) {
+  if (csv) {
+    std::printf("backend,isa,tokens,heads,dtype,threads,sets,us_median,gbps,copy_us,copy_gbps,ratio_to_copy,exact,"
+                "recipe\n");
+  } else {
     std::printf("indexer-q bench: %s on %s, %s, %s positions, warmup %d, iters %d\n", t.label.c_str(),
                 rt.name().c_str(), dtype_name(dtype), dtype_name(pos_dtype), warmup, iters);
+    std::printf("%-20s %-10s %-7s %7s %5s %7s %5s %11s %9s %10s %9s %6s\n", "recipe", "backend", "isa", "tokens",
+                "heads", "threads", "sets", "us_median", "GB/s", "copy_GB/s", "vs_copy", "exact");
   }
-  bool header_done = false, all_ok = true;
-  std::vector<std::string> baseline_names;
-  for (std::int64_t H : heads) {
-    for (std::int64_t T : tokens) {
-      WorkloadSpec spec;
-      spec.tokens = T;
-      spec.heads = H;
-      spec.dtype = dtype;
-      spec.pos_dtype = pos_dtype;
-      spec.seed = seed;
-      const std::int64_t ws = detail::bytes_moved(T, H, dtype, pos_dtype);
-      std::int64_t nsets = 1;
-      if (!gpu && rotate_mb > 0) {
-        const std::int64_t target = rotate_mb << 20;
-        nsets = std::min<std::int64_t>(1024, std::max<std::int64_t>(1, (target + ws - 1) / ws));
-      }
-      // Set 0 owns the freqs table; the others share it (different data and start positions).
-      const Workload w0 = make_workload(spec);
-      std::vector<std::unique_ptr<DeviceCase>> sets;
-      sets.emplace_back(new DeviceCase(rt, w0.data));
-      for (std::int64_t i = 1; i < nsets; ++i) {
-        WorkloadSpec si = spec;
-        si.seed = seed + std::uint64_t(i);
-        si.make_freqs = false;
-        const Workload wi = make_workload(si);
-        sets.emplace_back(new DeviceCase(rt, wi.data, sets[0]->freqs()));
-      }
-
-      std::string exact = "-";
-      sets[0]->poison(0xff);
-      Status s = sets[0]->run(opts);
-      if (!s.ok()) {
-        std::fprintf(stderr, "indexer-q bench: tokens %lld heads %lld: %s\n", (long long)T, (long long)H,
-                     s.message().c_str());
-        return 1;
-      }
-      if (check) {
-        std::vector<std::uint8_t> out8, ref8;
-        std::vector<float> outw, refw;
-        sets[0]->download(&out8, &outw);
-        s = reference_outputs(w0.data, &ref8, &refw);
-        if (!s.ok()) throw std::runtime_error(s.message());
-        const io::Diff d = io::compare_outputs(out8.data(), outw.data(), ref8.data(), refw.data(), T * H);
-        exact = d.exact() ? "yes" : "NO";
-        if (!d.exact()) {
+  std::fflush(stdout);
+  bool all_ok = true;
+  for (RecipeId recipe_id : recipes) {
+    for (std::int64_t H : heads) {
+      for (std::int64_t T : tokens) {
+        const char* rname = recipe_name(recipe_id);
+        auto fail = [&](const std::string& why) {
+          std::fprintf(stderr, "indexer-q bench: %s, tokens %lld, heads %lld: %s\n", rname, (long long)T,
+                       (long long)H, why.c_str());
           all_ok = false;
-          std::fprintf(stderr, "indexer-q bench: tokens %lld heads %lld: output differs from the reference: %lld fp8 "
-                       "bytes, %lld weights\n", (long long)T, (long long)H, (long long)d.fp8_bytes,
-                       (long long)d.weights);
+        };
+        WorkloadSpec spec;
+        spec.recipe = recipe_id;
+        spec.tokens = T;
+        spec.heads = H;
+        spec.dtype = dtype;
+        spec.pos_dtype = pos_dtype;
+        spec.seed = seed;
+        const std::int64_t ws = detail::bytes_moved(T, H, dtype, pos_dtype, recipe_id);
+        std::int64_t nsets = 1;
+        if (!gpu && rotate_mb > 0) {
+          const std::int64_t target = rotate_mb << 20;
+          nsets = std::min<std::int64_t>(1024, std::max<std::int64_t>(1, (target + ws - 1) / ws));
         }
-      }
+        // Set 0 owns the freqs table; the others share it (different data and start positions).
+        Workload w0 = make_workload(spec);
+        std::vector<std::unique_ptr<DeviceCase>> sets;
+        sets.emplace_back(new DeviceCase(rt, w0.data));
+        for (std::int64_t i = 1; i < nsets; ++i) {
+          WorkloadSpec si = spec;
+          si.seed = seed + std::uint64_t(i);
+          si.make_freqs = false;
+          const Workload wi = make_workload(si);
+          sets.emplace_back(new DeviceCase(rt, wi.data, sets[0]->freqs()));
+        }
 
-      std::size_t k = 0;
-      Status timed;
-      const double us = rt.time_median_us(
-          [&] {
-            const Status st = sets[k]->run(opts);
-            if (!st.ok()) timed = st;
-            k = (k + 1) % sets.size();
-          },
-          warmup, iters);
-      rt.synchronize();
-      if (!timed.ok()) {
-        std::fprintf(stderr, "indexer-q bench: %s\n", timed.message().c_str());
-        return 1;
-      }
-      const std::size_t copy_bytes = std::size_t(ws / 2);
-      const double copy_us = rt.copy_median_us(copy_bytes, warmup, iters);
-      const double gbps = double(ws) / (us * 1e3);
-      const double copy_gbps = 2.0 * double(copy_bytes) / (copy_us * 1e3);
+        std::string exact = "-";
+        sets[0]->poison(0xff);
+        Status s = sets[0]->run(opts);
+        if (!s.ok()) {
+          fail(s.message());
+          continue;
+        }
+        if (check) {
+          Outputs out;
+          sets[0]->download(&out);
+          s = fill_expected(&w0.data);
+          if (!s.ok()) throw std::runtime_error(s.message());
+          const io::Diff d = io::compare_outputs(w0.data, out.q_out.data(),
+                                                 out.q_sf.empty() ? nullptr : out.q_sf.data(), out.weights_out.data());
+          exact = d.exact() ? "yes" : "NO";
+          if (!d.exact())
+            fail(fmt("output differs from the reference: %lld code bytes, %lld block-scale bytes, %lld weights",
+                     (long long)d.q_bytes, (long long)d.sf_bytes, (long long)d.weights));
+        }
 
-      struct BaseResult {
-        std::string name;
-        double us;
-      };
-      std::vector<BaseResult> base;
-      for (const BaselineRun& b : baselines_for(t.backend, sets[0]->buffers(), rt)) {
-        base.push_back({b.name, rt.time_median_us(b.run, warmup, iters)});
+        std::size_t k = 0;
+        Status timed;
+        const double us = rt.time_median_us(
+            [&] {
+              const Status st = sets[k]->run(opts);
+              if (!st.ok()) timed = st;
+              k = (k + 1) % sets.size();
+            },
+            warmup, iters);
         rt.synchronize();
-      }
+        if (!timed.ok()) {
+          fail(timed.message());
+          continue;
+        }
+        const std::size_t copy_bytes = std::size_t(ws / 2);
+        const double copy_us = rt.copy_median_us(copy_bytes, warmup, iters);
+        const double gbps = double(ws) / (us * 1e3);
+        const double copy_gbps = 2.0 * double(copy_bytes) / (copy_us * 1e3);
 
-      if (!header_done) {
-        for (const auto& b : base) baseline_names.push_back(b.name);
         if (csv) {
-          std::printf("backend,isa,tokens,heads,dtype,threads,sets,us_median,gbps,copy_us,copy_gbps,ratio_to_copy,exact");
-          for (const auto& n : baseline_names) std::printf(",%s_us,%s_speedup", n.c_str(), n.c_str());
-          std::printf("\n");
+          std::printf("%s,%s,%lld,%lld,%s,%s,%lld,%.3f,%.3f,%.3f,%.3f,%.4f,%s,%s\n", backend_name(t.backend),
+                      isa_col.c_str(), (long long)T, (long long)H, dtype_name(dtype), threads_col.c_str(),
+                      (long long)nsets, us, gbps, copy_us, copy_gbps, gbps / copy_gbps, exact.c_str(), rname);
         } else {
-          std::printf("%-10s %-7s %7s %5s %7s %5s %11s %9s %10s %9s %6s", "backend", "isa", "tokens", "heads",
-                      "threads", "sets", "us_median", "GB/s", "copy_GB/s", "vs_copy", "exact");
-          for (const auto& n : baseline_names) std::printf("  %16s %8s", (n + "_us").c_str(), "speedup");
-          std::printf("\n");
+          std::printf("%-20s %-10s %-7s %7lld %5lld %7s %5lld %11.2f %9.2f %10.2f %9.3f %6s\n", rname,
+                      backend_name(t.backend), isa_col.c_str(), (long long)T, (long long)H, threads_col.c_str(),
+                      (long long)nsets, us, gbps, copy_gbps, gbps / copy_gbps, exact.c_str());
         }
-        header_done = true;
+        std::fflush(stdout);
       }
-      if (csv) {
-        std::printf("%s,%s,%lld,%lld,%s,%s,%lld,%.3f,%.3f,%.3f,%.3f,%.4f,%s", backend_name(t.backend),
-                    isa_col.c_str(), (long long)T, (long long)H, dtype_name(dtype), threads_col.c_str(),
-                    (long long)nsets, us, gbps, copy_us, copy_gbps, gbps / copy_gbps, exact.c_str());
-        for (const auto& n : baseline_names) {
-          auto it = std::find_if(base.begin(), base.end(), [&](const BaseResult& b) { return b.name == n; });
-          if (it == base.end()) std::printf(",,");
-          else std::printf(",%.3f,%.3f", it->us, it->us / us);
-        }
-        std::printf("\n");
-      } else {
-        std::printf("%-10s %-7s %7lld %5lld %7s %5lld %11.2f %9.2f %10.2f %9.3f %6s", backend_name(t.backend),
-                    isa_col.c_str(), (long long)T, (long long)H, threads_col.c_str(), (long long)nsets, us, gbps,
-                    copy_gbps, gbps / copy_gbps, exact.c_str());
-        for (const auto& n : baseline_names) {
-          auto it = std::find_if(base.begin(), base.end(), [&](const BaseResult& b) { return b.name == n; });
-          if (it == base.end()) std::printf("  %16s %8s", "-", "-");
-          else std::printf("  %16.2f %7.2fx", it->us, it->us / us);
-        }
-        std::printf("\n");
-      }
-      std::fflush(stdout);
     }
   }
   return all_ok ? 0 : 1;

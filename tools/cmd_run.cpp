@@ -1,5 +1,6 @@
-// indexer-q run: one DeepSeek-V4-shaped call on the best backend, checked byte for byte against
-// the scalar reference, timed, and with the quantization error it buys (Hadamard vs none).
+// indexer-q run: one DeepSeek-V4-shaped call of a recipe on the best backend, checked byte for
+// byte against the scalar reference, timed, and with the quantization error it buys (the
+// recipe's own error next to the same recipe with the Hadamard toggled).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,39 +17,47 @@ namespace cli {
 
 namespace {
 
-const std::vector<OptionSpec> kRunOptions = {
-    {"backend", "B", "auto|reference|cpu|cuda (default auto: cuda when a device is usable, else cpu)"},
-    {"isa", "I", "cpu backend instruction set: auto|scalar|avx2|avx512 (default auto: the best\n"
-                 "supported one, or INDEXER_Q_CPU_ISA)"},
-    {"threads", "N", "cpu backend threads, >= 1 (default: the library default, cpu_num_threads())"},
-    {"tokens", "T", "tokens (B), >= 1 (default 4096)"},
-    {"heads", "H", "heads per token, >= 1 (default 64)"},
-    {"dtype", "D", "q_input / weight dtype: bf16|fp16|fp32 (default bf16)"},
-    {"pos-dtype", "D", "positions dtype: int32|int64 (default int64)"},
-    {"seed", "S", "workload seed, >= 0 (default 1)"},
-    {"outliers", "N", "outlier channels in q, 0..128 (default 4)"},
-    {"outlier-scale", "X", "magnitude of the outlier channels relative to the others, 1..1000000\n"
-                           "(default 30)"},
-    {"save", "FILE", "also write the workload and the checked outputs as a conformance file\n"
-                     "(safetensors, readable by 'indexer-q verify')"},
-    {"warmup", "N", "untimed calls before timing, >= 0 (default 1)"},
-    {"iters", "N", "timed samples; the median is reported, >= 1 (default 5)"},
-};
+std::vector<OptionSpec> run_options() {
+  return {
+      {"recipe", "NAME", "the form of the op (default v4_fp8; see 'recipes' below)"},
+      {"backend", "B", backend_names() + " (default auto: cuda when a device is usable, else cpu)"},
+      {"isa", "I", "cpu backend instruction set: " + isa_names() + " (default auto: the best\n"
+                   "supported one, or INDEXER_Q_CPU_ISA)"},
+      {"threads", "N", "cpu backend threads, >= 1 (default: the library default, cpu_num_threads())"},
+      {"tokens", "T", "tokens (B), >= 1 (default 4096)"},
+      {"heads", "H", "heads per token, >= 1 (default 64)"},
+      {"dtype", "D", "q_input / weight dtype: bf16|fp16|fp32 (default bf16)"},
+      {"pos-dtype", "D", "positions dtype: int32|int64 (default int64)"},
+      {"seed", "S", "workload seed, >= 0 (default 1)"},
+      {"outliers", "N", "outlier channels in q, 0..128 (default 4)"},
+      {"outlier-scale", "X", "magnitude of the outlier channels relative to the others, 1..1000000\n"
+                             "(default 30)"},
+      {"save", "FILE", "also write the workload and the checked outputs as a conformance file\n"
+                       "(safetensors with metadata 'variant' = the recipe, readable by\n"
+                       "'indexer-q verify')"},
+      {"warmup", "N", "untimed calls before timing, >= 0 (default 1)"},
+      {"iters", "N", "timed samples; the median is reported, >= 1 (default 5)"},
+  };
+}
 
 const char* kRunDescription =
     "Builds a DeepSeek-V4-shaped workload (deterministic from --seed): q ~ N(0,1) with outlier\n"
     "channels (default 4 channels of 30x magnitude), weight ~ N(0,1), weight_scale =\n"
     "1/sqrt(H*128), a real RoPE table (theta_j = 10000^(-2j/64), max_pos = round_up(T, 4096) +\n"
-    "4096) and the positions of a prefill starting at a seed-chosen offset. Runs the op on the backend, checks every output byte against\n"
-    "the scalar reference, and reports the time (median), the effective bandwidth (bytes read and\n"
-    "written once) and the quantization error: the relative L2 error of dequant(q_fp8) against a\n"
-    "float64 evaluation of RoPE + Hadamard, next to the error of quantizing the RoPE'd rows\n"
-    "without the Hadamard (same per-row absmax recipe).\n"
+    "4096, laid out as the recipe says) and the positions of a prefill starting at a seed-chosen\n"
+    "offset. Runs the recipe on the backend, checks every output byte against the scalar\n"
+    "reference, and reports the time (median), the effective bandwidth (bytes read and written\n"
+    "once) and the quantization error: the relative L2 error of dequant(q) against a float64\n"
+    "evaluation of the recipe's RoPE (+ Hadamard / sqrt(128) when it has one), next to the error\n"
+    "of the same recipe with the Hadamard toggled (same quantizer; the transform is orthonormal,\n"
+    "so the two relative errors compare). dequant(q): fp8 e4m3fn code value x the row's scale;\n"
+    "e4m3fnuz code value (half the e4m3fn one) x 2 x the row's scale; fp4: e2m1 code value x\n"
+    "2^(e-127), e the block's UE8M0 byte in q_sf.\n"
     "Exit status: 0 if the output is bit-exact, 1 if not (or on an error), 2 for a bad command line.";
 
 struct QuantError {
-  double err_had = 0, norm_had = 0;      // sum of squares
-  double err_plain = 0, norm_plain = 0;
+  double err_op = 0, norm_op = 0;        // sum of squares, the recipe as run
+  double err_toggled = 0, norm_toggled = 0;  // the recipe with the Hadamard toggled
 };
 
 float load_value(const std::vector<std::uint8_t>& buf, DType dt, std::size_t i) {
@@ -62,12 +71,64 @@ float load_value(const std::vector<std::uint8_t>& buf, DType dt, std::size_t i) 
   return f;
 }
 
-// ||dequant(q_fp8) - y64|| / ||y64|| with y64 = float64 RoPE + Hadamard / sqrt(128), and the
-// same for the RoPE'd rows quantized without the Hadamard.
-QuantError quant_error(const io::ConformanceCase& c, const std::vector<std::uint8_t>& q_fp8) {
-  using namespace detail;
-  QuantError e;
+// The recipe R with the Hadamard switched on or off (everything else as R).
+template <class R, bool kHad>
+struct WithHadamard : R {
+  static constexpr bool kHadamard = kHad;
+};
+
+// float64 model: RoPE on R's dims (freqs laid out as R says), then Hadamard / sqrt(128) if had.
+template <class R>
+void exact_row(const float* x, const float* f, bool had, double* y) {
+  for (int i = 0; i < detail::kHeadDim; ++i) y[i] = x[i];
+  for (int j = 0; j < detail::kRopeDim / 2; ++j) {
+    double* v = y + R::kRopeOffset + 2 * j;
+    const bool il = R::kFreqsLayout == FreqsLayout::kInterleaved;
+    const double c = il ? f[2 * j] : f[j], s = il ? f[2 * j + 1] : f[32 + j];
+    const double xr = v[0], xi = v[1];
+    v[0] = xr * c - xi * s;
+    v[1] = xr * s + xi * c;
+  }
+  if (!had) return;
+  for (int st = 1; st < detail::kHeadDim; st <<= 1)
+    for (int i = 0; i < detail::kHeadDim; ++i)
+      if ((i & st) == 0) {
+        const double a = y[i], b = y[i + st];
+        y[i] = a + b;
+        y[i + st] = a - b;
+      }
   const double inv_sqrt128 = 1.0 / std::sqrt(128.0);
+  for (int i = 0; i < detail::kHeadDim; ++i) y[i] *= inv_sqrt128;
+}
+
+// The values a row's outputs stand for, given the row's outputs of recipe R run with weight 1 and
+// weight_scale 1 (so wo1 is the factor the codes are multiplied by: the FP8 row scale, or twice
+// it for e4m3fnuz; FP4 carries its scales in sf).
+template <class R>
+void dequant_row(const std::uint8_t* q, const std::uint8_t* sf, float wo1, double* out) {
+  using namespace detail;
+  if (R::kFp4) {
+    static const double mag[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+    for (int i = 0; i < kHeadDim; ++i) {
+      const unsigned nib = (i & 1) ? (q[i / 2] >> 4) : (q[i / 2] & 0xfu);
+      const double v = mag[nib & 7u] * ((nib & 8u) ? -1.0 : 1.0);
+      out[i] = v * std::ldexp(1.0, int(sf[i / 32]) - 127);
+    }
+    return;
+  }
+  for (int i = 0; i < kHeadDim; ++i) {
+    const double v = double(e4m3fn_decode(q[i]));
+    out[i] = (R::kFnuz ? 0.5 * v : v) * double(wo1);  // e4m3fnuz codes are worth half
+  }
+}
+
+// Relative L2 errors over every row: the op's own outputs (q_out, q_sf) for recipe R, and the
+// same quantizer with the Hadamard toggled (computed here by the library's row pipeline).
+template <class R>
+QuantError quant_error(const io::ConformanceCase& c, const Outputs& o) {
+  using namespace detail;
+  using Toggled = WithHadamard<R, !R::kHadamard>;
+  QuantError e;
   const float* freqs = reinterpret_cast<const float*>(c.freqs.data());
   for (std::int64_t b = 0; b < c.B; ++b) {
     std::int64_t p;
@@ -81,65 +142,60 @@ QuantError quant_error(const io::ConformanceCase& c, const std::vector<std::uint
     const float* f = freqs + p * kFreqsDim;
     for (std::int64_t h = 0; h < c.H; ++h) {
       const std::int64_t r = b * c.H + h;
-      float x[kHeadDim];
-      double xd[kHeadDim];
+      float x[kHeadDim], scratch[kHeadDim];
+      for (int i = 0; i < kHeadDim; ++i) x[i] = load_value(c.q_input, c.dtype, std::size_t(r * kHeadDim + i));
+      double y[kHeadDim], dq[kHeadDim];
+      std::uint8_t q[kHeadDim], sf[4];
+      float wo1 = 0.0f;
+      // The op: its own codes (and block scales); the row factor from the pipeline at weight 1.
+      std::memcpy(scratch, x, sizeof x);
+      process_row<R>(scratch, f, 1.0f, 1.0f, q, sf, &wo1);
+      const std::uint8_t* oq = o.q_out.data() + r * R::kOutBytes;
+      const std::uint8_t* osf = R::kFp4 ? o.q_sf.data() + 4 * r : nullptr;
+      dequant_row<R>(oq, osf, wo1, dq);
+      exact_row<R>(x, f, R::kHadamard, y);
       for (int i = 0; i < kHeadDim; ++i) {
-        x[i] = load_value(c.q_input, c.dtype, std::size_t(r * kHeadDim + i));
-        xd[i] = x[i];
+        e.err_op += (dq[i] - y[i]) * (dq[i] - y[i]);
+        e.norm_op += y[i] * y[i];
       }
-      // float path: the RoPE'd row (for the no-Hadamard comparison) and the op's scale
-      rope_row(x, f);
-      float roped[kHeadDim];
-      std::memcpy(roped, x, sizeof roped);
-      hadamard_row(x);
-      const float scale = scale_and_amax_row(x);
-      // float64 path
-      for (int j = 0; j < kRopeDim / 2; ++j) {
-        const double xr = xd[kRopeOffset + 2 * j], xi = xd[kRopeOffset + 2 * j + 1];
-        const double cs = f[2 * j], sn = f[2 * j + 1];
-        xd[kRopeOffset + 2 * j] = xr * cs - xi * sn;
-        xd[kRopeOffset + 2 * j + 1] = xr * sn + xi * cs;
-      }
-      double rd[kHeadDim];
-      std::memcpy(rd, xd, sizeof rd);
-      for (int s = 1; s < kHeadDim; s <<= 1)
-        for (int i = 0; i < kHeadDim; ++i)
-          if ((i & s) == 0) {
-            const double a = xd[i], bb = xd[i + s];
-            xd[i] = a + bb;
-            xd[i + s] = a - bb;
-          }
+      // The same recipe with the Hadamard toggled.
+      std::memcpy(scratch, x, sizeof x);
+      process_row<Toggled>(scratch, f, 1.0f, 1.0f, q, sf, &wo1);
+      dequant_row<Toggled>(q, sf, wo1, dq);
+      exact_row<R>(x, f, Toggled::kHadamard, y);
       for (int i = 0; i < kHeadDim; ++i) {
-        const double y = xd[i] * inv_sqrt128;
-        const double dq = double(e4m3fn_decode(q_fp8[std::size_t(r * kHeadDim + i)])) * double(scale);
-        e.err_had += (dq - y) * (dq - y);
-        e.norm_had += y * y;
-      }
-      // without the Hadamard: the same absmax recipe on the RoPE'd float row
-      float amax = 0.0f;
-      for (int i = 0; i < kHeadDim; ++i) amax = std::fmax(amax, std::fabs(roped[i]));
-      const float scale2 = std::fmax(kScaleFloor, amax) / kFp8Max;
-      const float inv2 = 1.0f / scale2;
-      for (int i = 0; i < kHeadDim; ++i) {
-        const double dq = double(e4m3fn_decode(quantize_value(roped[i], inv2))) * double(scale2);
-        e.err_plain += (dq - rd[i]) * (dq - rd[i]);
-        e.norm_plain += rd[i] * rd[i];
+        e.err_toggled += (dq[i] - y[i]) * (dq[i] - y[i]);
+        e.norm_toggled += y[i] * y[i];
       }
     }
   }
   return e;
 }
 
+// The recipe that is this one with the Hadamard toggled, if the list has it ("" if not).
+std::string toggled_recipe_name(RecipeId id) {
+  const Recipe& r = recipe(id);
+  for (RecipeId o : all_recipes()) {
+    const Recipe& t = recipe(o);
+    if (t.hadamard != r.hadamard && t.rope_dims == r.rope_dims && t.freqs_layout == r.freqs_layout &&
+        t.bf16_after_rope == r.bf16_after_rope && t.bf16_after_hadamard == r.bf16_after_hadamard &&
+        t.format == r.format && t.fold == r.fold)
+      return recipe_name(o);
+  }
+  return "";
+}
+
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
-  Args a("run", kRunOptions, argc, argv);
+  Args a("run", run_options(), argc, argv);
   if (a.help()) {
-    std::fputs(a.help_text("indexer-q run [options]", kRunDescription).c_str(), stdout);
+    std::fputs(a.help_text("indexer-q run [options]", kRunDescription, recipes_help()).c_str(), stdout);
     return 0;
   }
   if (!a.positional().empty()) throw UsageError("unexpected argument '" + a.positional()[0] + "'");
   WorkloadSpec spec;
+  spec.recipe = parse_recipe_option(a);
   spec.tokens = a.integer("tokens", 4096, 1, std::int64_t(1) << 22);
   spec.heads = a.integer("heads", 64, 1, 4096);
   spec.dtype = parse_dtype_option(a, "dtype", "bf16");
@@ -155,13 +211,13 @@ int cmd_run(int argc, char** argv) {
     throw UsageError("option --pos-dtype int32: positions up to max_pos exceed int32");
 
   const Workload w = make_workload(spec);
-  const io::ConformanceCase& c = w.data;
+  io::ConformanceCase c = w.data;
   const std::int64_t rows = c.B * c.H;
+  const Recipe& rc = recipe(c.recipe);
+  const bool fp4 = rc.format == OutFormat::kE2M1;
 
   // Expected bytes from the scalar reference on the host.
-  std::vector<std::uint8_t> ref8;
-  std::vector<float> refw;
-  Status s = reference_outputs(c, &ref8, &refw);
+  Status s = fill_expected(&c);
   if (!s.ok()) {
     std::fprintf(stderr, "indexer-q run: reference: %s\n", s.message().c_str());
     return 1;
@@ -175,10 +231,10 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "indexer-q run: %s\n", s.message().c_str());
     return 1;
   }
-  std::vector<std::uint8_t> out8;
-  std::vector<float> outw;
-  dc.download(&out8, &outw);
-  const io::Diff d = io::compare_outputs(out8.data(), outw.data(), ref8.data(), refw.data(), rows);
+  Outputs out;
+  dc.download(&out);
+  const io::Diff d =
+      io::compare_outputs(c, out.q_out.data(), out.q_sf.empty() ? nullptr : out.q_sf.data(), out.weights_out.data());
 
   Status timed_status;
   const double us = t.rt->time_median_us(
@@ -192,14 +248,15 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "indexer-q run: %s\n", timed_status.message().c_str());
     return 1;
   }
-  const double bytes = double(detail::bytes_moved(c.B, c.H, c.dtype, c.pos_dtype));
-  const QuantError qe = quant_error(c, out8);
-  const double e_had = std::sqrt(qe.err_had / qe.norm_had);
-  const double e_plain = std::sqrt(qe.err_plain / qe.norm_plain);
+  const double bytes = double(detail::bytes_moved(c.B, c.H, c.dtype, c.pos_dtype, c.recipe));
+  const QuantError qe = detail::with_recipe(c.recipe, [&](auto r) { return quant_error<decltype(r)>(c, out); });
+  const double e_op = std::sqrt(qe.err_op / qe.norm_op);
+  const double e_tog = std::sqrt(qe.err_toggled / qe.norm_toggled);
 
   std::string outl;
   for (int dim : w.outlier_dims) outl += (outl.empty() ? "" : ",") + std::to_string(dim);
   std::printf("indexer-q run: fused_q_indexer_rope_hadamard_quant (indexer_q %s)\n", version());
+  std::printf("  recipe       %s: %s\n", recipe_name(c.recipe), recipe_summary(c.recipe).c_str());
   std::printf("  workload     %lld tokens x %lld heads, %s, %s positions %lld..%lld (max_pos %lld), seed %llu,\n"
               "               outlier channels %s (%gx)\n",
               (long long)c.B, (long long)c.H, dtype_name(c.dtype), dtype_name(c.pos_dtype),
@@ -216,15 +273,36 @@ int cmd_run(int argc, char** argv) {
   std::printf("  bytes moved  %s per call (read + written once)\n", human_bytes(bytes).c_str());
   std::printf("  time         %.2f us (median of %d)\n", us, iters);
   std::printf("  bandwidth    %.2f GB/s\n", bytes / (us * 1e3));
-  std::printf("  bit-exact vs reference: %s (%lld of %lld fp8 bytes and %lld of %lld weights differ)\n",
-              d.exact() ? "yes" : "NO", (long long)d.fp8_bytes, (long long)(rows * 128), (long long)d.weights,
-              (long long)rows);
-  std::printf("  quantization error, relative L2 vs float64 (||dequant(q_fp8) - y64|| / ||y64||):\n");
-  std::printf("    with Hadamard (this op)   %.4e\n", e_had);
-  std::printf("    without Hadamard          %.4e\n", e_plain);
-  const double ratio = e_plain / e_had;
+  const char* codes = fp4 ? "fp4 code" : rc.format == OutFormat::kE4M3FNUZ ? "fp8 e4m3fnuz" : "fp8";
+  std::printf("  bit-exact vs reference: %s (%lld of %lld %s bytes", d.exact() ? "yes" : "NO", (long long)d.q_bytes,
+              (long long)(rows * c.out_bytes_per_row()), codes);
+  if (fp4) std::printf(", %lld of %lld block-scale bytes", (long long)d.sf_bytes, (long long)(rows * 4));
+  std::printf(" and %lld of %lld weights differ)\n", (long long)d.weights, (long long)rows);
+
+  const std::string tog = toggled_recipe_name(c.recipe);
+  const std::string tog_note = tog.empty() ? "" : " (= " + tog + ")";
+  std::printf("  quantization error, relative L2 vs float64 (||dequant(q) - y64|| / ||y64||, y64 = RoPE%s):\n",
+              rc.hadamard ? " + Hadamard / sqrt(128)" : "");
+  auto line = [](std::string label, double v) {
+    if (label.size() < 26) label.append(26 - label.size(), ' ');
+    else label += " ";
+    std::printf("    %s%.4e\n", label.c_str(), v);
+  };
+  double e_with, e_without;
+  if (rc.hadamard) {
+    e_with = e_op;
+    e_without = e_tog;
+    line("with Hadamard (this op)", e_op);
+    line("without Hadamard" + tog_note, e_tog);
+  } else {
+    e_with = e_tog;
+    e_without = e_op;
+    line("without Hadamard (this op)", e_op);
+    line("with Hadamard" + tog_note, e_tog);
+  }
+  const double ratio = e_without / e_with;
   std::printf("    ratio without / with      %.2fx (%s)\n", ratio,
-              ratio > 1.005   ? "the Hadamard lowers the error"
+              ratio > 1.005   ? "the Hadamard lowers the error on this data"
               : ratio < 0.995 ? "the Hadamard raises the error on this data"
                               : "about the same");
   if (a.has("save")) {
@@ -233,22 +311,30 @@ int cmd_run(int argc, char** argv) {
       return 1;
     }
     io::StFile f;
-    auto put = [&f](const char* name, DType dt, std::vector<std::int64_t> shape, const std::uint8_t* p,
+    auto put = [&f](const char* name, const char* st_dtype, std::vector<std::int64_t> shape, const std::uint8_t* p,
                     std::size_t n) {
       io::StTensor t;
-      t.dtype = io::dtype_to_safetensors(dt);
+      t.dtype = st_dtype;
       t.shape = std::move(shape);
       t.data.assign(p, p + n);
       f.tensors[name] = std::move(t);
     };
-    put("q_input", c.dtype, {c.B, c.H, 128}, c.q_input.data(), c.q_input.size());
-    put("weight", c.dtype, {c.B, c.H}, c.weight.data(), c.weight.size());
-    put("freqs", DType::kFloat32, {c.max_pos, 64}, c.freqs.data(), c.freqs.size());
-    put("positions", c.pos_dtype, {c.B}, c.positions.data(), c.positions.size());
-    put("q_fp8", DType::kFloat8E4M3, {c.B, c.H, 128}, out8.data(), out8.size());
-    put("weights_out", DType::kFloat32, {c.B, c.H, 1}, reinterpret_cast<const std::uint8_t*>(outw.data()),
-        outw.size() * 4);
+    put("q_input", io::dtype_to_safetensors(c.dtype), {c.B, c.H, 128}, c.q_input.data(), c.q_input.size());
+    put("weight", io::dtype_to_safetensors(c.dtype), {c.B, c.H}, c.weight.data(), c.weight.size());
+    put("freqs", "F32", {c.max_pos, 64}, c.freqs.data(), c.freqs.size());
+    put("positions", io::dtype_to_safetensors(c.pos_dtype), {c.B}, c.positions.data(), c.positions.size());
+    if (fp4) {
+      put("q_fp4", "U8", {c.B, c.H, 64}, out.q_out.data(), out.q_out.size());
+      put("q_sf", "I32", {c.B, c.H}, out.q_sf.data(), out.q_sf.size());
+    } else {
+      // safetensors has no e4m3fnuz dtype: those codes are stored as U8 (the reader accepts both).
+      put("q_fp8", rc.format == OutFormat::kE4M3FN ? "F8_E4M3" : "U8", {c.B, c.H, 128}, out.q_out.data(),
+          out.q_out.size());
+    }
+    put("weights_out", "F32", {c.B, c.H, 1}, reinterpret_cast<const std::uint8_t*>(out.weights_out.data()),
+        out.weights_out.size() * 4);
     f.metadata["weight_scale"] = fmt("%.17g", double(c.weight_scale));
+    f.metadata["variant"] = recipe_name(c.recipe);
     f.metadata["op"] = "fused_q_indexer_rope_hadamard_quant";
     f.metadata["producer"] = std::string("indexer-q run, backend ") + t.label + ", seed " + std::to_string(spec.seed);
     std::string err;

@@ -1,8 +1,10 @@
-// indexer-q verify: conformance files through every available backend, byte for byte.
+// indexer-q verify: conformance files through every available backend, byte for byte, for the
+// recipe each file names (metadata "variant") and, for an FP8 e4m3fn file, the derived e4m3fnuz
+// recipe too.
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -13,24 +15,32 @@
 namespace indexer_q {
 namespace cli {
 
-std::string diff_details(const io::Diff& d, const std::uint8_t* got8, const std::uint8_t* want8,
-                         const float* gotw, const float* wantw) {
+std::string diff_details(const io::Diff& d, const io::ConformanceCase& want, const std::uint8_t* got_q,
+                         const std::uint8_t* got_sf, const float* got_w) {
   std::string s;
-  if (!d.first_fp8.empty()) {
-    s += "first fp8 diffs:";
-    for (std::int64_t i : d.first_fp8)
-      s += fmt(" [row %lld, dim %lld] got 0x%02x want 0x%02x;", (long long)(i / 128), (long long)(i % 128),
-               got8[i], want8[i]);
+  const std::int64_t per_row = want.out_bytes_per_row();
+  if (!d.first_q.empty()) {
+    s += "first code diffs:";
+    for (std::int64_t i : d.first_q)
+      s += fmt(" [row %lld, byte %lld] got 0x%02x want 0x%02x;", (long long)(i / per_row), (long long)(i % per_row),
+               got_q[i], want.q_out[std::size_t(i)]);
+  }
+  if (!d.first_sf.empty()) {
+    if (!s.empty()) s += " ";
+    s += "first block-scale diffs:";
+    for (std::int64_t i : d.first_sf)
+      s += fmt(" [row %lld, block %lld] got 0x%02x want 0x%02x;", (long long)(i / 4), (long long)(i % 4),
+               got_sf ? got_sf[i] : 0u, want.q_sf[std::size_t(i)]);
   }
   if (!d.first_weights.empty()) {
     if (!s.empty()) s += " ";
     s += "first weights_out diffs:";
     for (std::int64_t r : d.first_weights) {
       std::uint32_t g, w;
-      std::memcpy(&g, gotw + r, 4);
-      std::memcpy(&w, wantw + r, 4);
-      s += fmt(" [row %lld] got %.9g (0x%08x) want %.9g (0x%08x);", (long long)r, double(gotw[r]), g,
-               double(wantw[r]), w);
+      std::memcpy(&g, got_w + r, 4);
+      std::memcpy(&w, want.weights_out.data() + r, 4);
+      s += fmt(" [row %lld] got %.9g (0x%08x) want %.9g (0x%08x);", (long long)r, double(got_w[r]), g,
+               double(want.weights_out[std::size_t(r)]), w);
     }
   }
   return s;
@@ -38,54 +48,96 @@ std::string diff_details(const io::Diff& d, const std::uint8_t* got8, const std:
 
 namespace {
 
-const std::vector<OptionSpec> kVerifyOptions = {
-    {"backend", "B", "all|reference|cpu|cuda (default all: reference, cpu once per supported ISA,\n"
-                     "cuda when a device is usable)"},
-    {"isa", "I", "with --backend cpu (or all): only this ISA: scalar|avx2|avx512 (default: every\n"
-                 "supported ISA)"},
-    {"threads", "N", "cpu backend threads, >= 1 (default: the library default)"},
-};
+std::vector<OptionSpec> verify_options() {
+  return {
+      {"backend", "B", "all|" + backend_names() + " (default all: reference, cpu once per\n"
+                       "supported ISA, cuda when a device is usable; auto = cpu, or cuda when usable)"},
+      {"isa", "I", "with --backend cpu (or all): only this ISA: " + isa_names() + "\n"
+                   "(default: every supported ISA)"},
+      {"threads", "N", "cpu backend threads, >= 1 (default: the library default)"},
+  };
+}
 
 const char* kVerifyDescription =
-    "Runs conformance files (safetensors with tensors q_input, weight, freqs, positions, q_fp8,\n"
-    "weights_out and the metadata string weight_scale) on each selected backend and compares\n"
-    "every output byte with the expected q_fp8 and weights_out (bit comparison; NaN equals NaN).\n"
+    "Runs conformance files (safetensors with tensors q_input, weight, freqs, positions, the\n"
+    "expected outputs and the metadata string weight_scale) on each selected backend and compares\n"
+    "every output byte with the expected ones (bit comparison; NaN equals NaN). The metadata\n"
+    "string 'variant' names the file's recipe (absent: v4_fp8); its expected outputs are q_fp8\n"
+    "(B,H,128) and weights_out for FP8 recipes, q_fp4 (B,H,64), q_sf (B,H) and weights_out for\n"
+    "v4_fp4. Every FP8 e4m3fn file is also checked as its e4m3fnuz recipe (<variant>_fnuz), with\n"
+    "the expected outputs derived as SPEC-variants.md says (code 0x80 -> 0x00, weights_out x 2).\n"
     "Outputs are poisoned before each run (once with 0xff, once with 0x00), so a byte the backend\n"
-    "does not write is always caught. A malformed, truncated or inconsistent file is reported as\n"
-    "such and the other files still run. Per file and backend it prints the number of differing\n"
-    "fp8 bytes and weights_out values and, if any, the first few differing indices; then a\n"
-    "summary line. A directory stands for the *.safetensors files in it; other files not named\n"
-    "*.safetensors are skipped with a note (so a shell glob may match a README).\n"
-    "Exit status: 0 if every file was read and every run is exact, 1 otherwise, 2 for a bad\n"
-    "command line.";
+    "does not write is always caught. A malformed, truncated or inconsistent file, or one whose\n"
+    "variant is not a recipe of this library, is reported as such and the other files still run.\n"
+    "Per file, recipe and backend it prints the number of differing code bytes, block-scale bytes\n"
+    "(FP4) and weights_out values and, if any, the first few differing indices; then a summary\n"
+    "line. A directory stands for the *.safetensors files under it (recursively); other files not\n"
+    "named *.safetensors are skipped with a note (so a shell glob may match a README).\n"
+    "Exit status: 0 if every file was read and every run is exact, 1 otherwise (a backend that\n"
+    "cannot run a file's recipe counts as a failure), 2 for a bad command line.";
+
+// Runs case c on target t twice (outputs poisoned with 0xff, then 0x00) and keeps the worse diff.
+struct RunResult {
+  Status status;
+  io::Diff diff;
+  Outputs out;
+};
+RunResult run_case(const Target& t, const io::ConformanceCase& c) {
+  RunResult res;
+  DeviceCase dc(*t.rt, c);
+  bool have = false;
+  for (unsigned char poison : {0xff, 0x00}) {
+    dc.poison(poison);
+    res.status = dc.run(t.options());
+    if (!res.status.ok()) return res;
+    Outputs o;
+    dc.download(&o);
+    io::Diff d = io::compare_outputs(c, o.q_out.data(), o.q_sf.empty() ? nullptr : o.q_sf.data(),
+                                     o.weights_out.data());
+    const std::int64_t bad = d.q_bytes + d.sf_bytes + d.weights;
+    if (!have || bad > res.diff.q_bytes + res.diff.sf_bytes + res.diff.weights) {
+      res.diff = d;
+      res.out = std::move(o);
+      have = true;
+    }
+  }
+  return res;
+}
 
 }  // namespace
 
 int cmd_verify(int argc, char** argv) {
-  Args a("verify", kVerifyOptions, argc, argv);
+  Args a("verify", verify_options(), argc, argv);
   if (a.help()) {
-    std::fputs(a.help_text("indexer-q verify [options] FILE.safetensors|DIR...", kVerifyDescription).c_str(), stdout);
+    std::fputs(a.help_text("indexer-q verify [options] FILE.safetensors|DIR...", kVerifyDescription,
+                           recipes_help()).c_str(),
+               stdout);
     return 0;
   }
   if (a.positional().empty()) throw UsageError("no conformance file given (usage: indexer-q verify FILE...)");
-  const std::string which = a.choice("backend", "all", {"all", "reference", "cpu", "cuda"});
+  std::vector<std::string> backend_choices = backend_name_list();
+  backend_choices.insert(backend_choices.begin(), "all");
+  std::string which = a.choice("backend", "all", backend_choices);
   const CpuIsa isa = parse_isa_option(a);
   const int threads = int(a.integer("threads", 0, 1, 4096));
-  if ((which == "reference" || which == "cuda") && (a.has("isa") || a.has("threads")))
+  const std::string ref = backend_name(Backend::kReference), cpu = backend_name(Backend::kCpu),
+                    cuda = backend_name(Backend::kCuda);
+  Runtimes rts;
+  if (which == backend_name(Backend::kAuto)) which = rts.get_cuda() ? cuda : cpu;
+  if ((which == ref || which == cuda) && (a.has("isa") || a.has("threads")))
     throw UsageError(std::string("option --") + (a.has("isa") ? "isa" : "threads") +
                      " applies to the cpu backend only");
 
-  Runtimes rts;
   std::vector<Target> targets;
   std::string notes;
-  if (which == "all" || which == "reference") {
+  if (which == "all" || which == ref) {
     Target t;
     t.backend = Backend::kReference;
-    t.label = "reference";
+    t.label = ref;
     t.rt = rts.get_cpu(1);
     targets.push_back(t);
   }
-  if (which == "all" || which == "cpu") {
+  if (which == "all" || which == cpu) {
     std::vector<CpuIsa> isas;
     if (isa != CpuIsa::kAuto) isas.push_back(isa);
     else isas = supported_cpu_isas();
@@ -94,20 +146,20 @@ int cmd_verify(int argc, char** argv) {
       t.backend = Backend::kCpu;
       t.isa = i;
       t.threads = threads > 0 ? threads : cpu_num_threads();
-      t.label = std::string("cpu/") + cpu_isa_name(i);
+      t.label = cpu + "/" + cpu_isa_name(i);
       t.rt = rts.get_cpu(1);
       targets.push_back(t);
     }
   }
-  if (which == "all" || which == "cuda") {
+  if (which == "all" || which == cuda) {
     DeviceRuntime* rt = rts.get_cuda();
     if (rt) {
       Target t;
       t.backend = Backend::kCuda;
-      t.label = "cuda";
+      t.label = cuda;
       t.rt = rt;
       targets.push_back(t);
-    } else if (which == "cuda") {
+    } else if (which == cuda) {
       std::fprintf(stderr, "indexer-q verify: --backend cuda: not available: %s\n", rts.cuda_why.c_str());
       return 1;
     } else {
@@ -115,15 +167,15 @@ int cmd_verify(int argc, char** argv) {
     }
   }
 
-  // Directories expand to their *.safetensors files (sorted); other files not named
+  // Directories expand to the *.safetensors files under them (sorted); other files not named
   // *.safetensors (e.g. a README matched by a shell glob) are skipped with a note.
   std::vector<std::string> files, skipped;
   for (const std::string& arg : a.positional()) {
     std::error_code ec;
     if (std::filesystem::is_directory(arg, ec)) {
       std::vector<std::string> found;
-      for (const auto& e : std::filesystem::directory_iterator(arg, ec))
-        if (e.path().extension() == ".safetensors") found.push_back(e.path().string());
+      for (const auto& e : std::filesystem::recursive_directory_iterator(arg, ec))
+        if (e.is_regular_file(ec) && e.path().extension() == ".safetensors") found.push_back(e.path().string());
       std::sort(found.begin(), found.end());
       if (found.empty()) skipped.push_back(arg + " (a directory without *.safetensors files)");
       files.insert(files.end(), found.begin(), found.end());
@@ -141,64 +193,81 @@ int cmd_verify(int argc, char** argv) {
   if (!notes.empty()) std::printf("  (%s)\n", notes.c_str());
   for (const std::string& f : skipped) std::printf("  (skipped, not a *.safetensors file: %s)\n", f.c_str());
 
-  int exact_runs = 0, differ_runs = 0, failed_runs = 0, bad_files = 0;
+  int exact_runs = 0, differ_runs = 0, failed_runs = 0, bad_files = 0, unknown_variant = 0;
   for (const std::string& path : files) {
-    io::ConformanceCase c;
+    io::StFile st;
     std::string err;
-    if (!io::load_case_file(path, &c, &err)) {
+    if (!io::read_safetensors(path, &st, &err)) {
       std::printf("%s\n  UNREADABLE: %s\n", path.c_str(), err.c_str());
       ++bad_files;
       continue;
     }
+    const auto var = st.metadata.find("variant");
+    RecipeId rid;
+    if (var != st.metadata.end() && !parse_recipe(var->second, &rid)) {
+      std::printf("%s\n  UNKNOWN VARIANT: metadata \"variant\" = \"%s\" is not a recipe of this library "
+                  "(recipes: %s); not checked\n",
+                  path.c_str(), var->second.c_str(), recipe_names().c_str());
+      ++bad_files;
+      ++unknown_variant;
+      continue;
+    }
+    io::ConformanceCase c;
+    if (!io::load_case(st, &c, &err)) {
+      std::printf("%s\n  UNREADABLE: %s: inconsistent conformance case: %s\n", path.c_str(), path.c_str(),
+                  err.c_str());
+      ++bad_files;
+      continue;
+    }
+    std::vector<io::ConformanceCase> cases{c};
+    io::ConformanceCase fnuz;
+    if (io::derive_fnuz_case(c, &fnuz)) cases.push_back(std::move(fnuz));
+
     const std::int64_t rows = c.B * c.H;
-    std::printf("%s  (B=%lld, H=%lld, %s, %s positions, max_pos %lld, weight_scale %.9g)\n", path.c_str(),
-                (long long)c.B, (long long)c.H, dtype_name(c.dtype), dtype_name(c.pos_dtype),
-                (long long)c.max_pos, double(c.weight_scale));
-    for (const Target& t : targets) {
-      std::string line = fmt("  %-14s", t.label.c_str());
-      try {
-        DeviceCase dc(*t.rt, c);
-        io::Diff worst;
-        std::vector<std::uint8_t> out8, worst8;
-        std::vector<float> outw, worstw;
-        Status s;
-        for (unsigned char poison : {0xff, 0x00}) {
-          dc.poison(poison);
-          s = dc.run(t.options());
-          if (!s.ok()) break;
-          dc.download(&out8, &outw);
-          io::Diff d = io::compare_outputs(out8.data(), outw.data(), c.q_fp8.data(), c.weights_out.data(), rows);
-          if (d.fp8_bytes + d.weights > worst.fp8_bytes + worst.weights || worst8.empty()) {
-            worst = d;
-            worst8 = out8;
-            worstw = outw;
+    std::printf("%s  (variant %s%s; B=%lld, H=%lld, %s, %s positions, max_pos %lld, weight_scale %.9g)\n",
+                path.c_str(), recipe_name(c.recipe), var == st.metadata.end() ? " (no metadata: the default)" : "",
+                (long long)c.B, (long long)c.H, dtype_name(c.dtype), dtype_name(c.pos_dtype), (long long)c.max_pos,
+                double(c.weight_scale));
+    for (const io::ConformanceCase& cc : cases) {
+      if (cc.recipe != c.recipe)
+        std::printf("  %s (derived from the file: code 0x80 -> 0x00, weights_out x 2)\n", recipe_name(cc.recipe));
+      for (const Target& t : targets) {
+        const std::string line = fmt("  %-20s %-12s", recipe_name(cc.recipe), t.label.c_str());
+        try {
+          const RunResult r = run_case(t, cc);
+          if (!r.status.ok()) {
+            std::printf("%s%s: %s\n", line.c_str(),
+                        r.status.code() == StatusCode::kUnavailable ? "UNAVAILABLE" : "FAILED",
+                        r.status.message().c_str());
+            ++failed_runs;
+            continue;
           }
-        }
-        if (!s.ok()) {
-          std::printf("%sFAILED: %s\n", line.c_str(), s.message().c_str());
+          const io::Diff& d = r.diff;
+          std::string counts = fmt("codes differ: %lld of %lld", (long long)d.q_bytes,
+                                   (long long)(rows * cc.out_bytes_per_row()));
+          if (!cc.q_sf.empty()) counts += fmt("   scales differ: %lld of %lld", (long long)d.sf_bytes,
+                                              (long long)cc.q_sf.size());
+          counts += fmt("   weights_out differ: %lld of %lld", (long long)d.weights, (long long)rows);
+          std::printf("%s%s   %s\n", line.c_str(), counts.c_str(), d.exact() ? "exact" : "DIFFER");
+          if (!d.exact()) {
+            std::printf("    %s\n", diff_details(d, cc, r.out.q_out.data(), r.out.q_sf.empty() ? nullptr : r.out.q_sf.data(),
+                                                 r.out.weights_out.data()).c_str());
+            ++differ_runs;
+          } else {
+            ++exact_runs;
+          }
+        } catch (const std::exception& e) {
+          std::printf("%sFAILED: %s\n", line.c_str(), e.what());
           ++failed_runs;
-          continue;
         }
-        std::printf("%sfp8 bytes differ: %lld of %lld   weights_out differ: %lld of %lld   %s\n", line.c_str(),
-                    (long long)worst.fp8_bytes, (long long)(rows * 128), (long long)worst.weights, (long long)rows,
-                    worst.exact() ? "exact" : "DIFFER");
-        if (!worst.exact()) {
-          std::printf("    %s\n", diff_details(worst, worst8.data(), c.q_fp8.data(), worstw.data(),
-                                                 c.weights_out.data()).c_str());
-          ++differ_runs;
-        } else {
-          ++exact_runs;
-        }
-      } catch (const std::exception& e) {
-        std::printf("%sFAILED: %s\n", line.c_str(), e.what());
-        ++failed_runs;
       }
     }
   }
   const bool ok = !files.empty() && bad_files == 0 && differ_runs == 0 && failed_runs == 0;
-  std::printf("summary: %zu file(s), %d unreadable; %d run(s): %d exact, %d differ, %d failed -> %s\n",
-              files.size(), bad_files, exact_runs + differ_runs + failed_runs, exact_runs, differ_runs,
-              failed_runs, ok ? "PASS" : "FAIL");
+  std::printf("summary: %zu file(s), %d unreadable", files.size(), bad_files);
+  if (unknown_variant) std::printf(" (%d of an unknown variant)", unknown_variant);
+  std::printf("; %d run(s): %d exact, %d differ, %d failed -> %s\n", exact_runs + differ_runs + failed_runs,
+              exact_runs, differ_runs, failed_runs, ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }
 

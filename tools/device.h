@@ -1,6 +1,7 @@
 // Memory, streams and timing on the device a CLI command runs a backend on.
 // tools/device_cpu.cpp implements the CPU runtime; tools/device_cuda.cu the CUDA one
-// (compiled only with INDEXER_Q_CUDA). The CLI (run, verify, bench) is written against this.
+// (compiled only with INDEXER_Q_CUDA; tools/device_nocuda.cpp otherwise). The CLI (run, verify,
+// bench) is written against this and calls the op only through the public API (run()).
 #pragma once
 
 #include <cstddef>
@@ -43,34 +44,5 @@ std::unique_ptr<DeviceRuntime> make_cpu_runtime(int copy_threads);
 // nullptr when the build has no CUDA or no device is usable (*why says which).
 std::unique_ptr<DeviceRuntime> make_cuda_runtime(std::string* why);
 
-// Reference points that `indexer-q bench` measures beside a backend in the same run
-// (for CUDA: the one-warp-per-row baseline kernel from bench/). Each entry runs the same
-// op on the same device buffers as the backend under test.
-struct BaselineRun {
-  std::string name;
-  std::function<void()> run;
-};
-struct OpBuffers {  // device pointers, same layout rules as the op
-  std::int64_t B = 0, H = 0;
-  DType dtype = DType::kBFloat16, pos_dtype = DType::kInt64;
-  const void* q_input = nullptr;
-  void* q_fp8 = nullptr;
-  const void* weight = nullptr;
-  std::int64_t weight_stride_b = 0;
-  float* weights_out = nullptr;
-  float weight_scale = 1.0f;
-  const float* freqs = nullptr;
-  std::int64_t max_pos = 0;
-  const void* positions = nullptr;
-};
-std::vector<BaselineRun> baselines_for(Backend backend, const OpBuffers& bufs, DeviceRuntime& rt);
-
-}  // namespace cli
-}  // namespace indexer_q
-
-// Implemented in tools/device_cuda.cu (or tools/device_nocuda.cpp when CUDA is not built):
-namespace indexer_q {
-namespace cli {
-std::vector<BaselineRun> cuda_baselines(const OpBuffers& bufs, DeviceRuntime& rt);
 }  // namespace cli
 }  // namespace indexer_q

@@ -190,10 +190,5 @@ std::unique_ptr<DeviceRuntime> make_cpu_runtime(int copy_threads) {
   return std::unique_ptr<DeviceRuntime>(new CpuRuntime(copy_threads));
 }
 
-std::vector<BaselineRun> baselines_for(Backend backend, const OpBuffers& bufs, DeviceRuntime& rt) {
-  if (backend == Backend::kCuda) return cuda_baselines(bufs, rt);
-  return {};
-}
-
 }  // namespace cli
 }  // namespace indexer_q

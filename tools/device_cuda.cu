@@ -1,7 +1,6 @@
-// The CUDA DeviceRuntime of the indexer-q CLI (tools/device.h) and the benchmark baselines:
-// the one-warp-per-row kernel of bench/cuda_baseline.cuh plus the library's own kernel
-// variants at fixed launch shapes, so that one `indexer-q bench --backend cuda` run compares
-// designs on the same buffers.
+// The CUDA DeviceRuntime of the indexer-q CLI (tools/device.h): device memory, a stream, and
+// timing by CUDA-graph replay. The op itself is called through the public API only; the
+// comparison with other kernel designs (e.g. the one-warp-per-row baseline) lives in bench/.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -13,9 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "../bench/cuda_baseline.cuh"
-#include "../src/common/problem.h"
-#include "../src/cuda/cuda_backend.h"
 #include "device.h"
 
 namespace indexer_q {
@@ -160,8 +156,6 @@ class CudaRuntime final : public DeviceRuntime {
   std::map<std::size_t, std::pair<void*, void*>> copy_bufs_;
 };
 
-int dtype_code(DType d) { return d == DType::kBFloat16 ? 0 : d == DType::kFloat16 ? 1 : 2; }
-
 }  // namespace
 
 std::unique_ptr<DeviceRuntime> make_cuda_runtime(std::string* why) {
@@ -179,64 +173,6 @@ std::unique_ptr<DeviceRuntime> make_cuda_runtime(std::string* why) {
     if (why) *why = ex.what();
     return nullptr;
   }
-}
-
-// Baselines: "warp-per-row" (bench/cuda_baseline.cuh), then the library kernel at fixed
-// launch shapes, 256 threads per block: "rowgroup-lN" (N threads per row, one row per group)
-// "persist-lN" (a grid of resident blocks whose groups walk the rows, loading the next row
-// while computing the current one) and "tma-lN" (tiles of rows streamed into shared memory by
-// cp.async.bulk; bf16/fp16), so the automatic choice can be checked against each.
-std::vector<BaselineRun> cuda_baselines(const OpBuffers& bufs, DeviceRuntime& rt) {
-  std::vector<BaselineRun> v;
-  bench::BaselineArgs a{bufs.q_input, static_cast<std::uint8_t*>(bufs.q_fp8), bufs.weight,
-                        bufs.weight_stride_b, bufs.weights_out, bufs.weight_scale, bufs.freqs,
-                        bufs.max_pos, bufs.positions, bufs.B * bufs.H, bufs.H};
-  const int dt = dtype_code(bufs.dtype);
-  const bool pos64 = bufs.pos_dtype == DType::kInt64;
-  DeviceRuntime* r = &rt;
-  v.push_back({"warp-per-row", [a, dt, pos64, r] {
-                 check(bench::launch_baseline_warp(a, dt, pos64, static_cast<cudaStream_t>(r->stream())),
-                       "baseline launch");
-               }});
-  detail::Problem p;
-  p.B = bufs.B;
-  p.H = bufs.H;
-  p.dtype = bufs.dtype;
-  p.q_input = bufs.q_input;
-  p.q_fp8 = static_cast<std::uint8_t*>(bufs.q_fp8);
-  p.weight = bufs.weight;
-  p.weight_stride_b = bufs.weight_stride_b;
-  p.weights_out = bufs.weights_out;
-  p.weight_scale = bufs.weight_scale;
-  p.freqs = bufs.freqs;
-  p.max_pos = bufs.max_pos;
-  p.positions = bufs.positions;
-  p.pos_dtype = bufs.pos_dtype;
-  p.device = rt.device();
-  const struct {
-    const char* name;
-    int lanes;
-    bool persistent;
-    bool tma;
-    int block;
-  } shapes[] = {{"rowgroup-l4", 4, false, false, 256},  {"rowgroup-l8", 8, false, false, 256},
-                {"rowgroup-l16", 16, false, false, 256}, {"rowgroup-l2", 2, false, false, 256},
-                {"rowgroup-l4-b128", 4, false, false, 128}, {"rowgroup-l4-b64", 4, false, false, 64},
-                {"persist-l4", 4, true, false, 256},
-                {"tma-l4", 4, true, true, 256}};
-  for (const auto& sh : shapes) {
-    detail::Variant var;
-    var.lanes = sh.lanes;
-    var.block = sh.block;
-    var.persistent = sh.persistent;
-    var.tma = sh.tma;
-    v.push_back({sh.name, [p, var, r] {
-                   if (p.B == 0) return;
-                   const Status s = detail::cuda_run_variant(p, r->stream(), false, var);
-                   if (!s.ok()) throw std::runtime_error(s.message());
-                 }});
-  }
-  return v;
 }
 
 }  // namespace cli

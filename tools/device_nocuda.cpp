@@ -9,7 +9,5 @@ std::unique_ptr<DeviceRuntime> make_cuda_runtime(std::string* why) {
   return nullptr;
 }
 
-std::vector<BaselineRun> cuda_baselines(const OpBuffers&, DeviceRuntime&) { return {}; }
-
 }  // namespace cli
 }  // namespace indexer_q

@@ -109,6 +109,7 @@ std::int64_t workload_max_pos(std::int64_t tokens) {
 Workload make_workload(const WorkloadSpec& spec) {
   Workload w;
   io::ConformanceCase& c = w.data;
+  c.recipe = spec.recipe;
   c.B = spec.tokens;
   c.H = spec.heads;
   c.dtype = spec.dtype;
@@ -143,11 +144,12 @@ Workload make_workload(const WorkloadSpec& spec) {
   float* f = reinterpret_cast<float*>(c.freqs.data());
   double theta[32];
   for (int j = 0; j < 32; ++j) theta[j] = std::pow(10000.0, -2.0 * j / 64.0);
+  const bool halves = recipe(spec.recipe).freqs_layout == FreqsLayout::kHalves;
   for (std::int64_t p = 0; spec.make_freqs && p < c.max_pos; ++p) {
     for (int j = 0; j < 32; ++j) {
       const double angle = double(p) * theta[j];
-      f[p * 64 + 2 * j] = float(std::cos(angle));
-      f[p * 64 + 2 * j + 1] = float(std::sin(angle));
+      f[p * 64 + (halves ? j : 2 * j)] = float(std::cos(angle));
+      f[p * 64 + (halves ? 32 + j : 2 * j + 1)] = float(std::sin(angle));
     }
   }
 
@@ -166,18 +168,52 @@ Workload make_workload(const WorkloadSpec& spec) {
 }
 
 // ---------------------------------------------------------------------------------------
-DeviceCase::DeviceCase(DeviceRuntime& rt, const io::ConformanceCase& c, const float* shared_freqs)
-    : rt_(rt), B_(c.B), H_(c.H), max_pos_(c.max_pos), dtype_(c.dtype), pos_dtype_(c.pos_dtype),
-      weight_scale_(c.weight_scale) {
+OpArgs make_op_args(const io::ConformanceCase& c, const CasePointers& p, Device dev) {
+  const Recipe& r = recipe(c.recipe);
+  OpArgs a;
+  a.recipe = c.recipe;
+  a.q_input = TensorView::contiguous(p.q_input, c.dtype, {c.B, c.H, 128}, dev);
+  if (r.format == OutFormat::kE2M1) {
+    a.q_out = TensorView::contiguous(p.q_out, DType::kUInt8, {c.B, c.H, 64}, dev);
+    a.q_scale = TensorView::contiguous(p.q_sf, DType::kInt32, {c.B, c.H}, dev);
+  } else {
+    a.q_out = TensorView::contiguous(
+        p.q_out, r.format == OutFormat::kE4M3FNUZ ? DType::kFloat8E4M3FNUZ : DType::kFloat8E4M3, {c.B, c.H, 128},
+        dev);
+  }
+  a.weight = TensorView::contiguous(p.weight, c.dtype, {c.B, c.H}, dev);
+  a.weights_out = TensorView::contiguous(p.weights_out, DType::kFloat32, {c.B, c.H, 1}, dev);
+  a.weight_scale = c.weight_scale;
+  a.freqs = TensorView::contiguous(p.freqs, DType::kFloat32, {c.max_pos, 64}, dev);
+  a.positions = TensorView::contiguous(p.positions, c.pos_dtype, {c.B}, dev);
+  return a;
+}
+
+namespace {
+bool is_fp4(const io::ConformanceCase& c) { return recipe(c.recipe).format == OutFormat::kE2M1; }
+}  // namespace
+
+DeviceCase::DeviceCase(DeviceRuntime& rt, const io::ConformanceCase& c, const float* shared_freqs) : rt_(rt) {
+  shape_.recipe = c.recipe;
+  shape_.B = c.B;
+  shape_.H = c.H;
+  shape_.max_pos = c.max_pos;
+  shape_.dtype = c.dtype;
+  shape_.pos_dtype = c.pos_dtype;
+  shape_.weight_scale = c.weight_scale;
   try {
-    q_input_ = alloc_copy(c.q_input);
-    weight_ = alloc_copy(c.weight);
-    positions_ = alloc_copy(c.positions);
-    freqs_ = shared_freqs ? shared_freqs : static_cast<const float*>(alloc_copy(c.freqs));
-    q_fp8_ = rt_.alloc(std::size_t(rows()) * 128);
-    owned_.push_back(q_fp8_);
-    weights_out_ = static_cast<float*>(rt_.alloc(std::size_t(rows()) * 4));
-    owned_.push_back(weights_out_);
+    p_.q_input = alloc_copy(c.q_input);
+    p_.weight = alloc_copy(c.weight);
+    p_.positions = alloc_copy(c.positions);
+    p_.freqs = shared_freqs ? static_cast<const void*>(shared_freqs) : alloc_copy(c.freqs);
+    p_.q_out = rt_.alloc(std::size_t(rows() * c.out_bytes_per_row()));
+    owned_.push_back(p_.q_out);
+    if (is_fp4(c)) {
+      p_.q_sf = rt_.alloc(std::size_t(rows()) * 4);
+      owned_.push_back(p_.q_sf);
+    }
+    p_.weights_out = static_cast<float*>(rt_.alloc(std::size_t(rows()) * 4));
+    owned_.push_back(p_.weights_out);
   } catch (...) {
     for (void* p : owned_) rt_.release(p);
     throw;
@@ -195,62 +231,58 @@ void* DeviceCase::alloc_copy(const std::vector<std::uint8_t>& host) {
   return p;
 }
 
+OpArgs DeviceCase::args() const { return make_op_args(shape_, p_, rt_.device()); }
+
 Status DeviceCase::run(const Options& options) const {
-  const Device dev = rt_.device();
   Options o = options;
   o.stream = rt_.stream();
-  return fused_q_indexer_rope_hadamard_quant(
-      TensorView::contiguous(q_input_, dtype_, {B_, H_, 128}, dev),
-      TensorView::contiguous(q_fp8_, DType::kFloat8E4M3, {B_, H_, 128}, dev),
-      TensorView::contiguous(weight_, dtype_, {B_, H_}, dev),
-      TensorView::contiguous(weights_out_, DType::kFloat32, {B_, H_, 1}, dev), weight_scale_,
-      TensorView::contiguous(freqs_, DType::kFloat32, {max_pos_, 64}, dev),
-      TensorView::contiguous(positions_, pos_dtype_, {B_}, dev), o);
+  return indexer_q::run(args(), o);
 }
 
 void DeviceCase::poison(unsigned char byte) {
-  rt_.fill(q_fp8_, byte, std::size_t(rows()) * 128);
-  rt_.fill(weights_out_, byte, std::size_t(rows()) * 4);
+  rt_.fill(p_.q_out, byte, std::size_t(rows() * shape_.out_bytes_per_row()));
+  if (p_.q_sf) rt_.fill(p_.q_sf, byte, std::size_t(rows()) * 4);
+  rt_.fill(p_.weights_out, byte, std::size_t(rows()) * 4);
 }
 
-void DeviceCase::download(std::vector<std::uint8_t>* q_fp8, std::vector<float>* weights_out) const {
+void DeviceCase::download(Outputs* out) const {
   rt_.synchronize();
-  q_fp8->resize(std::size_t(rows()) * 128);
-  weights_out->resize(std::size_t(rows()));
+  out->q_out.resize(std::size_t(rows() * shape_.out_bytes_per_row()));
+  out->q_sf.resize(p_.q_sf ? std::size_t(rows()) * 4 : 0);
+  out->weights_out.resize(std::size_t(rows()));
   if (rows() > 0) {
-    rt_.to_host(q_fp8->data(), q_fp8_, q_fp8->size());
-    rt_.to_host(weights_out->data(), weights_out_, weights_out->size() * 4);
+    rt_.to_host(out->q_out.data(), p_.q_out, out->q_out.size());
+    if (p_.q_sf) rt_.to_host(out->q_sf.data(), p_.q_sf, out->q_sf.size());
+    rt_.to_host(out->weights_out.data(), p_.weights_out, out->weights_out.size() * 4);
   }
 }
 
-OpBuffers DeviceCase::buffers() const {
-  OpBuffers b;
-  b.B = B_;
-  b.H = H_;
-  b.dtype = dtype_;
-  b.pos_dtype = pos_dtype_;
-  b.q_input = q_input_;
-  b.q_fp8 = q_fp8_;
-  b.weight = weight_;
-  b.weight_stride_b = H_;
-  b.weights_out = weights_out_;
-  b.weight_scale = weight_scale_;
-  b.freqs = freqs_;
-  b.max_pos = max_pos_;
-  b.positions = positions_;
-  return b;
-}
-
-Status reference_outputs(const io::ConformanceCase& c, std::vector<std::uint8_t>* q_fp8,
-                         std::vector<float>* weights_out) {
-  q_fp8->assign(std::size_t(c.B * c.H) * 128, 0);
-  weights_out->assign(std::size_t(c.B * c.H), 0.0f);
+Status reference_outputs(const io::ConformanceCase& c, Outputs* out) {
+  const std::size_t rows = std::size_t(c.B * c.H);
+  out->q_out.assign(rows * std::size_t(c.out_bytes_per_row()), 0);
+  out->q_sf.assign(is_fp4(c) ? rows * 4 : 0, 0);
+  out->weights_out.assign(rows, 0.0f);
+  CasePointers p;
+  p.q_input = c.q_input.data();
+  p.weight = c.weight.data();
+  p.freqs = c.freqs.data();
+  p.positions = c.positions.data();
+  p.q_out = out->q_out.data();
+  p.q_sf = out->q_sf.empty() ? nullptr : out->q_sf.data();
+  p.weights_out = out->weights_out.data();
   Options o;
   o.backend = Backend::kReference;
-  return fused_q_indexer_rope_hadamard_quant(
-      c.q_input_view(), TensorView::contiguous(q_fp8->data(), DType::kFloat8E4M3, {c.B, c.H, 128}),
-      c.weight_view(), TensorView::contiguous(weights_out->data(), DType::kFloat32, {c.B, c.H, 1}),
-      c.weight_scale, c.freqs_view(), c.positions_view(), o);
+  return indexer_q::run(make_op_args(c, p), o);
+}
+
+Status fill_expected(io::ConformanceCase* c) {
+  Outputs o;
+  const Status s = reference_outputs(*c, &o);
+  if (!s.ok()) return s;
+  c->q_out = std::move(o.q_out);
+  c->q_sf = std::move(o.q_sf);
+  c->weights_out = std::move(o.weights_out);
+  return s;
 }
 
 }  // namespace cli

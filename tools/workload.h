@@ -1,4 +1,5 @@
-// Synthetic DeepSeek-V4-shaped workloads and the op's buffers on a device.
+// Synthetic DeepSeek-V4-shaped workloads, the op's arguments (OpArgs) over a conformance case,
+// and the case's buffers on a device.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@ namespace indexer_q {
 namespace cli {
 
 struct WorkloadSpec {
+  RecipeId recipe = RecipeId::kV4Fp8;  // decides the freqs layout (and the case's recipe)
   std::int64_t tokens = 4096;
   std::int64_t heads = 64;
   DType dtype = DType::kBFloat16;
@@ -38,7 +40,8 @@ struct Workload {
 //   q[b, h, i]  ~ N(0, 1), times outlier_scale on `outlier_channels` seed-chosen channels
 //                 (the same channels for every token and head, as in real projections);
 //   weight[b,h] ~ N(0, 1);  weight_scale = 1 / sqrt(heads * 128);
-//   freqs[p, 2j] = cos(p * theta_j), freqs[p, 2j+1] = sin(p * theta_j), theta_j = 10000^(-2j/64);
+//   freqs: cos(p * theta_j) and sin(p * theta_j), theta_j = 10000^(-2j/64), j = 0..31, laid out
+//          as the recipe says (interleaved: [2j] = cos, [2j+1] = sin; halves: [j], [32+j]);
 //   positions   = a prefill: start, start + 1, ..., start + tokens - 1, start seed-chosen.
 // Values are rounded to the input dtype with round-to-nearest-even.
 Workload make_workload(const WorkloadSpec& spec);
@@ -47,7 +50,29 @@ Workload make_workload(const WorkloadSpec& spec);
 std::uint16_t f32_to_bf16(float f);
 std::uint16_t f32_to_f16(float f);
 
-// The op's six tensors in a runtime's memory. Inputs are uploaded from a host case at
+// Where the op's tensors of a case live (host or device pointers).
+struct CasePointers {
+  const void* q_input = nullptr;
+  const void* weight = nullptr;
+  const void* freqs = nullptr;
+  const void* positions = nullptr;
+  void* q_out = nullptr;        // codes: out_bytes_per_row() bytes per row
+  void* q_sf = nullptr;         // FP4 recipes: 4 bytes per row (int32); else unused
+  float* weights_out = nullptr;
+};
+// The op's arguments for case c (its recipe, sizes, dtypes, weight_scale) over pointers p on
+// device dev: q_out typed as the recipe's format says (fp8_e4m3fn, fp8_e4m3fnuz, or uint8 code
+// pairs), q_scale (B, H) int32 for FP4 recipes and empty otherwise.
+OpArgs make_op_args(const io::ConformanceCase& c, const CasePointers& p, Device dev = Device{});
+
+// The outputs of one call, on the host.
+struct Outputs {
+  std::vector<std::uint8_t> q_out;  // B*H*out_bytes_per_row()
+  std::vector<std::uint8_t> q_sf;   // B*H*4 for FP4 recipes, else empty
+  std::vector<float> weights_out;   // B*H
+};
+
+// The op's tensors of a case in a runtime's memory. Inputs are uploaded from a host case at
 // construction; `shared_freqs` (device memory, max_pos x 64 floats) is used instead of a
 // private copy when given. Not copyable. Throws std::runtime_error if allocation fails.
 class DeviceCase {
@@ -57,31 +82,30 @@ class DeviceCase {
   DeviceCase(const DeviceCase&) = delete;
   DeviceCase& operator=(const DeviceCase&) = delete;
 
-  std::int64_t rows() const { return B_ * H_; }
-  // The op on these buffers with the given options (the stream is the runtime's).
+  std::int64_t rows() const { return shape_.B * shape_.H; }
+  // The op's arguments over these buffers (device views).
+  OpArgs args() const;
+  // run(args(), options) with the runtime's stream.
   Status run(const Options& options) const;
-  // Fills both outputs with `byte` (poisoning them before a run).
+  // Fills every output (codes, block scales, weights_out) with `byte` (poisoning them before a run).
   void poison(unsigned char byte);
-  // Copies both outputs to the host (synchronizes first).
-  void download(std::vector<std::uint8_t>* q_fp8, std::vector<float>* weights_out) const;
-  OpBuffers buffers() const;
-  const float* freqs() const { return freqs_; }
+  // Copies the outputs to the host (synchronizes first).
+  void download(Outputs* out) const;
+  const float* freqs() const { return static_cast<const float*>(p_.freqs); }
 
  private:
   void* alloc_copy(const std::vector<std::uint8_t>& host);
   DeviceRuntime& rt_;
-  std::int64_t B_, H_, max_pos_;
-  DType dtype_, pos_dtype_;
-  float weight_scale_;
-  void *q_input_ = nullptr, *weight_ = nullptr, *positions_ = nullptr, *q_fp8_ = nullptr;
-  float* weights_out_ = nullptr;
-  const float* freqs_ = nullptr;
+  io::ConformanceCase shape_;  // recipe, sizes, dtypes, weight_scale (no data)
+  CasePointers p_;
   std::vector<void*> owned_;
 };
 
 // Runs the scalar reference on host copies of the case's inputs.
-Status reference_outputs(const io::ConformanceCase& c, std::vector<std::uint8_t>* q_fp8,
-                         std::vector<float>* weights_out);
+Status reference_outputs(const io::ConformanceCase& c, Outputs* out);
+// Runs the scalar reference and stores its outputs as the case's expected outputs
+// (q_out, q_sf, weights_out), so io::compare_outputs(*c, ...) compares against it.
+Status fill_expected(io::ConformanceCase* c);
 
 }  // namespace cli
 }  // namespace indexer_q

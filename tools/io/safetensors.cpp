@@ -282,8 +282,11 @@ const char* dtype_to_safetensors(DType dt) {
     case DType::kFloat16: return "F16";
     case DType::kFloat32: return "F32";
     case DType::kFloat8E4M3: return "F8_E4M3";
+    case DType::kUInt8: return "U8";
+    case DType::kInt8: return "I8";
     case DType::kInt32: return "I32";
     case DType::kInt64: return "I64";
+    case DType::kFloat8E4M3FNUZ: return "?";  // no safetensors name: such codes are stored as U8
   }
   return "?";
 }
