@@ -1,13 +1,15 @@
 // Glue between torch tensors (LibTorch stable ABI) and the indexer_q C++ API.
 //
 // The binding does not validate the op's contract itself: it describes each tensor as an
-// indexer_q::TensorView (data pointer, sizes, strides, dtype, device) and lets the library's one
-// validator (indexer_q::validate / the op) decide. It only reports what a TensorView cannot
-// express: a torch dtype the library has no DType for, a non-strided layout, more than 4 dims,
-// and devices other than CPU and CUDA (see make_views below).
+// indexer_q::TensorView (data pointer, sizes, strides, dtype, device), puts them into an
+// indexer_q::OpArgs with the recipe, and lets the library's one validator (indexer_q::validate /
+// indexer_q::run) decide. It only reports what an OpArgs cannot express: a recipe name the
+// library does not know, a torch dtype the library has no DType for, a non-strided layout, more
+// than 4 dims, and devices other than CPU and CUDA (see make_views below).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <torch/csrc/stable/library.h>
@@ -29,10 +31,13 @@ namespace torch_binding {
 
 using torch::stable::Tensor;
 
-// The op's tensor arguments, in schema order, with their names for messages.
-struct OpArgs {
+// The op's arguments as torch tensors, in schema order. q_sf is null when the caller passed None
+// (FP8 recipes; for FP4 the library's validator then names q_sf as missing).
+struct TorchArgs {
+  RecipeId recipe;
   const Tensor& q_input;
-  const Tensor& q_fp8;
+  const Tensor& q_out;  // q_fp8 or q_fp4, as the recipe says
+  const Tensor* q_sf;   // nullptr = None
   const Tensor& weight;
   const Tensor& weights_out;
   double weight_scale;
@@ -44,20 +49,24 @@ struct OpArgs {
 // offending argument. No-op for an ok Status.
 void throw_if_error(const Status& s);
 
-// The TensorViews of all six tensors. For tensors on a device the library cannot name (anything but CPU and CUDA, e.g. XPU), the binding first checks that every tensor
-// is on q_input's device, then describes them all as CUDA memory of that index: the validator
-// then checks shapes, dtypes, strides and overlap and does not read `positions` (device memory).
-struct Views {
-  TensorView q_input, q_fp8, weight, weights_out, freqs, positions;
-};
-Views make_views(const OpArgs& a);
+// The recipe of a name ("v4_fp8", ...). Throws "indexer_q: recipe: unknown recipe '<name>';
+// expected one of <every name of the library's list>" for a name the library does not know.
+RecipeId recipe_or_throw(const std::string& name);
+
+// The library's OpArgs for the tensors: one TensorView per tensor (q_scale stays an empty view
+// when q_sf is None). For tensors on a device the library cannot name (anything but CPU and CUDA,
+// e.g. XPU), the binding first checks that every tensor is on q_input's device, then describes
+// them all as CUDA memory of that index: the validator then checks shapes, dtypes, strides and
+// overlap and does not read `positions` (device memory).
+indexer_q::OpArgs make_args(const TorchArgs& a);
 
 // The validator alone (nothing is written). Throws on error.
-void validate_or_throw(const OpArgs& a, const Views& v);
+void validate_or_throw(const indexer_q::OpArgs& args);
 
-// The composed ATen implementation (composed.cpp): validates, then computes SPEC.md's steps with
-// ATen operations on the tensors' device and writes q_fp8 and weights_out.
-void composed_forward(const OpArgs& a);
+// The composed ATen implementation (composed.cpp): validates, then computes the recipe's steps
+// (SPEC.md / SPEC-variants.md) with ATen operations on the tensors' device and writes the
+// outputs.
+void composed_forward(const TorchArgs& a);
 
 }  // namespace torch_binding
 }  // namespace indexer_q

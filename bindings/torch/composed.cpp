@@ -1,6 +1,9 @@
-// The composed implementation: SPEC.md's arithmetic as a sequence of ATen operations, so the
-// operator runs on any device torch supports (XPU, and whatever else reaches the
-// CompositeExplicitAutograd fallback). It must give the same bytes as the native kernels.
+// The composed implementation: the arithmetic of every recipe (SPEC.md, SPEC-variants.md; the
+// executable spec is src/common/row.h) as a sequence of ATen operations, so the operators run on
+// any device torch supports (XPU, and whatever else reaches the CompositeExplicitAutograd
+// fallback). It must give the same bytes as the native kernels. The per-recipe choices (which 64
+// dims are rotated, the freqs layout, Hadamard on/off, the bf16 rounding points, the output
+// format, the weight fold) are read from the library's descriptor, indexer_q::recipe(id).
 //
 // Every ATen call goes through the dispatcher by the stable C shim (torch_call_dispatcher /
 // the generated AOTI shims behind torch::stable::*), so this file is stable-ABI too. The shim
@@ -10,7 +13,9 @@
 //
 // Exactness, step by step (float32 unless stated):
 //  1. q_input -> float32: exact for bf16 / fp16.
-//  2. RoPE: fma(xr, c, -(xi*s)) and fma(xr, s, xi*c). ATen has no float32 fma, so fma_f32()
+//  2. RoPE on the recipe's 64 dims (0..63 or 64..127), interleaved (re, im) pairs; c and s from
+//     the freqs row, interleaved (c, s) per pair or in halves [c x32 | s x32] as the recipe says:
+//     fma(xr, c, -(xi*s)) and fma(xr, s, xi*c). ATen has no float32 fma, so fma_f32()
 //     below computes it exactly in float64: P = xr*c is exact in double (24+24 bits <= 53, no
 //     overflow or underflow in double's range); S = P + q rounds once; TwoSum gives the exact
 //     error e = (P + q) - S; S is then turned into the round-to-odd result (one ulp toward e
@@ -18,9 +23,14 @@
 //     correctly rounded float (53 >= 24 + 2), i.e. exactly fmaf. (Plain "P - xi*s in double,
 //     then to float" is NOT always exact: when P is exactly halfway between two floats and
 //     |q| is below half a double ulp of P, it double-rounds; e.g. xr = 97, c = 172961 * 2^-18.)
-//  3. butterflies: strides 1, 2, 4, ..., 64 in that order, each a view (.., 2, stride) with
-//     a + b and a - b written to the two halves: the same two float32 operations per pair.
-//  4. y = x * 0x1.6a09e6p-4f (exact product rounding, as the spec).
+//     bf16_after_rope (FP4): the 64 rotated values are rounded to bf16 by integer arithmetic on
+//     their bits (round_bf16 of row.h: + 0x7fff + lsb, low 16 bits cleared; NaN stays NaN).
+//  3. butterflies (recipes with the Hadamard): strides 1, 2, 4, ..., 64 in that order, each a
+//     view (.., 2, stride) with a + b and a - b written to the two halves: the same two float32
+//     operations per pair.
+//  4. y = x * 0x1.6a09e6p-4f (exact product rounding, as the spec), with the Hadamard only;
+//     bf16_after_hadamard (FP4): all 128 values rounded to bf16 as in step 2.
+//  FP8 formats (e4m3fn, e4m3fnuz):
 //  5. amax with fmax semantics: |y| with NaN replaced by 0 (fmax(|y|, 0)), then amax; an all-NaN
 //     row gives 0, which step 6 maps to 1e-4 exactly like fmax(1e-4, NaN).
 //  6-7. scale = fmax(1e-4, amax) / 448 and inv = 1 / scale: true divisions by full-shape device
@@ -28,8 +38,20 @@
 //  8. v = fmax(fmin(y * inv, 448), -448): aten::fmin / fmax have C's fmin/fmax NaN semantics, so
 //     NaN becomes +448 (torch.clamp would propagate NaN).
 //  9. v -> float8_e4m3fn: ATen's conversion rounds to nearest even; |v| <= 448 so it never
-//     reaches the values (>= 464) that it turns into NaN. Subnormals are tested.
-// 10. weights_out = (float(weight) * float(weight_scale)) * scale, left product first.
+//     reaches the values (>= 464) that it turns into NaN. Subnormals are tested. e4m3fnuz: the
+//     same bytes with 0x80 (-0) written as 0x00. The codes are written as bytes through a uint8
+//     view of q_fp8, so fp8 and uint8 / int8 (raw code) outputs get the same bytes.
+// 10. weights_out = (float(weight) * float(weight_scale)) * scale, left product first; times 2
+//     (exact) for e4m3fnuz.
+//  FP4 (e2m1 + UE8M0 per 32 values):
+//  5. per block of 32: amax as in FP8 step 5; s = fmax(1e-4, amax) / 6 (true division);
+//     e = exponent bits of s + (mantissa bits != 0), from s's int32 bits; inv = the float whose
+//     bits are (254 - e) << 23, computed as the int32 (254 - e) * 2^23 (e = 255 gives the bits
+//     0xff800000 = -Inf, as the 32-bit unsigned arithmetic of the spec).
+//  6. v = y * inv; a = fmin(|v|, 6) (NaN -> 6); code = count of the 7 thresholds strictly below
+//     a; + 8 where v < 0 and the code is not 0; byte m = code(y[2m]) | code(y[2m+1]) << 4.
+//  7. q_sf: the four e bytes of a row, in block order, are the int32's little-endian bytes.
+//  8. weights_out = float(weight) * float(weight_scale).
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -77,6 +99,19 @@ Tensor logical_or(const Tensor& a, const Tensor& b) { return aten("aten::logical
 Tensor logical_and(const Tensor& a, const Tensor& b) { return aten("aten::logical_and", "", a, b); }
 Tensor bitwise_and(const Tensor& a, const Tensor& b) {
   return aten("aten::bitwise_and", "Tensor", a, b);
+}
+Tensor ne(const Tensor& a, const Tensor& b) { return aten("aten::ne", "Tensor", a, b); }
+Tensor floor(const Tensor& a) { return aten("aten::floor", "", a); }
+Tensor isnan(const Tensor& a) { return aten("aten::isnan", "", a); }
+Tensor bitwise_or(const Tensor& a, const Tensor& b) {
+  return aten("aten::bitwise_or", "Tensor", a, b);
+}
+Tensor bitwise_right_shift(const Tensor& a, const Tensor& b) {
+  return aten("aten::bitwise_right_shift", "Tensor", a, b);
+}
+// Number of non-zero (true) elements along `dim` (int64).
+Tensor count_nonzero(const Tensor& a, std::int64_t dim) {
+  return aten("aten::count_nonzero", "dim_IntList", a, std::vector<std::int64_t>{dim});
 }
 Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) {
   return aten("aten::where", "self", c, a, b);
@@ -135,35 +170,74 @@ Tensor fma_f32(const Tensor& a, const Tensor& b, const Tensor& c, const Consts& 
   return to_dtype(odd, ScalarType::Float);  // correctly rounded: == fmaf(a, b, c)
 }
 
+// Rounds float32 values to the nearest bf16 (ties to even) and back: round_bf16() of
+// src/common/row.h on the bits, u -> (u + 0x7fff + lsb) & 0xffff0000 (NaN: quieted, u | 0x400000).
+// Integer additions go through float64 (exact below 2^53): ATen's integer add / sub take a
+// Scalar alpha, which the stable shim can only pass as a double, and integer tensors refuse that.
+Tensor round_bf16(const Tensor& x, const Consts& k) {
+  const ScalarType I = ScalarType::Int, D = ScalarType::Double;
+  const Tensor u = view_as_dtype(x, I);
+  Tensor ud = to_dtype(u, D);  // the signed value of the bits
+  ud = where(lt(ud, k.scalar(0.0, D)), add(ud, k.scalar(4294967296.0, D)), ud);  // unsigned
+  const Tensor lsb = to_dtype(
+      bitwise_and(bitwise_right_shift(u, k.scalar(16.0, I)), k.scalar(1.0, I)), D);
+  const Tensor sum = add(add(ud, k.scalar(32767.0, D)), lsb);           // < 2^33, exact
+  const Tensor masked = mul(floor(div(sum, k.scalar(65536.0, D))), k.scalar(65536.0, D));
+  const Tensor bits = where(ge(masked, k.scalar(2147483648.0, D)),
+                            sub(masked, k.scalar(4294967296.0, D)), masked);  // int32 range
+  const Tensor r = view_as_dtype(to_dtype(bits, I), ScalarType::Float);
+  const Tensor quiet =
+      view_as_dtype(bitwise_or(u, k.scalar(double(0x00400000), I)), ScalarType::Float);
+  return where(isnan(x), quiet, r);
+}
+
+// Writes byte codes (uint8, shape of `out`) into `out`, whatever its 1-byte dtype: fp8 codes,
+// uint8 or int8 raw codes. Same-size dtype views, so every byte lands unchanged.
+void write_bytes(const Tensor& out, const Tensor& bytes_u8) {
+  copy_into(view_as_dtype(out, ScalarType::Byte), bytes_u8);
+}
+
 }  // namespace
 
-void composed_forward(const OpArgs& a) {
-  const Views v = make_views(a);
-  validate_or_throw(a, v);  // the library's validator: nothing is written on error
-  const std::int64_t B = v.q_input.sizes[0];
-  const std::int64_t H = v.q_input.sizes[1];
+void composed_forward(const TorchArgs& a) {
+  const indexer_q::OpArgs args = make_args(a);
+  validate_or_throw(args);  // the library's validator: nothing is written on error
+  const Recipe& rec = recipe(a.recipe);
+  const bool fp4 = rec.format == OutFormat::kE2M1;
+  const bool fnuz = rec.format == OutFormat::kE4M3FNUZ;
+  const std::int64_t B = args.q_input.sizes[0];
+  const std::int64_t H = args.q_input.sizes[1];
   if (B == 0) return;
 
   const Consts k{a.q_input.device()};
   const ScalarType F = ScalarType::Float;
+  const ScalarType U8 = ScalarType::Byte;
 
   // 1. decode
   Tensor x = to_dtype(a.q_input, F);  // (B, H, 128), contiguous, owned
 
   // Out-of-range positions: the validator rejects them where the host can read positions (CPU).
   // On a device they cannot be checked without a synchronization; such a row gets what the CUDA
-  // backend gives it (128 zero codes, a NaN weights_out) and no out-of-bounds read.
+  // backend gives it (zero codes, zero block scales, a NaN weights_out) and no out-of-bounds read.
   const ScalarType pt = a.positions.scalar_type();
   const Tensor valid = logical_and(ge(a.positions, k.scalar(0.0, pt)),
                                    lt(a.positions, k.scalar(double(a.freqs.size(0)), pt)));
   const Tensor safe_positions = where(valid, a.positions, k.scalar(0.0, pt));
   const Tensor valid_rows = view(valid, Shape{B, 1, 1});
 
-  // 2. RoPE on dims 64..127, interleaved (re, im) pairs
-  const Tensor fr = view(index_select(a.freqs, 0, safe_positions), Shape{B, 1, 32, 2});
-  const Tensor c = pick(fr, 3, 0);  // (B, 1, 32)
-  const Tensor s = pick(fr, 3, 1);
-  Tensor rope_part = torch::stable::narrow(x, 2, 64, 64);  // view (B, H, 64)
+  // 2. RoPE on the recipe's 64 dims, interleaved (re, im) pairs
+  Tensor fr = view(index_select(a.freqs, 0, safe_positions), Shape{B, 1, 64});
+  Tensor c, s;
+  if (rec.freqs_layout == FreqsLayout::kInterleaved) {
+    const Tensor pairs = view(fr, Shape{B, 1, 32, 2});
+    c = pick(pairs, 3, 0);  // (B, 1, 32)
+    s = pick(pairs, 3, 1);
+  } else {  // halves: [cos x32 | sin x32]
+    c = torch::stable::narrow(fr, 2, 0, 32);
+    s = torch::stable::narrow(fr, 2, 32, 32);
+  }
+  const std::int64_t rope_offset = rec.rope_dims == RopeDims::kLast64 ? 64 : 0;
+  Tensor rope_part = torch::stable::narrow(x, 2, rope_offset, 64);  // view (B, H, 64)
   const Tensor rope = view(rope_part, Shape{B, H, 32, 2});
   const Tensor xr = pick(rope, 3, 0);  // (B, H, 32) views into x
   const Tensor xi = pick(rope, 3, 1);
@@ -173,42 +247,98 @@ void composed_forward(const OpArgs& a) {
   const Tensor new_i = fma_f32(xr, s, xic, k);
   copy_into(xr, new_r);
   copy_into(xi, new_i);
+  if (rec.bf16_after_rope) copy_into(rope_part, round_bf16(rope_part, k));
 
   // 3. butterflies, strides 1, 2, 4, ..., 64 in that order
-  for (std::int64_t st = 1; st < 128; st *= 2) {
-    const Shape split{B, H, 128 / (2 * st), 2, st};
-    const Tensor xv = view(x, split);
-    const Tensor lo = pick(xv, 3, 0);  // x[i]           (bit `st` of i clear)
-    const Tensor hi = pick(xv, 3, 1);  // x[i + st]
-    Tensor next = torch::stable::new_empty(x, split);
-    copy_into(pick(next, 3, 0), add(lo, hi));
-    copy_into(pick(next, 3, 1), sub(lo, hi));
-    x = view(next, Shape{B, H, 128});
+  if (rec.hadamard) {
+    for (std::int64_t st = 1; st < 128; st *= 2) {
+      const Shape split{B, H, 128 / (2 * st), 2, st};
+      const Tensor xv = view(x, split);
+      const Tensor lo = pick(xv, 3, 0);  // x[i]           (bit `st` of i clear)
+      const Tensor hi = pick(xv, 3, 1);  // x[i + st]
+      Tensor next = torch::stable::new_empty(x, split);
+      copy_into(pick(next, 3, 0), add(lo, hi));
+      copy_into(pick(next, 3, 1), sub(lo, hi));
+      x = view(next, Shape{B, H, 128});
+    }
   }
 
   // 4. scale by 1/sqrt(128) (the float32 0x1.6a09e6p-4, exactly representable as a double)
-  const Tensor y = mul(x, k.scalar(0x1.6a09e6p-4, F));
+  Tensor y = rec.hadamard ? mul(x, k.scalar(0x1.6a09e6p-4, F)) : x;
+  if (rec.bf16_after_hadamard) y = round_bf16(y, k);
+
+  const Shape bh1{B, H, 1};
+  const Tensor w = reshape(to_dtype(a.weight, F), bh1);  // handles weight row stride > H
+  const Tensor ws = k.scalar(double(float(a.weight_scale)), F);
+  const Tensor nan = k.scalar(std::numeric_limits<double>::quiet_NaN(), F);
+
+  if (fp4) {
+    // 5. UE8M0 exponent per block of 32
+    const Shape blocks{B, H, 4, 32};
+    const Tensor yb = view(y, blocks);
+    const Tensor ay = fmax(abs(yb), k.scalar(0.0, F));
+    const Tensor amax = torch::stable::amax(ay, 3, /*keepdim=*/true);  // (B, H, 4, 1)
+    const Shape bh41{B, H, 4, 1};
+    const Tensor sc = div(fmax(k.filled(bh41, double(1e-4f), F), amax), k.filled(bh41, 6.0, F));
+    const ScalarType I = ScalarType::Int;
+    const Tensor bits = view_as_dtype(sc, I);  // sc > 0: sign bit clear
+    const Tensor expo = bitwise_and(bitwise_right_shift(bits, k.scalar(23.0, I)), k.scalar(255.0, I));
+    const Tensor mant_nz = ne(bitwise_and(bits, k.scalar(double(0x7fffff), I)), k.scalar(0.0, I));
+    // e = exponent + (mantissa != 0) and inv's bits (254 - e) * 2^23, as exact float64 integers
+    // (see round_bf16 on integer additions); e = 255 (s = Inf) gives -2^23 = the bits of -Inf.
+    const ScalarType D = ScalarType::Double;
+    const Tensor e = add(to_dtype(expo, D), to_dtype(mant_nz, D));  // 0..255
+    const Tensor inv_bits = mul(sub(k.scalar(254.0, D), e), k.scalar(8388608.0, D));
+    const Tensor inv = view_as_dtype(to_dtype(inv_bits, I), F);
+
+    // 6. E2M1 codes: count of thresholds strictly below min(|v|, 6)
+    const Tensor v = mul(yb, inv);                            // (B, H, 4, 32)
+    const Tensor av = fmin(abs(v), k.scalar(6.0, F));         // NaN -> 6
+    // the seven thresholds {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5} as a (7,) device tensor
+    const Tensor thresholds = k.filled(Shape{7}, 0.0, F);
+    const double th[7] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
+    for (int t = 0; t < 7; ++t) copy_into(pick(thresholds, 0, t), k.scalar(th[t], F));
+    const Tensor above = gt(view(av, Shape{B, H, 4, 32, 1}), thresholds);  // (B, H, 4, 32, 7)
+    const Tensor mag = count_nonzero(above, 4);                             // int64 (B, H, 4, 32)
+    const ScalarType L = ScalarType::Long;
+    const Tensor negative = logical_and(lt(v, k.scalar(0.0, F)), ne(mag, k.scalar(0.0, L)));
+    const Tensor code = where(negative, bitwise_or(mag, k.scalar(8.0, L)), mag);
+    const Tensor pairs = view(code, Shape{B, H, 64, 2});
+    const Tensor packed =
+        bitwise_or(pick(pairs, 3, 0), mul(pick(pairs, 3, 1), k.scalar(16.0, L)));  // (B, H, 64)
+    const Tensor rows_ok = view(valid, Shape{B, 1, 1});
+    write_bytes(a.q_out, to_dtype(where(rows_ok, packed, k.scalar(0.0, L)), U8));
+
+    // 7. q_sf: the four exponent bytes of a row are its int32's little-endian bytes
+    const Tensor e_bytes = to_dtype(where(view(valid, Shape{B, 1, 1, 1}), e, k.scalar(0.0, D)),
+                                    U8);                                    // (B, H, 4, 1) owned
+    const Tensor sf = view(view_as_dtype(view(e_bytes, Shape{B, H, 4}), I), Shape{B, H});
+    copy_into(*a.q_sf, sf);
+
+    // 8. weights_out = weight * weight_scale (no scale folded in)
+    copy_into(a.weights_out, where(valid_rows, mul(w, ws), nan));
+    return;
+  }
 
   // 5. amax with fmax semantics (NaN ignored)
   const Tensor ay = fmax(abs(y), k.scalar(0.0, F));
   const Tensor amax = torch::stable::amax(ay, 2, /*keepdim=*/true);  // (B, H, 1)
 
   // 6-7. scale and its inverse: IEEE divisions by full-shape device tensors
-  const Shape bh1{B, H, 1};
   const Tensor scale = div(fmax(k.filled(bh1, double(1e-4f), F), amax), k.filled(bh1, 448.0, F));
   const Tensor inv = div(k.filled(bh1, 1.0, F), scale);
 
   // 8. clamp with fmin/fmax (NaN -> +448), 9. encode
   const Tensor clamped = fmax(fmin(mul(y, inv), k.scalar(448.0, F)), k.scalar(-448.0, F));
   const Tensor codes = where(valid_rows, clamped, k.scalar(0.0, F));  // +0 -> code 0x00
-  copy_into(a.q_fp8, to_dtype(codes, ScalarType::Float8_e4m3fn));
+  Tensor bytes = view_as_dtype(to_dtype(codes, ScalarType::Float8_e4m3fn), U8);
+  if (fnuz) bytes = where(eq(bytes, k.scalar(128.0, U8)), k.scalar(0.0, U8), bytes);  // -0 -> +0
+  write_bytes(a.q_out, bytes);
 
-  // 10. fold the scale into the head weight: (w * weight_scale) * scale
-  const Tensor w = reshape(to_dtype(a.weight, F), bh1);  // handles weight row stride > H
-  const Tensor ws = k.scalar(double(float(a.weight_scale)), F);
-  const Tensor folded = mul(mul(w, ws), scale);
-  copy_into(a.weights_out,
-            where(valid_rows, folded, k.scalar(std::numeric_limits<double>::quiet_NaN(), F)));
+  // 10. fold the scale into the head weight: (w * weight_scale) * scale (times 2 for e4m3fnuz)
+  Tensor folded = rec.fold == WeightFold::kTimesScale ? mul(mul(w, ws), scale) : mul(w, ws);
+  if (fnuz) folded = mul(folded, k.scalar(2.0, F));
+  copy_into(a.weights_out, where(valid_rows, folded, nan));
 }
 
 }  // namespace torch_binding

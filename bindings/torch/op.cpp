@@ -1,5 +1,8 @@
-// indexer_q::fused_q_indexer_rope_hadamard_quant as ONE PyTorch operator, routed by the
-// dispatcher:
+// The PyTorch operators of indexer_q, each ONE operator routed by the dispatcher:
+//
+//   indexer_q::quant_q(str recipe, ...)             every form of the op (a recipe of the library's
+//                                                   list, include/indexer_q/recipes.inc, by name)
+//   indexer_q::fused_q_indexer_rope_hadamard_quant  the v4_fp8 form with its historical schema
 //
 //   CPU                        -> the library's CPU backend (threads = torch's intra-op count)
 //   CUDA                       -> the library's CUDA backend on torch's current stream
@@ -8,9 +11,10 @@
 //   (CompositeExplicitAutograd)    for XPU and as the CompositeExplicitAutograd fallback
 //   Meta / FakeTensor          -> python/indexer_q/_ops.py (torch.library.register_fake)
 //
-// A second operator, indexer_q::fused_q_indexer_rope_hadamard_quant_composed (same schema), runs
-// the composed implementation on every device, CPU included, so it can be tested against the
-// native kernels and the golden files.
+// Each has a `_composed` twin (same schema) that runs the composed implementation on every
+// device, CPU included, so it can be tested against the native kernels and the golden files.
+// Two small operators describe the library's recipe list to Python (no second table there):
+// indexer_q::recipes() -> str[] and indexer_q::recipe_info(str recipe) -> int[].
 //
 // Everything here uses the LibTorch stable ABI (STABLE_TORCH_LIBRARY*, torch::stable::Tensor,
 // the AOTI / stable C shims), built with TORCH_TARGET_VERSION = 2.11 (see CMakeLists.txt):
@@ -18,11 +22,13 @@
 //  - current CUDA stream:   aoti_torch_get_current_cuda_stream() (AOTI C shim, USE_CUDA builds;
 //    torch::stable::accelerator::Stream::nativeHandle() would do it but needs torch >= 2.13)
 //  - device guard:          torch::stable::accelerator::DeviceGuard (torch >= 2.9)
+//  - str / str[] / int[] / Tensor? arguments and results: stable conversions of torch >= 2.10
 #include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
@@ -89,16 +95,20 @@ std::string device_text(const Tensor& t) {
 }
 
 // Expected dtypes per argument, used only when the tensor's dtype has no indexer_q::DType.
-const char* expected_dtype_text(const char* arg) {
-  const std::string a = arg;
+std::string expected_dtype_text(const std::string& a, const Recipe& rec) {
   if (a == "q_input") return "bf16, fp16 or fp32";
   if (a == "weight") return "the dtype of q_input (bf16, fp16 or fp32)";
-  if (a == "q_fp8") return "fp8_e4m3fn (torch.float8_e4m3fn)";
+  if (a == "q_fp4") return "uint8 or int8 (two e2m1 codes per byte)";
+  if (a == "q_sf") return "int32 (four UE8M0 bytes per row)";
+  if (a == "q_fp8")
+    return std::string(rec.format == OutFormat::kE4M3FNUZ ? "fp8_e4m3fnuz (torch.float8_e4m3fnuz)"
+                                                          : "fp8_e4m3fn (torch.float8_e4m3fn)") +
+           " or uint8 / int8 raw codes, for recipe " + rec.name;
   if (a == "positions") return "int32 or int64";
   return "fp32";
 }
 
-TensorView view_of(const Tensor& t, const char* arg) {
+TensorView view_of(const Tensor& t, const char* arg, const Recipe& rec) {
   if (!t.defined()) fail(arg, "expected a tensor, got an undefined tensor");
   if (t.layout() != torch::headeronly::Layout::Strided)
     fail(arg, "expected a strided (dense) tensor, got a sparse or other non-strided layout");
@@ -112,10 +122,13 @@ TensorView view_of(const Tensor& t, const char* arg) {
     case ScalarType::Half: v.dtype = DType::kFloat16; break;
     case ScalarType::Float: v.dtype = DType::kFloat32; break;
     case ScalarType::Float8_e4m3fn: v.dtype = DType::kFloat8E4M3; break;
+    case ScalarType::Float8_e4m3fnuz: v.dtype = DType::kFloat8E4M3FNUZ; break;
+    case ScalarType::Byte: v.dtype = DType::kUInt8; break;
+    case ScalarType::Char: v.dtype = DType::kInt8; break;
     case ScalarType::Int: v.dtype = DType::kInt32; break;
     case ScalarType::Long: v.dtype = DType::kInt64; break;
     default:
-      fail(arg, std::string("expected dtype ") + expected_dtype_text(arg) + ", got " +
+      fail(arg, "expected dtype " + expected_dtype_text(arg, rec) + ", got " +
                     torch_dtype_name(t.scalar_type()));
   }
   v.ndim = int(nd);
@@ -131,7 +144,7 @@ TensorView view_of(const Tensor& t, const char* arg) {
     v.device = Device{DeviceType::kCPU, 0};
   } else {
     // CUDA tensors are CUDA memory; any other device is described as CUDA memory of the same
-    // index, after make_views() checked that all six tensors share that device.
+    // index, after make_args() checked that all tensors share that device.
     v.device = Device{DeviceType::kCUDA, int(dev.index())};
   }
   return v;
@@ -146,12 +159,26 @@ void throw_if_error(const Status& s) {
   throw std::runtime_error(s.message());
 }
 
-Views make_views(const OpArgs& a) {
-  const struct {
+RecipeId recipe_or_throw(const std::string& name) {
+  RecipeId id;
+  if (parse_recipe(name, &id)) return id;
+  std::string names;
+  for (RecipeId r : all_recipes()) names += (names.empty() ? "" : ", ") + std::string(recipe_name(r));
+  fail("recipe", "unknown recipe '" + name + "'; expected one of " + names);
+}
+
+indexer_q::OpArgs make_args(const TorchArgs& a) {
+  const Recipe& rec = recipe(a.recipe);
+  const char* out_name = rec.format == OutFormat::kE2M1 ? "q_fp4" : "q_fp8";
+  struct Named {
     const char* name;
     const Tensor* t;
-  } all[] = {{"q_input", &a.q_input}, {"q_fp8", &a.q_fp8},  {"weight", &a.weight},
-             {"weights_out", &a.weights_out}, {"freqs", &a.freqs}, {"positions", &a.positions}};
+  };
+  std::vector<Named> all = {{"q_input", &a.q_input}, {out_name, &a.q_out}};
+  if (a.q_sf) all.push_back({"q_sf", a.q_sf});
+  for (Named n : {Named{"weight", &a.weight}, Named{"weights_out", &a.weights_out},
+                  Named{"freqs", &a.freqs}, Named{"positions", &a.positions}})
+    all.push_back(n);
   // Devices the library cannot name: check here that they all agree with q_input's.
   bool other_device = false;
   for (const auto& x : all) {
@@ -168,74 +195,143 @@ Views make_views(const OpArgs& a) {
                          device_text(*x.t));
     }
   }
-  Views v;
-  v.q_input = view_of(a.q_input, "q_input");
-  v.q_fp8 = view_of(a.q_fp8, "q_fp8");
-  v.weight = view_of(a.weight, "weight");
-  v.weights_out = view_of(a.weights_out, "weights_out");
-  v.freqs = view_of(a.freqs, "freqs");
-  v.positions = view_of(a.positions, "positions");
-  return v;
+  indexer_q::OpArgs o;
+  o.recipe = a.recipe;
+  o.q_input = view_of(a.q_input, "q_input", rec);
+  o.q_out = view_of(a.q_out, out_name, rec);
+  if (a.q_sf) o.q_scale = view_of(*a.q_sf, "q_sf", rec);  // else: the empty view (ndim 0, no data)
+  o.weight = view_of(a.weight, "weight", rec);
+  o.weights_out = view_of(a.weights_out, "weights_out", rec);
+  o.weight_scale = float(a.weight_scale);
+  o.freqs = view_of(a.freqs, "freqs", rec);
+  o.positions = view_of(a.positions, "positions", rec);
+  return o;
 }
 
-void validate_or_throw(const OpArgs& a, const Views& v) {
-  throw_if_error(indexer_q::validate(v.q_input, v.q_fp8, v.weight, v.weights_out,
-                                     float(a.weight_scale), v.freqs, v.positions));
-}
+void validate_or_throw(const indexer_q::OpArgs& args) { throw_if_error(indexer_q::validate(args)); }
 
 namespace {
 
 // ---- CPU: the library's CPU backend -------------------------------------------------------
-void cpu_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out,
-                double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/) {
-  const OpArgs a{q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions};
-  const Views v = make_views(a);
+void run_cpu(const TorchArgs& a) {
+  const indexer_q::OpArgs args = make_args(a);
   Options o;
   o.backend = Backend::kCpu;
   // torch's intra-op thread count (torch.get_num_threads()), through the stable C shim.
   o.num_threads = int(std::max<std::uint32_t>(1u, torch::stable::get_num_threads()));
-  throw_if_error(indexer_q::fused_q_indexer_rope_hadamard_quant(
-      v.q_input, v.q_fp8, v.weight, v.weights_out, float(weight_scale), v.freqs, v.positions, o));
+  throw_if_error(indexer_q::run(args, o));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 // ---- CUDA: the library's CUDA backend on torch's current stream ---------------------------
 // positions cannot be range-checked here without a device synchronization: the CUDA backend
 // guards every read instead (see docs/TORCH.md).
-void cuda_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out,
-                 double weight_scale, Tensor freqs, Tensor positions, bool enable_pdl) {
-  const OpArgs a{q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions};
-  const Views v = make_views(a);
+void run_cuda(const TorchArgs& a, bool enable_pdl) {
+  const indexer_q::OpArgs args = make_args(a);
   Options o;
   o.backend = Backend::kCuda;
   o.enable_pdl = enable_pdl;
   // The dispatcher also lands here when q_input is on the CPU but another tensor is on CUDA:
   // then no guard or stream is needed, the validator reports the device mismatch.
   std::optional<torch::stable::accelerator::DeviceGuard> guard;
-  if (q_input.is_cuda()) {
-    const int32_t index = q_input.get_device_index();
+  if (a.q_input.is_cuda()) {
+    const int32_t index = a.q_input.get_device_index();
     guard.emplace(index);
     void* stream = nullptr;
     IQ_SHIM_CHECK(aoti_torch_get_current_cuda_stream(index, &stream));
     o.stream = stream;
   }
-  throw_if_error(indexer_q::fused_q_indexer_rope_hadamard_quant(
-      v.q_input, v.q_fp8, v.weight, v.weights_out, float(weight_scale), v.freqs, v.positions, o));
+  throw_if_error(indexer_q::run(args, o));
 }
 #endif
 
-// ---- every other device: the composed ATen implementation ---------------------------------
+// ---- the historical v4_fp8 operator --------------------------------------------------------
+TorchArgs v4_args(const Tensor& q_input, const Tensor& q_fp8, const Tensor& weight,
+                  const Tensor& weights_out, double weight_scale, const Tensor& freqs,
+                  const Tensor& positions) {
+  return TorchArgs{RecipeId::kV4Fp8, q_input, q_fp8, nullptr, weight, weights_out,
+                   weight_scale, freqs, positions};
+}
+
+void cpu_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out,
+                double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/) {
+  run_cpu(v4_args(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions));
+}
+
+#if defined(INDEXER_Q_TORCH_CUDA)
+void cuda_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out,
+                 double weight_scale, Tensor freqs, Tensor positions, bool enable_pdl) {
+  run_cuda(v4_args(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions),
+           enable_pdl);
+}
+#endif
+
 void composed_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out,
                      double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/) {
-  composed_forward(OpArgs{q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions});
+  composed_forward(v4_args(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions));
+}
+
+// ---- the general operator: any recipe by name ----------------------------------------------
+TorchArgs general_args(const std::string& recipe, const Tensor& q_input, const Tensor& q_out,
+                       const std::optional<Tensor>& q_sf, const Tensor& weight,
+                       const Tensor& weights_out, double weight_scale, const Tensor& freqs,
+                       const Tensor& positions) {
+  return TorchArgs{recipe_or_throw(recipe), q_input,   q_out,  q_sf ? &*q_sf : nullptr,
+                   weight,                  weights_out, weight_scale, freqs, positions};
+}
+
+void quant_q_cpu(std::string recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
+                 Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
+                 Tensor positions, bool /*enable_pdl*/) {
+  run_cpu(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
+                       positions));
+}
+
+#if defined(INDEXER_Q_TORCH_CUDA)
+void quant_q_cuda(std::string recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
+                  Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
+                  Tensor positions, bool enable_pdl) {
+  run_cuda(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
+                        positions),
+           enable_pdl);
+}
+#endif
+
+void quant_q_composed(std::string recipe, Tensor q_input, Tensor q_out,
+                      std::optional<Tensor> q_sf, Tensor weight, Tensor weights_out,
+                      double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/) {
+  composed_forward(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale,
+                                freqs, positions));
+}
+
+// ---- the recipe list, for Python -------------------------------------------------------------
+std::vector<std::string> recipes_op() {
+  std::vector<std::string> out;
+  for (RecipeId r : all_recipes()) out.emplace_back(recipe_name(r));
+  return out;
+}
+
+// The descriptor's columns as integers, in the order of recipes.inc:
+// [rope_dims, freqs_layout, hadamard, bf16_after_rope, bf16_after_hadamard, format, fold]
+// (enum values of include/indexer_q/indexer_q.h).
+std::vector<std::int64_t> recipe_info_op(std::string name) {
+  const Recipe& r = recipe(recipe_or_throw(name));
+  return {std::int64_t(r.rope_dims),       std::int64_t(r.freqs_layout),
+          std::int64_t(r.hadamard),        std::int64_t(r.bf16_after_rope),
+          std::int64_t(r.bf16_after_hadamard), std::int64_t(r.format),
+          std::int64_t(r.fold)};
 }
 
 }  // namespace
 }  // namespace torch_binding
 }  // namespace indexer_q
 
-// The schema, defined once. enable_pdl is used by the CUDA backend only (programmatic dependent
-// launch, sm_90+); other devices ignore it.
+// The schemas, each defined once. enable_pdl is used by the CUDA backend only (programmatic
+// dependent launch, sm_90+); other devices ignore it.
+#define IQ_QUANT_Q_ARGS                                                                      \
+  "(str recipe, Tensor q_input, Tensor(a!) q_out, Tensor(b!)? q_sf, Tensor weight, "         \
+  "Tensor(c!) weights_out, float weight_scale, Tensor freqs, Tensor positions, "             \
+  "bool enable_pdl=False) -> ()"
 STABLE_TORCH_LIBRARY(indexer_q, m) {
   m.def(
       "fused_q_indexer_rope_hadamard_quant(Tensor q_input, Tensor(a!) q_fp8, Tensor weight, "
@@ -245,21 +341,28 @@ STABLE_TORCH_LIBRARY(indexer_q, m) {
       "fused_q_indexer_rope_hadamard_quant_composed(Tensor q_input, Tensor(a!) q_fp8, "
       "Tensor weight, Tensor(b!) weights_out, float weight_scale, Tensor freqs, "
       "Tensor positions, bool enable_pdl=False) -> ()");
+  m.def("quant_q" IQ_QUANT_Q_ARGS);
+  m.def("quant_q_composed" IQ_QUANT_Q_ARGS);
+  m.def("recipes() -> str[]");
+  m.def("recipe_info(str recipe) -> int[]");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CPU, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cpu_kernel));
+  m.impl("quant_q", TORCH_BOX(&indexer_q::torch_binding::quant_q_cpu));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CUDA, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cuda_kernel));
+  m.impl("quant_q", TORCH_BOX(&indexer_q::torch_binding::quant_q_cuda));
 }
 #endif
 
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, XPU, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant",
          TORCH_BOX(&indexer_q::torch_binding::composed_kernel));
+  m.impl("quant_q", TORCH_BOX(&indexer_q::torch_binding::quant_q_composed));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CompositeExplicitAutograd, m) {
@@ -267,4 +370,9 @@ STABLE_TORCH_LIBRARY_IMPL(indexer_q, CompositeExplicitAutograd, m) {
          TORCH_BOX(&indexer_q::torch_binding::composed_kernel));
   m.impl("fused_q_indexer_rope_hadamard_quant_composed",
          TORCH_BOX(&indexer_q::torch_binding::composed_kernel));
+  m.impl("quant_q", TORCH_BOX(&indexer_q::torch_binding::quant_q_composed));
+  m.impl("quant_q_composed", TORCH_BOX(&indexer_q::torch_binding::quant_q_composed));
+  // No tensor arguments: the dispatcher takes the CompositeExplicitAutograd kernel.
+  m.impl("recipes", TORCH_BOX(&indexer_q::torch_binding::recipes_op));
+  m.impl("recipe_info", TORCH_BOX(&indexer_q::torch_binding::recipe_info_op));
 }
