@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -72,6 +73,8 @@ inline void store_as(std::vector<std::uint8_t>& buf, DType dt, std::size_t i, fl
 
 // One call of the op, as host bytes (inputs) plus the layout facts.
 struct HostCase {
+  RecipeId recipe = RecipeId::kV4Fp8;
+  int q_out_dtype = -1;  // a DType, or -1: the recipe's own (fp8_e4m3fn / fp8_e4m3fnuz / uint8 for FP4)
   std::int64_t B = 0, H = 0, max_pos = 1;
   std::int64_t weight_stride = 0;  // elements between weight rows (>= H)
   DType dtype = DType::kBFloat16;
@@ -82,27 +85,41 @@ struct HostCase {
   std::vector<float> freqs;             // max_pos*64
   std::vector<std::uint8_t> positions;  // B elements
 
+  bool fp4() const { return indexer_q::recipe(recipe).format == OutFormat::kE2M1; }
+  std::int64_t out_bytes_per_row() const { return fp4() ? 64 : 128; }
+  DType out_dtype() const {
+    if (q_out_dtype >= 0) return DType(q_out_dtype);
+    const OutFormat f = indexer_q::recipe(recipe).format;
+    return f == OutFormat::kE2M1 ? DType::kUInt8 : f == OutFormat::kE4M3FNUZ ? DType::kFloat8E4M3FNUZ : DType::kFloat8E4M3;
+  }
+
   std::string describe() const {
     std::ostringstream os;
-    os << "B=" << B << " H=" << H << " dtype=" << dtype_name(dtype) << " positions=" << dtype_name(pos_dtype)
+    os << "recipe=" << recipe_name(recipe) << " q_out=" << dtype_name(out_dtype()) << " B=" << B << " H=" << H << " dtype=" << dtype_name(dtype) << " positions=" << dtype_name(pos_dtype)
        << " weight_stride=" << weight_stride << " weight_scale=" << weight_scale << " max_pos=" << max_pos;
     return os.str();
   }
 };
 
+// The outputs of one call: q_out (fp8 codes, 128 bytes a row, or fp4 code pairs, 64 bytes a
+// row), q_sf (FP4 recipes: 4 UE8M0 bytes a row, the int32 (B, H) tensor's bytes; else empty).
 struct Outputs {
-  std::vector<std::uint8_t> q_fp8;
+  std::vector<std::uint8_t> q_out;
+  std::vector<std::uint8_t> q_sf;
   std::vector<float> weights_out;
 };
 
-// Real RoPE tables: freqs[p, 2j] = cos(p * theta_j), freqs[p, 2j+1] = sin(p * theta_j).
-inline std::vector<float> rope_freqs(std::int64_t max_pos, double base = 10000.0) {
+// Real RoPE tables. Interleaved: freqs[p, 2j] = cos(p * theta_j), freqs[p, 2j+1] = sin(p * theta_j);
+// halves (v32 / rope-first recipes): freqs[p, j] = cos, freqs[p, 32 + j] = sin.
+inline std::vector<float> rope_freqs(std::int64_t max_pos, double base = 10000.0,
+                                     FreqsLayout layout = FreqsLayout::kInterleaved) {
   std::vector<float> f(std::size_t(max_pos) * 64);
+  const bool inter = layout == FreqsLayout::kInterleaved;
   for (std::int64_t p = 0; p < max_pos; ++p)
     for (int j = 0; j < 32; ++j) {
       const double theta = std::pow(base, -2.0 * j / 64.0);
-      f[std::size_t(p) * 64 + 2 * j] = float(std::cos(double(p) * theta));
-      f[std::size_t(p) * 64 + 2 * j + 1] = float(std::sin(double(p) * theta));
+      f[std::size_t(p) * 64 + (inter ? 2 * j : j)] = float(std::cos(double(p) * theta));
+      f[std::size_t(p) * 64 + (inter ? 2 * j + 1 : 32 + j)] = float(std::sin(double(p) * theta));
     }
   return f;
 }
@@ -116,10 +133,12 @@ inline void set_position(HostCase& c, std::int64_t b, std::int64_t p) {
   }
 }
 
-// Allocates every buffer of a case (zero inputs, position 0, real freqs).
+// Allocates every buffer of a case (zero inputs, position 0, real freqs in the recipe's layout).
 inline HostCase blank_case(std::int64_t B, std::int64_t H, DType dtype, DType pos_dtype,
-                           std::int64_t weight_stride, std::int64_t max_pos) {
+                           std::int64_t weight_stride, std::int64_t max_pos,
+                           RecipeId recipe_id = RecipeId::kV4Fp8) {
   HostCase c;
+  c.recipe = recipe_id;
   c.B = B;
   c.H = H;
   c.dtype = dtype;
@@ -128,24 +147,40 @@ inline HostCase blank_case(std::int64_t B, std::int64_t H, DType dtype, DType po
   c.max_pos = max_pos;
   c.q_input.assign(std::size_t(B * H * 128) * dtype_size(dtype), 0);
   c.weight.assign(std::size_t(B * weight_stride) * dtype_size(dtype), 0);
-  c.freqs = rope_freqs(max_pos);
+  c.freqs = rope_freqs(max_pos, 10000.0, indexer_q::recipe(recipe_id).freqs_layout);
   c.positions.assign(std::size_t(B) * dtype_size(pos_dtype), 0);
   return c;
 }
 
+// The float32 nearest 1/sqrt(128) (SPEC.md step 4), as the test writes it.
+inline float hadamard_k() { return float_of(0x3db504f3u); }
+
 // Random inputs that exercise rounding and the edge behaviours: normal values with per-row
 // magnitudes spanning decades, a few outlier channels, and now and then a zero row, a tiny
-// row, a row of small integers, a single spike, a row holding an Inf or a NaN. Weights are
-// random (some zero, some negative); the padding between weight rows holds NaN so that a
-// backend reading it would show.
+// row, a row of small integers, a single spike, a row holding an Inf or a NaN, a row of
+// subnormals of the input dtype, a huge row (near the dtype's largest finite value), an FP8
+// rounding-tie row and an E2M1 threshold row (see below). Weights are random (some zero, some
+// negative); the padding between weight rows holds NaN so that a backend reading it would show.
+// Freqs are real tables in the recipe's layout, except every fifth row (arbitrary values: the
+// op must not care).
+//
+// FP8 tie row: dims 0..63 zero (RoPE of zeros is zero in every layout), dims 64..127 hold
+// +-(midpoint between two neighbouring e4m3 values) * 2^m and one +-448 * 2^m: without a
+// Hadamard (v32_fp8) and RoPE on dims 0..63, scale = 2^m exactly and every value is a tie.
+// E2M1 threshold row: dims 64..127 zero, x[0] = a, x[j] = b with (a +- b) * k = T1 * 2^m,
+// T2 * 2^m (T1 in {3.5, 5, 6}, T2 an e2m1 threshold or value): with the Hadamard every output
+// is (a + s b) k, so after the bf16 rounding point the block values sit exactly on the e2m1
+// thresholds (fp32 inputs; bf16 / fp16 inputs land near them).
+// bf16-tie rows (fp32 inputs only): values whose low 16 bits are 0x8000 (ties of the bf16
+// rounding points of FP4 recipes; token 1 has position 0, where RoPE changes nothing).
 inline HostCase random_case(std::int64_t B, std::int64_t H, DType dtype, DType pos_dtype,
-                            std::int64_t weight_stride, std::uint64_t seed) {
+                            std::int64_t weight_stride, std::uint64_t seed,
+                            RecipeId recipe_id = RecipeId::kV4Fp8) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   const std::int64_t max_pos = 1 + std::int64_t(rng() % 4096);
-  HostCase c = blank_case(B, H, dtype, pos_dtype, weight_stride, max_pos);
-  // Every fifth table row holds arbitrary values instead of (cos, sin): the op must not care.
+  HostCase c = blank_case(B, H, dtype, pos_dtype, weight_stride, max_pos, recipe_id);
   for (std::int64_t p = 3; p < max_pos; p += 5) {
     const float m = std::pow(10.0f, float(int(rng() % 5)) - 2.0f);
     for (int j = 0; j < 64; ++j) c.freqs[std::size_t(p * 64 + j)] = normal(rng) * m;
@@ -160,28 +195,62 @@ inline HostCase random_case(std::int64_t B, std::int64_t H, DType dtype, DType p
   int outlier[4];
   for (int& o : outlier) o = int(rng() % 128);
   const float tiny = f16 ? 3e-7f : 1e-30f;
+  // smallest normal of the input dtype (subnormal rows lie below it); largest finite value
+  const float min_normal = f16 ? 0x1p-14f : 0x1p-126f;
+  const float huge = f16 ? 60000.0f : 3.0e38f;
+  const double k = double(hadamard_k());
+  static const double kE2m1[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0};
+  static const double kTop[] = {3.5, 5.0, 6.0};
   std::vector<float> row(128);
+  auto sgn = [&]() { return (rng() & 1) ? -1.0f : 1.0f; };
   for (std::int64_t r = 0; r < B * H; ++r) {
     const double kind = uni(rng);
     const float mag = float(std::pow(10.0, lo_dec + (hi_dec - lo_dec) * uni(rng)));
-    if (kind < 0.76) {  // normal row with outlier channels
+    if (kind < 0.60) {  // normal row with outlier channels
       for (int i = 0; i < 128; ++i) row[i] = normal(rng) * mag;
       for (int o : outlier) row[o] *= 30.0f;
-    } else if (kind < 0.80) {  // zero row (signed zeros now and then)
+    } else if (kind < 0.64) {  // zero row (signed zeros now and then)
       for (int i = 0; i < 128; ++i) row[i] = (rng() & 7) == 0 ? -0.0f : 0.0f;
-    } else if (kind < 0.84) {  // tiny row: amax far below the 1e-4 floor
+    } else if (kind < 0.68) {  // tiny row: amax far below the 1e-4 floor
       for (int i = 0; i < 128; ++i) row[i] = normal(rng) * tiny;
-    } else if (kind < 0.88) {  // small integers (exact Hadamard sums: ties happen)
+    } else if (kind < 0.71) {  // small integers (exact Hadamard sums: ties happen)
       for (int i = 0; i < 128; ++i) row[i] = float(int(rng() % 17) - 8);
-    } else if (kind < 0.92) {  // one spike
+    } else if (kind < 0.74) {  // one spike
       for (int i = 0; i < 128; ++i) row[i] = 0.0f;
       row[rng() % 128] = normal(rng) * mag;
-    } else if (kind < 0.96) {  // normal row with one +-Inf
+    } else if (kind < 0.77) {  // normal row with one +-Inf
       for (int i = 0; i < 128; ++i) row[i] = normal(rng) * mag;
       row[rng() % 128] = (rng() & 1) ? -INFINITY : INFINITY;
-    } else {  // normal row with one NaN
+    } else if (kind < 0.80) {  // normal row with one NaN
       for (int i = 0; i < 128; ++i) row[i] = normal(rng) * mag;
       row[rng() % 128] = NAN;
+    } else if (kind < 0.83) {  // subnormals of the input dtype (and a few zeros)
+      for (int i = 0; i < 128; ++i) row[i] = float(uni(rng)) * min_normal * sgn();
+    } else if (kind < 0.86) {  // huge values: the butterflies overflow to Inf (and Inf - Inf)
+      for (int i = 0; i < 128; ++i) row[i] = float(0.5 + 0.5 * uni(rng)) * huge * sgn();
+    } else if (kind < 0.91) {  // FP8 rounding ties (exact without the Hadamard)
+      const int m = f16 ? int(rng() % 7) - 9 : int(rng() % 40) - 30;
+      for (int i = 0; i < 64; ++i) row[i] = 0.0f;
+      for (int i = 64; i < 128; ++i) {
+        const int code = int(rng() % 126);  // midpoint between code and code + 1 (both finite)
+        const double a = 0.5 * (e4m3_value(code) + e4m3_value(code + 1));
+        row[i] = float(std::ldexp(a, m)) * sgn();
+      }
+      row[64 + rng() % 64] = float(std::ldexp(448.0, m)) * sgn();
+    } else if (kind < 0.96) {  // E2M1 thresholds after the Hadamard and the bf16 rounding
+      const int m = f16 ? int(rng() % 5) - 2 : int(rng() % 40) - 20;
+      const double t1 = kTop[rng() % 3], t2 = kE2m1[rng() % 14] * sgn();
+      const double a = 0.5 * (t1 + t2) / k, b = 0.5 * (t1 - t2) / k;
+      for (int i = 0; i < 128; ++i) row[i] = 0.0f;
+      const float s = sgn();
+      row[0] = float(std::ldexp(a, m)) * s;
+      row[1 + rng() % 63] = float(std::ldexp(b, m)) * s;
+    } else {  // bf16 rounding ties (fp32), else a normal row
+      for (int i = 0; i < 128; ++i) {
+        row[i] = normal(rng) * mag;
+        if (dtype == DType::kFloat32 && std::isfinite(row[i]))
+          row[i] = float_of((bits_of(row[i]) & 0xffff0000u) | 0x8000u);
+      }
     }
     for (int i = 0; i < 128; ++i) store_as(c.q_input, dtype, std::size_t(r * 128 + i), row[i]);
   }
@@ -236,22 +305,41 @@ inline std::vector<BackendUnderTest> backends_under_test(std::vector<int> cpu_th
   return v;
 }
 
-// Runs one case on a backend; the outputs are filled with `poison` first (on the device for CUDA),
-// so that any byte the backend does not write shows up as a difference.
+// The views of one call (q_sf only for FP4 recipes; else an empty view).
+inline OpArgs op_args(const HostCase& c, const void* q_input, void* q_out, void* q_sf, const void* weight,
+                      void* weights_out, const void* freqs, const void* positions, Device dev = Device{}) {
+  OpArgs a;
+  a.recipe = c.recipe;
+  a.q_input = TensorView::contiguous(q_input, c.dtype, {c.B, c.H, 128}, dev);
+  a.q_out = TensorView::contiguous(q_out, c.out_dtype(), {c.B, c.H, c.out_bytes_per_row()}, dev);
+  if (c.fp4()) a.q_scale = TensorView::contiguous(q_sf, DType::kInt32, {c.B, c.H}, dev);
+  a.weight = TensorView::strided(weight, c.dtype, {c.B, c.H}, {c.weight_stride, 1}, dev);
+  a.weights_out = TensorView::contiguous(weights_out, DType::kFloat32, {c.B, c.H, 1}, dev);
+  a.weight_scale = c.weight_scale;
+  a.freqs = TensorView::contiguous(freqs, DType::kFloat32, {c.max_pos, 64}, dev);
+  a.positions = TensorView::contiguous(positions, c.pos_dtype, {c.B}, dev);
+  return a;
+}
+
+// Fills a buffer with a poison byte; an empty buffer (B = 0: data() may be null) is left alone.
+inline void poison_fill(void* p, std::uint8_t poison, std::size_t n) {
+  if (n != 0 && p != nullptr) std::memset(p, poison, n);
+}
+
+// Runs one case on a backend (the case's recipe, through indexer_q::run); the outputs are
+// filled with `poison` first (on the device for CUDA), so that any byte the backend does not
+// write shows up as a difference.
 inline Status run_case(const BackendUnderTest& be, const HostCase& c, Outputs* out,
                        std::uint8_t poison) {
   const std::int64_t rows = c.B * c.H;
-  out->q_fp8.assign(std::size_t(rows * 128), poison);
+  out->q_out.assign(std::size_t(rows * c.out_bytes_per_row()), poison);
+  out->q_sf.assign(c.fp4() ? std::size_t(rows * 4) : 0, poison);
   out->weights_out.assign(std::size_t(rows), 0.0f);
-  std::memset(out->weights_out.data(), poison, out->weights_out.size() * 4);
+  poison_fill(out->weights_out.data(), poison, out->weights_out.size() * 4);
   if (!be.cuda) {
-    return fused_q_indexer_rope_hadamard_quant(
-        TensorView::contiguous(c.q_input.data(), c.dtype, {c.B, c.H, 128}),
-        TensorView::contiguous(out->q_fp8.data(), DType::kFloat8E4M3, {c.B, c.H, 128}),
-        TensorView::strided(c.weight.data(), c.dtype, {c.B, c.H}, {c.weight_stride, 1}),
-        TensorView::contiguous(out->weights_out.data(), DType::kFloat32, {c.B, c.H, 1}),
-        c.weight_scale, TensorView::contiguous(c.freqs.data(), DType::kFloat32, {c.max_pos, 64}),
-        TensorView::contiguous(c.positions.data(), c.pos_dtype, {c.B}), be.options);
+    return run(op_args(c, c.q_input.data(), out->q_out.data(), c.fp4() ? out->q_sf.data() : nullptr,
+                       c.weight.data(), out->weights_out.data(), c.freqs.data(), c.positions.data()),
+               be.options);
   }
 #if defined(INDEXER_Q_WITH_CUDA)
   struct Buf {
@@ -264,25 +352,22 @@ inline Status run_case(const BackendUnderTest& be, const HostCase& c, Outputs* o
     if (cudaMalloc(&b.p, n ? n : 16) != cudaSuccess) return false;
     return n == 0 || cudaMemcpy(b.p, src, n, cudaMemcpyHostToDevice) == cudaSuccess;
   };
-  Buf dq, dfp8, dw, dwo, df, dp;
-  const std::size_t nq = c.q_input.size(), nfp8 = out->q_fp8.size(), nwo = out->weights_out.size() * 4;
+  Buf dq, dout, dsf, dw, dwo, df, dp;
+  const std::size_t nq = c.q_input.size(), nout = out->q_out.size(), nsf = out->q_sf.size(),
+                    nwo = out->weights_out.size() * 4;
   if (!upload(dq, c.q_input.data(), nq) || !upload(dw, c.weight.data(), c.weight.size()) ||
       !upload(df, c.freqs.data(), c.freqs.size() * 4) ||
       !upload(dp, c.positions.data(), c.positions.size()) ||
-      !upload(dfp8, out->q_fp8.data(), nfp8) || !upload(dwo, out->weights_out.data(), nwo))
+      !upload(dout, out->q_out.data(), nout) || !upload(dsf, out->q_sf.data(), nsf) ||
+      !upload(dwo, out->weights_out.data(), nwo))
     return Status::Internal("test: cudaMalloc/cudaMemcpy failed");
   const Device dev{DeviceType::kCUDA, 0};
-  Status s = fused_q_indexer_rope_hadamard_quant(
-      TensorView::contiguous(dq.p, c.dtype, {c.B, c.H, 128}, dev),
-      TensorView::contiguous(dfp8.p, DType::kFloat8E4M3, {c.B, c.H, 128}, dev),
-      TensorView::strided(dw.p, c.dtype, {c.B, c.H}, {c.weight_stride, 1}, dev),
-      TensorView::contiguous(dwo.p, DType::kFloat32, {c.B, c.H, 1}, dev), c.weight_scale,
-      TensorView::contiguous(df.p, DType::kFloat32, {c.max_pos, 64}, dev),
-      TensorView::contiguous(dp.p, c.pos_dtype, {c.B}, dev), be.options);
+  Status s = run(op_args(c, dq.p, dout.p, c.fp4() ? dsf.p : nullptr, dw.p, dwo.p, df.p, dp.p, dev), be.options);
   const cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess) return Status::Internal(std::string("test: CUDA error: ") + cudaGetErrorString(e));
   if (!s.ok()) return s;
-  if ((nfp8 && cudaMemcpy(out->q_fp8.data(), dfp8.p, nfp8, cudaMemcpyDeviceToHost) != cudaSuccess) ||
+  if ((nout && cudaMemcpy(out->q_out.data(), dout.p, nout, cudaMemcpyDeviceToHost) != cudaSuccess) ||
+      (nsf && cudaMemcpy(out->q_sf.data(), dsf.p, nsf, cudaMemcpyDeviceToHost) != cudaSuccess) ||
       (nwo && cudaMemcpy(out->weights_out.data(), dwo.p, nwo, cudaMemcpyDeviceToHost) != cudaSuccess))
     return Status::Internal("test: cudaMemcpy back failed");
   return s;
@@ -293,32 +378,45 @@ inline Status run_case(const BackendUnderTest& be, const HostCase& c, Outputs* o
 
 // Bitwise comparison (NaN equals NaN) with a short report of the first differences.
 struct Comparison {
-  std::int64_t fp8_bytes = 0;
+  std::int64_t q_bytes = 0;   // q_out (fp8 codes or fp4 code pairs)
+  std::int64_t sf_bytes = 0;  // q_sf (FP4 block scales)
   std::int64_t weights = 0;
   std::string first;  // the first few differences, readable
-  bool exact() const { return fp8_bytes == 0 && weights == 0; }
+  bool exact() const { return q_bytes == 0 && sf_bytes == 0 && weights == 0; }
+  std::string summary() const {
+    return std::to_string(q_bytes) + " q_out bytes, " + std::to_string(sf_bytes) + " q_sf bytes and " +
+           std::to_string(weights) + " weights_out differ;" + first;
+  }
 };
 
 inline bool same_float(float a, float b) {
   return bits_of(a) == bits_of(b) || (std::isnan(a) && std::isnan(b));
 }
 
+// Row width of q_out is taken from `want` (q_out bytes / rows).
 inline Comparison compare(const Outputs& got, const Outputs& want, std::int64_t H) {
   Comparison c;
   std::ostringstream os;
   int shown = 0;
-  const std::size_t n = std::min(got.q_fp8.size(), want.q_fp8.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    if (got.q_fp8[i] != want.q_fp8[i]) {
-      ++c.fp8_bytes;
-      if (shown++ < 4) {
-        const std::int64_t row = std::int64_t(i / 128);
-        os << " q_fp8[b=" << row / H << ",h=" << row % H << ",i=" << i % 128 << "] got 0x" << std::hex
-           << int(got.q_fp8[i]) << " want 0x" << int(want.q_fp8[i]) << std::dec << ";";
+  const std::size_t rows = want.weights_out.size();
+  const std::size_t width = rows ? std::max<std::size_t>(1, want.q_out.size() / rows) : 128;
+  auto bytes = [&](const std::vector<std::uint8_t>& g, const std::vector<std::uint8_t>& w, std::size_t row_bytes,
+                   const char* name, std::int64_t* count) {
+    const std::size_t n = std::min(g.size(), w.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      if (g[i] != w[i]) {
+        ++*count;
+        if (shown++ < 4) {
+          const std::int64_t row = std::int64_t(i / row_bytes);
+          os << " " << name << "[b=" << row / H << ",h=" << row % H << ",i=" << i % row_bytes << "] got 0x"
+             << std::hex << int(g[i]) << " want 0x" << int(w[i]) << std::dec << ";";
+        }
       }
     }
-  }
-  c.fp8_bytes += std::int64_t(std::max(got.q_fp8.size(), want.q_fp8.size()) - n);
+    *count += std::int64_t(std::max(g.size(), w.size()) - n);
+  };
+  bytes(got.q_out, want.q_out, width, "q_out", &c.q_bytes);
+  bytes(got.q_sf, want.q_sf, 4, "q_sf(byte)", &c.sf_bytes);
   const std::size_t m = std::min(got.weights_out.size(), want.weights_out.size());
   for (std::size_t i = 0; i < m; ++i) {
     if (!same_float(got.weights_out[i], want.weights_out[i])) {

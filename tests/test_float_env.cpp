@@ -23,8 +23,8 @@ using iqtest::Outputs;
 // Rows whose Hadamard output is 128 * z for a chosen z (position 0: cos 1, sin 0, so RoPE leaves
 // the row unchanged): z[0] = 1 makes the row's amax, the other z[i] land on fp8 subnormal codes
 // (|v| = 448 |z[i]| below 2^-6) and on small normal ones, positive and negative.
-HostCase subnormal_case(std::int64_t B, std::int64_t H) {
-  HostCase c = iqtest::blank_case(B, H, DType::kFloat32, DType::kInt64, H, 16);
+HostCase subnormal_case(std::int64_t B, std::int64_t H, RecipeId r = RecipeId::kV4Fp8) {
+  HostCase c = iqtest::blank_case(B, H, DType::kFloat32, DType::kInt64, H, 16, r);
   c.weight_scale = 0.75f;
   for (std::int64_t r = 0; r < B * H; ++r) {
     double z[128];
@@ -43,7 +43,7 @@ HostCase subnormal_case(std::int64_t B, std::int64_t H) {
 
 int count_subnormal_codes(const Outputs& o) {
   int n = 0;
-  for (std::uint8_t c : o.q_fp8) n += ((c & 0x78) == 0 && (c & 0x07) != 0);
+  for (std::uint8_t c : o.q_out) n += ((c & 0x78) == 0 && (c & 0x07) != 0);
   return n;
 }
 
@@ -72,7 +72,30 @@ TEST(FloatEnv, FlushToZeroCallerGetsTheSameBytesAndItsMxcsrBack) {
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_EQ(after & 0xffc0u, (saved | kFtzDaz) & 0xffc0u) << "the caller's MXCSR control bits were not restored";
     const iqtest::Comparison d = iqtest::compare(ftz, ieee, c.H);
-    EXPECT_TRUE(d.exact()) << d.fp8_bytes << " fp8 bytes and " << d.weights << " weights differ: " << d.first;
+    EXPECT_TRUE(d.exact()) << d.summary();
+  }
+}
+
+// Every other recipe under FTZ/DAZ too: the same subnormal-heavy rows, plus rows of float32
+// subnormal inputs (read as zero under DAZ if a backend let the caller's MXCSR through).
+TEST(FloatEnv, FlushToZeroCallerGetsTheSameBytesForEveryRecipe) {
+  for (RecipeId r : all_recipes()) {
+    HostCase c = subnormal_case(5, 8, r);
+    for (std::int64_t i = 0; i < 8 * 128; ++i)  // token 4: float32 subnormals
+      iqtest::store_as(c.q_input, c.dtype, std::size_t(4 * 8 * 128 + i), float(i % 13 - 6) * 0x1p-140f);
+    for (const auto& be : iqtest::backends_under_test({1, 2})) {
+      if (be.cuda) continue;
+      SCOPED_TRACE(std::string(recipe_name(r)) + " " + be.name);
+      Outputs ieee, ftz;
+      ASSERT_TRUE(iqtest::run_case(be, c, &ieee, 0xa5).ok());
+      const unsigned saved = _mm_getcsr();
+      _mm_setcsr(saved | kFtzDaz);
+      const Status s = iqtest::run_case(be, c, &ftz, 0x5a);
+      _mm_setcsr(saved);
+      ASSERT_TRUE(s.ok()) << s.message();
+      const iqtest::Comparison d = iqtest::compare(ftz, ieee, c.H);
+      EXPECT_TRUE(d.exact()) << d.summary();
+    }
   }
 }
 #else

@@ -1,12 +1,16 @@
-// Golden conformance: every tests/data/golden/*.safetensors (produced by the reference CUDA
-// kernel on an H200) through every backend this build and machine can run: the reference,
-// the CPU backend for each supported ISA with 1, 2 and 3 threads, and CUDA when a device is
-// usable. 0 differing fp8 bytes and 0 differing weights_out (bit comparison, NaN == NaN).
+// Golden conformance, per recipe: every tests/data/golden/*.safetensors (v4_fp8) and
+// tests/data/golden/variants/*.safetensors (metadata "variant": v32_fp8, rope_first_fp8, v4_fp4),
+// produced by the reference CUDA kernels on an H200, plus the FNUZ case derived from each FN file
+// (SPEC-variants.md: same bytes except 0x80 -> 0x00, weights_out times 2), through every backend
+// this build and machine can run: the reference, the CPU backend for each supported ISA with 1, 2
+// and many threads, and CUDA when a device is usable. Every byte is compared: q_out codes, q_sf
+// block-scale bytes (FP4) and weights_out bits (NaN == NaN), over two poison patterns.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,9 +22,8 @@ namespace {
 using namespace indexer_q;
 namespace fs = std::filesystem;
 
-std::vector<std::string> golden_files() {
+std::vector<std::string> files_in(const fs::path& dir) {
   std::vector<std::string> files;
-  const fs::path dir = fs::path(INDEXER_Q_TEST_DATA_DIR) / "golden";
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path().string());
@@ -28,9 +31,44 @@ std::vector<std::string> golden_files() {
   return files;
 }
 
+std::vector<std::string> golden_files() {
+  const fs::path dir = fs::path(INDEXER_Q_TEST_DATA_DIR) / "golden";
+  std::vector<std::string> files = files_in(dir);
+  for (const std::string& f : files_in(dir / "variants")) files.push_back(f);
+  return files;
+}
+
+struct NamedCase {
+  std::string name;  // file path, with " (derived fnuz)" for derived cases
+  io::ConformanceCase k;
+};
+
+// Every golden case: the files, then the FNUZ case of each FN file.
+std::vector<NamedCase> golden_cases() {
+  std::vector<NamedCase> out;
+  for (const std::string& path : golden_files()) {
+    NamedCase c;
+    c.name = path;
+    std::string err;
+    EXPECT_TRUE(io::load_case_file(path, &c.k, &err)) << err;
+    if (!err.empty()) continue;
+    out.push_back(c);
+  }
+  const std::size_t n = out.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    NamedCase d;
+    if (io::derive_fnuz_case(out[i].k, &d.k)) {
+      d.name = out[i].name + " (derived " + recipe_name(d.k.recipe) + ")";
+      out.push_back(d);
+    }
+  }
+  return out;
+}
+
 // A conformance case as the harness's HostCase (same bytes).
 iqtest::HostCase to_host_case(const io::ConformanceCase& k) {
   iqtest::HostCase c;
+  c.recipe = k.recipe;
   c.B = k.B;
   c.H = k.H;
   c.max_pos = k.max_pos;
@@ -46,47 +84,100 @@ iqtest::HostCase to_host_case(const io::ConformanceCase& k) {
   return c;
 }
 
+iqtest::Outputs expected_outputs(const io::ConformanceCase& k) {
+  iqtest::Outputs want;
+  want.q_out = k.q_out;
+  want.q_sf = k.q_sf;
+  want.weights_out = k.weights_out;
+  return want;
+}
+
 TEST(Golden, DirectoryHoldsCases) {
   const auto files = golden_files();
   EXPECT_FALSE(files.empty()) << "no *.safetensors in " << INDEXER_Q_TEST_DATA_DIR << "/golden";
 }
 
-void check_all_golden(bool cuda_only) {
-  const auto files = golden_files();
-  ASSERT_FALSE(files.empty()) << "no *.safetensors in " << INDEXER_Q_TEST_DATA_DIR << "/golden";
-  std::vector<iqtest::BackendUnderTest> backends;
-  for (auto& be : iqtest::backends_under_test({1, 2, 3}))
-    if (be.cuda == cuda_only) backends.push_back(be);
-  ASSERT_FALSE(backends.empty());
-  for (const std::string& path : files) {
-    SCOPED_TRACE(path);
-    io::ConformanceCase k;
-    std::string err;
-    ASSERT_TRUE(io::load_case_file(path, &k, &err)) << err;
+// Every recipe of the list has golden data: a file of its own, or (FNUZ) one derived from a file.
+TEST(Golden, EveryRecipeHasCases) {
+  std::set<int> seen;
+  std::set<int> from_files;
+  for (const NamedCase& c : golden_cases()) {
+    seen.insert(int(c.k.recipe));
+    if (c.name.find("(derived") == std::string::npos) from_files.insert(int(c.k.recipe));
+  }
+  for (RecipeId r : all_recipes()) {
+    EXPECT_TRUE(seen.count(int(r))) << "no golden case for recipe " << recipe_name(r);
+    if (recipe(r).format != OutFormat::kE4M3FNUZ)
+      EXPECT_TRUE(from_files.count(int(r))) << "no golden file for recipe " << recipe_name(r);
+  }
+}
+
+// The loaded cases are what their recipe says: output sizes, and for the variants the metadata.
+TEST(Golden, CasesAreConsistent) {
+  for (const NamedCase& c : golden_cases()) {
+    SCOPED_TRACE(c.name);
+    const io::ConformanceCase& k = c.k;
     ASSERT_GT(k.B * k.H, 0);
-    ASSERT_EQ(k.q_fp8.size(), std::size_t(k.B * k.H * 128));
-    ASSERT_EQ(k.weights_out.size(), std::size_t(k.B * k.H));
-    const iqtest::HostCase c = to_host_case(k);
-    iqtest::Outputs want;
-    want.q_fp8 = k.q_fp8;
-    want.weights_out = k.weights_out;
+    const bool fp4 = recipe(k.recipe).format == OutFormat::kE2M1;
+    EXPECT_EQ(k.out_bytes_per_row(), fp4 ? 64 : 128);
+    EXPECT_EQ(k.q_out.size(), std::size_t(k.B * k.H * k.out_bytes_per_row()));
+    EXPECT_EQ(k.q_sf.size(), fp4 ? std::size_t(k.B * k.H * 4) : 0u);
+    EXPECT_EQ(k.weights_out.size(), std::size_t(k.B * k.H));
+    if (c.name.find("/variants/") != std::string::npos && c.name.find("(derived") == std::string::npos)
+      EXPECT_NE(k.recipe, RecipeId::kV4Fp8) << "a variants file without \"variant\" metadata";
+    if (recipe(k.recipe).format == OutFormat::kE4M3FNUZ)
+      for (std::uint8_t q : k.q_out) ASSERT_NE(q, 0x80) << "0x80 is NaN in e4m3fnuz";
+  }
+}
+
+// Thread counts 1, 2 and "many" (more threads than rows of small cases, more than cores here).
+std::vector<iqtest::BackendUnderTest> golden_backends(bool cuda_only) {
+  std::vector<iqtest::BackendUnderTest> backends;
+  for (auto& be : iqtest::backends_under_test({1, 2, 13}))
+    if (be.cuda == cuda_only) backends.push_back(be);
+  return backends;
+}
+
+void check_all_golden(bool cuda_only) {
+  const auto cases = golden_cases();
+  ASSERT_FALSE(cases.empty()) << "no *.safetensors in " << INDEXER_Q_TEST_DATA_DIR << "/golden";
+  const std::vector<iqtest::BackendUnderTest> backends = golden_backends(cuda_only);
+  ASSERT_FALSE(backends.empty());
+  int runs = 0;
+  for (const NamedCase& nc : cases) {
+    SCOPED_TRACE(nc.name);
+    const io::ConformanceCase& k = nc.k;
+    ASSERT_GT(k.B * k.H, 0);
+    iqtest::HostCase c = to_host_case(k);
+    const iqtest::Outputs want = expected_outputs(k);
+    // FP8 recipes also write raw codes into uint8 / int8 tensors; FP4 into int8.
+    std::vector<int> out_dtypes = {-1};
+    if (recipe(k.recipe).format == OutFormat::kE2M1) out_dtypes.push_back(int(DType::kInt8));
+    else out_dtypes.insert(out_dtypes.end(), {int(DType::kUInt8), int(DType::kInt8)});
     for (const auto& be : backends) {
-      for (std::uint8_t poison : {std::uint8_t(0xA5), std::uint8_t(0x7f)}) {
-        iqtest::Outputs got;
-        const Status s = iqtest::run_case(be, c, &got, poison);
-        ASSERT_TRUE(s.ok()) << be.name << ": " << s.message();
-        const iqtest::Comparison cmp = iqtest::compare(got, want, k.H);
-        EXPECT_TRUE(cmp.exact()) << be.name << " (poison 0x" << std::hex << int(poison) << std::dec
-                                 << "): " << cmp.fp8_bytes << " fp8 bytes and " << cmp.weights
-                                 << " weights_out differ from " << path << ";" << cmp.first;
-        // The io library's own comparison agrees with ours.
-        const io::Diff d = io::compare_outputs(got.q_fp8.data(), got.weights_out.data(), k.q_fp8.data(),
-                                               k.weights_out.data(), k.B * k.H);
-        EXPECT_EQ(d.fp8_bytes, cmp.fp8_bytes) << be.name;
-        EXPECT_EQ(d.weights, cmp.weights) << be.name;
+      for (int od : out_dtypes) {
+        c.q_out_dtype = od;
+        // the raw-code dtypes once (poison 0xA5); the recipe's own dtype under two poisons
+        for (std::uint8_t poison : {std::uint8_t(0xA5), std::uint8_t(0x7f)}) {
+          if (od >= 0 && poison != 0xA5) continue;
+          iqtest::Outputs got;
+          const Status s = iqtest::run_case(be, c, &got, poison);
+          ASSERT_TRUE(s.ok()) << be.name << " " << c.describe() << ": " << s.message();
+          ++runs;
+          const iqtest::Comparison cmp = iqtest::compare(got, want, k.H);
+          EXPECT_TRUE(cmp.exact()) << be.name << " " << c.describe() << " (poison 0x" << std::hex << int(poison)
+                                   << std::dec << "): " << cmp.summary();
+          // The io library's own comparison agrees with ours.
+          const io::Diff d = io::compare_outputs(k, got.q_out.data(), got.q_sf.empty() ? nullptr : got.q_sf.data(),
+                                                 got.weights_out.data());
+          EXPECT_EQ(d.q_bytes, cmp.q_bytes) << be.name;
+          EXPECT_EQ(d.sf_bytes, cmp.sf_bytes) << be.name;
+          EXPECT_EQ(d.weights, cmp.weights) << be.name;
+        }
       }
     }
   }
+  EXPECT_GT(runs, 0);
 }
 
 TEST(Golden, HostBackendsReproduceEveryFile) { check_all_golden(false); }
@@ -100,25 +191,31 @@ TEST(Golden, CudaReproducesEveryFile) {
 #endif
 }
 
-// The golden comparison can fail: one flipped byte in the expected data is seen.
+// The golden comparison can fail: one flipped byte in the expected codes, one in the expected
+// block scales (FP4) and one flipped weight sign are each seen.
 TEST(Golden, ComparisonSeesACorruptedExpectation) {
-  const auto files = golden_files();
-  ASSERT_FALSE(files.empty());
-  io::ConformanceCase k;
-  std::string err;
-  ASSERT_TRUE(io::load_case_file(files.front(), &k, &err)) << err;
-  iqtest::Outputs got, want;
-  iqtest::BackendUnderTest ref = iqtest::backends_under_test({1}).front();
-  ASSERT_TRUE(iqtest::run_case(ref, to_host_case(k), &got, 0).ok());
-  want.q_fp8 = k.q_fp8;
-  want.weights_out = k.weights_out;
-  ASSERT_TRUE(iqtest::compare(got, want, k.H).exact());
-  want.q_fp8[k.q_fp8.size() / 2] ^= 0x01;
-  float& w = want.weights_out.back();
-  w = std::isnan(w) ? 1.0f : iqtest::float_of(iqtest::bits_of(w) ^ 0x80000000u);  // sign flip
-  const iqtest::Comparison cmp = iqtest::compare(got, want, k.H);
-  EXPECT_EQ(cmp.fp8_bytes, 1);
-  EXPECT_EQ(cmp.weights, 1);
+  bool saw_fp4 = false;
+  for (const NamedCase& nc : golden_cases()) {
+    const io::ConformanceCase& k = nc.k;
+    const bool fp4 = recipe(k.recipe).format == OutFormat::kE2M1;
+    if (nc.name != golden_cases().front().name && !(fp4 && !saw_fp4)) continue;
+    saw_fp4 = saw_fp4 || fp4;
+    SCOPED_TRACE(nc.name);
+    iqtest::Outputs got;
+    iqtest::BackendUnderTest ref = iqtest::backends_under_test({1}).front();
+    ASSERT_TRUE(iqtest::run_case(ref, to_host_case(k), &got, 0).ok());
+    iqtest::Outputs want = expected_outputs(k);
+    ASSERT_TRUE(iqtest::compare(got, want, k.H).exact());
+    want.q_out[want.q_out.size() / 2] ^= 0x01;
+    if (fp4) want.q_sf[want.q_sf.size() - 1] ^= 0x01;
+    float& w = want.weights_out.back();
+    w = std::isnan(w) ? 1.0f : iqtest::float_of(iqtest::bits_of(w) ^ 0x80000000u);  // sign flip
+    const iqtest::Comparison cmp = iqtest::compare(got, want, k.H);
+    EXPECT_EQ(cmp.q_bytes, 1);
+    EXPECT_EQ(cmp.sf_bytes, fp4 ? 1 : 0);
+    EXPECT_EQ(cmp.weights, 1);
+  }
+  EXPECT_TRUE(saw_fp4) << "no FP4 golden case";
 }
 
 }  // namespace

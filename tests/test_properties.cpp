@@ -324,12 +324,12 @@ TEST(EdgeRows, ZeroRowGivesFloorScaleAndZeroCodes) {
     const std::vector<float> zero(128, 0.0f);
     // position 0: cos 1, sin 0, so every RoPE output is +0 and every code is exactly 0x00
     const iqtest::Outputs o = run_everywhere(rows_case(dt, {zero, zero}, {1.0f, -3.0f}, 0));
-    for (int i = 0; i < 256; ++i) ASSERT_EQ(o.q_fp8[i], 0x00) << i;
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(o.q_out[i], 0x00) << i;
     EXPECT_EQ(bits_of(o.weights_out[0]), bits_of(kFloorScale));
     EXPECT_EQ(bits_of(o.weights_out[1]), bits_of(-3.0f * kFloorScale));
     // any position: RoPE may produce -0 (fma(0, c<0, -0) = -0), so codes are zeros of either sign
     const iqtest::Outputs o2 = run_everywhere(rows_case(dt, {zero}, {1.0f}, 37));
-    for (int i = 0; i < 128; ++i) ASSERT_TRUE(o2.q_fp8[i] == 0x00 || o2.q_fp8[i] == 0x80) << i;
+    for (int i = 0; i < 128; ++i) ASSERT_TRUE(o2.q_out[i] == 0x00 || o2.q_out[i] == 0x80) << i;
     EXPECT_EQ(bits_of(o2.weights_out[0]), bits_of(kFloorScale));
   }
 }
@@ -346,7 +346,7 @@ TEST(EdgeRows, TinyRowKeepsTheFloor) {
     // v = y / floor-scale, nearest code by the independent definition (not near a tie here)
     const double v = double(y) / double(kFloorScale);
     const int want = e4m3_nearest_bruteforce(float(v));
-    for (int i = 0; i < 128; ++i) ASSERT_EQ(o.q_fp8[i], want) << "t=" << t << " i=" << i;
+    for (int i = 0; i < 128; ++i) ASSERT_EQ(o.q_out[i], want) << "t=" << t << " i=" << i;
   }
   // amax just above the floor: the scale is amax / 448, no longer the floor, and codes hit 448
   std::vector<float> row(128, 0.0f);
@@ -355,7 +355,7 @@ TEST(EdgeRows, TinyRowKeepsTheFloor) {
   const float y = 2e-3f * 0x1.6a09e6p-4f;
   ASSERT_GT(y, 1e-4f);
   EXPECT_EQ(bits_of(o.weights_out[0]), bits_of(y / 448.0f));
-  for (int i = 0; i < 128; ++i) ASSERT_EQ(o.q_fp8[i], 0x7e) << i;
+  for (int i = 0; i < 128; ++i) ASSERT_EQ(o.q_out[i], 0x7e) << i;
 }
 
 TEST(EdgeRows, InfInRowGives448AndInfiniteWeights) {
@@ -371,7 +371,7 @@ TEST(EdgeRows, InfInRowGives448AndInfiniteWeights) {
     // The Hadamard spreads the Inf to every output: scale = Inf, inv = 0, Inf * 0 = NaN -> +448.
     const iqtest::Outputs o =
         run_everywhere(rows_case(dt, {pos_inf, pos_inf, pos_inf, neg_inf}, {2.0f, -3.0f, 0.0f, 1.0f}, 11));
-    for (int i = 0; i < 4 * 128; ++i) ASSERT_EQ(o.q_fp8[i], 0x7e) << i;
+    for (int i = 0; i < 4 * 128; ++i) ASSERT_EQ(o.q_out[i], 0x7e) << i;
     EXPECT_EQ(bits_of(o.weights_out[0]), bits_of(INFINITY));
     EXPECT_EQ(bits_of(o.weights_out[1]), bits_of(-INFINITY));
     EXPECT_TRUE(std::isnan(o.weights_out[2])) << "weight 0 times Inf";
@@ -380,7 +380,7 @@ TEST(EdgeRows, InfInRowGives448AndInfiniteWeights) {
     std::vector<float> rope_inf = row;
     rope_inf[100] = -INFINITY;
     const iqtest::Outputs o2 = run_everywhere(rows_case(dt, {rope_inf}, {1.0f}, 11));
-    for (int i = 0; i < 128; ++i) ASSERT_EQ(o2.q_fp8[i], 0x7e) << i;
+    for (int i = 0; i < 128; ++i) ASSERT_EQ(o2.q_out[i], 0x7e) << i;
   }
 }
 
@@ -396,7 +396,7 @@ TEST(EdgeRows, OverflowGivesSignedZerosForFiniteValues) {
     const iqtest::Outputs o = run_everywhere(rows_case(dt, {row, row, row}, {1.5f, -1.0f, 0.0f}, 0));
     const std::uint8_t want[4] = {0x7e, 0x00, 0x7e, 0x80};
     for (int r = 0; r < 3; ++r)
-      for (int i = 0; i < 128; ++i) ASSERT_EQ(o.q_fp8[r * 128 + i], want[i & 3]) << "row " << r << " i " << i;
+      for (int i = 0; i < 128; ++i) ASSERT_EQ(o.q_out[r * 128 + i], want[i & 3]) << "row " << r << " i " << i;
     EXPECT_EQ(bits_of(o.weights_out[0]), bits_of(INFINITY));
     EXPECT_EQ(bits_of(o.weights_out[1]), bits_of(-INFINITY));
     EXPECT_TRUE(std::isnan(o.weights_out[2]));
@@ -414,7 +414,7 @@ TEST(EdgeRows, NaNInRowGives448AndFloorScale) {
     a[17] = NAN;
     b[90] = -NAN;
     const iqtest::Outputs o = run_everywhere(rows_case(dt, {a, b}, {1.0f, -2.0f}, 3));
-    for (int i = 0; i < 256; ++i) ASSERT_EQ(o.q_fp8[i], 0x7e) << i;
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(o.q_out[i], 0x7e) << i;
     EXPECT_EQ(bits_of(o.weights_out[0]), bits_of(kFloorScale));
     EXPECT_EQ(bits_of(o.weights_out[1]), bits_of(-2.0f * kFloorScale));
   }
@@ -429,7 +429,7 @@ TEST(EdgeRows, NaNAmongFiniteValuesAtTheQuantizeStep) {
   y[4] = -NAN;
   float scaled[128];
   for (int i = 0; i < 128; ++i) scaled[i] = y[i] * 0x1.6a09e6p-4f;
-  const float scale = detail::scale_and_amax_row(y);  // multiplies y by k in place
+  const float scale = detail::scale_and_amax_row<detail::RecipeT<RecipeId::kV4Fp8>>(y);  // multiplies y by k in place
   EXPECT_EQ(bits_of(scale), bits_of((67.0f * 0x1.6a09e6p-4f) / 448.0f));
   const float inv = 1.0f / scale;
   for (int i = 0; i < 128; ++i) {

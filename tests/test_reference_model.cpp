@@ -279,7 +279,7 @@ TEST_P(ReferenceModel, MatchesFloat64ModelWithinTheErrorBound) {
     const HostCase c = model_case(96, 16, dt, unit_weights ? DType::kInt64 : DType::kInt32, unit_weights,
                                   1000 + int(dt) * 10 + unit_weights);
     const iqtest::Outputs o = run_reference(c);
-    const Violations v = check_against_model(c, o.q_fp8, o.weights_out);
+    const Violations v = check_against_model(c, o.q_out, o.weights_out);
     EXPECT_EQ(v.total(), 0) << "scale " << v.scale << ", code " << v.code << ", step " << v.step << ", weight "
                             << v.weight << ":" << v.first;
     EXPECT_EQ(v.values, c.B * c.H * 128);
@@ -302,7 +302,7 @@ TEST(ReferenceModelCheck, CatchesAWrongRope) {
     HostCase wrong = c;
     for (std::int64_t p = 0; p < wrong.max_pos; ++p) wrong.freqs[std::size_t(p * 64 + 2 * 31 + 1)] *= -1.0f;
     const iqtest::Outputs o = run_reference(wrong);
-    EXPECT_GT(check_against_model(c, o.q_fp8, o.weights_out).total(), 0);
+    EXPECT_GT(check_against_model(c, o.q_out, o.weights_out).total(), 0);
   }
   {
     HostCase wrong = c;
@@ -312,15 +312,15 @@ TEST(ReferenceModelCheck, CatchesAWrongRope) {
       iqtest::set_position(wrong, b, (p + 1) % c.max_pos);
     }
     const iqtest::Outputs o = run_reference(wrong);
-    EXPECT_GT(check_against_model(c, o.q_fp8, o.weights_out).total(), 0);
+    EXPECT_GT(check_against_model(c, o.q_out, o.weights_out).total(), 0);
   }
   {
     const iqtest::Outputs o = run_reference(c);
-    EXPECT_EQ(check_against_model(c, o.q_fp8, o.weights_out).total(), 0);
+    EXPECT_EQ(check_against_model(c, o.q_out, o.weights_out).total(), 0);
     // a scale 1e-4 too large (beyond the bound and the 1e-5 relative limit) is caught
     std::vector<float> w = o.weights_out;
     for (float& x : w) x = std::nextafter(x, INFINITY) * 1.0001f;
-    EXPECT_GT(check_against_model(c, o.q_fp8, w).scale, 0);
+    EXPECT_GT(check_against_model(c, o.q_out, w).scale, 0);
   }
 }
 

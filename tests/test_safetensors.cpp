@@ -109,7 +109,10 @@ TEST(Safetensors, RoundTripAndCase) {
   EXPECT_EQ(c.pos_dtype, DType::kInt32);
   EXPECT_EQ(c.weight_scale, float(0.011048543266952038));
   EXPECT_EQ(c.q_input, f.tensors.at("q_input").data);
-  EXPECT_EQ(c.q_fp8, f.tensors.at("q_fp8").data);
+  EXPECT_EQ(c.recipe, indexer_q::RecipeId::kV4Fp8);  // no "variant" metadata
+  EXPECT_EQ(c.q_out, f.tensors.at("q_fp8").data);
+  EXPECT_TRUE(c.q_sf.empty());
+  EXPECT_EQ(c.out_bytes_per_row(), 128);
   ASSERT_EQ(c.weights_out.size(), 6u);
   EXPECT_EQ(std::memcmp(c.weights_out.data(), f.tensors.at("weights_out").data.data(), 24), 0);
   const auto v = c.q_input_view();
@@ -135,7 +138,7 @@ TEST(Safetensors, GoldenFilesLoad) {
   EXPECT_EQ(c.B, 7);
   EXPECT_EQ(c.H, 16);
   EXPECT_EQ(c.pos_dtype, DType::kInt32);
-  EXPECT_EQ(c.q_fp8.size(), 7u * 16 * 128);
+  EXPECT_EQ(c.q_out.size(), 7u * 16 * 128);
 }
 
 TEST(Safetensors, Truncated) {
@@ -299,23 +302,122 @@ TEST(Safetensors, WeightScale) {
   EXPECT_EQ(c.weight_scale, float(0.1));  // strtod -> double -> float
 }
 
+// An expected case of B = 1, H = 2 for compare_outputs (only recipe, B, H, q_out, q_sf, weights_out read).
+ConformanceCase expected_case(indexer_q::RecipeId r, std::vector<std::uint8_t> q, std::vector<std::uint8_t> sf,
+                              std::vector<float> w) {
+  ConformanceCase c;
+  c.recipe = r;
+  c.B = 1;
+  c.H = std::int64_t(w.size());
+  c.q_out = std::move(q);
+  c.q_sf = std::move(sf);
+  c.weights_out = std::move(w);
+  return c;
+}
+
 TEST(Safetensors, CompareOutputs) {
   std::vector<std::uint8_t> a(2 * 128, 1), b(2 * 128, 1);
   std::vector<float> wa = {1.0f, std::nanf("")}, wb = {1.0f, -std::nanf("")};
-  Diff d = compare_outputs(a.data(), wa.data(), b.data(), wb.data(), 2);
+  Diff d = compare_outputs(expected_case(indexer_q::RecipeId::kV4Fp8, b, {}, wb), a.data(), nullptr, wa.data());
   EXPECT_TRUE(d.exact());  // NaN equals NaN
   b[130] = 2;
   wb[0] = -1.0f;
-  d = compare_outputs(a.data(), wa.data(), b.data(), wb.data(), 2);
-  EXPECT_EQ(d.fp8_bytes, 1);
+  d = compare_outputs(expected_case(indexer_q::RecipeId::kV4Fp8, b, {}, wb), a.data(), nullptr, wa.data());
+  EXPECT_EQ(d.q_bytes, 1);
+  EXPECT_EQ(d.sf_bytes, 0);
   EXPECT_EQ(d.weights, 1);
-  ASSERT_EQ(d.first_fp8.size(), 1u);
-  EXPECT_EQ(d.first_fp8[0], 130);
+  ASSERT_EQ(d.first_q.size(), 1u);
+  EXPECT_EQ(d.first_q[0], 130);
   ASSERT_EQ(d.first_weights.size(), 1u);
   EXPECT_EQ(d.first_weights[0], 0);
   float z = 0.0f, nz = -0.0f;  // bit comparison: +0 and -0 differ
-  d = compare_outputs(a.data(), &z, a.data(), &nz, 1);
+  ConformanceCase one = expected_case(indexer_q::RecipeId::kV4Fp8, std::vector<std::uint8_t>(128, 1), {}, {nz});
+  d = compare_outputs(one, a.data(), nullptr, &z);
   EXPECT_EQ(d.weights, 1);
+  // Only the first B*H*128 bytes are compared.
+  d = compare_outputs(one, a.data(), nullptr, &nz);
+  EXPECT_TRUE(d.exact());
+}
+
+TEST(Safetensors, CompareOutputsFp4) {
+  // FP4: 64 code bytes and 4 scale bytes a row.
+  std::vector<std::uint8_t> q(2 * 64, 0x21), sf(2 * 4, 0x7f);
+  std::vector<float> w = {0.5f, -2.0f};
+  const ConformanceCase k = expected_case(indexer_q::RecipeId::kV4Fp4, q, sf, w);
+  EXPECT_EQ(k.out_bytes_per_row(), 64);
+  Diff d = compare_outputs(k, q.data(), sf.data(), w.data());
+  EXPECT_TRUE(d.exact());
+  std::vector<std::uint8_t> q2 = q, sf2 = sf;
+  q2[127] ^= 0x80;
+  sf2[5] = 0x80;
+  sf2[7] = 0x00;
+  d = compare_outputs(k, q2.data(), sf2.data(), w.data());
+  EXPECT_EQ(d.q_bytes, 1);
+  EXPECT_EQ(d.sf_bytes, 2);
+  EXPECT_EQ(d.weights, 0);
+  ASSERT_EQ(d.first_q.size(), 1u);
+  EXPECT_EQ(d.first_q[0], 127);
+  ASSERT_EQ(d.first_sf.size(), 2u);
+  EXPECT_EQ(d.first_sf[0], 5);
+  EXPECT_EQ(d.first_sf[1], 7);
+  EXPECT_FALSE(d.exact());
+  // A missing q_sf (null) is a difference in every scale byte.
+  d = compare_outputs(k, q.data(), nullptr, w.data());
+  EXPECT_EQ(d.sf_bytes, 8);
+}
+
+TEST(Safetensors, VariantMetadataSelectsTheRecipe) {
+  StFile f = small_case();
+  f.metadata["variant"] = "v32_fp8";
+  ConformanceCase c;
+  std::string err;
+  ASSERT_TRUE(load_case(f, &c, &err)) << err;
+  EXPECT_EQ(c.recipe, indexer_q::RecipeId::kV32Fp8);
+  f.metadata["variant"] = "v5_fp2";
+  expect_case_error(f, "variant");
+  // FP4: q_fp4 (B, H, 64) uint8 and q_sf (B, H) int32 are required.
+  f = small_case();
+  f.metadata["variant"] = "v4_fp4";
+  f.tensors.erase("q_fp8");
+  f.tensors["q_fp4"] = tensor("U8", {2, 3, 64}, 1, 9);
+  expect_case_error(f, "q_sf");
+  f.tensors["q_sf"] = tensor("I32", {2, 3}, 4, 11);
+  ASSERT_TRUE(load_case(f, &c, &err)) << err;
+  EXPECT_EQ(c.recipe, indexer_q::RecipeId::kV4Fp4);
+  EXPECT_EQ(c.out_bytes_per_row(), 64);
+  EXPECT_EQ(c.q_out, f.tensors.at("q_fp4").data);
+  EXPECT_EQ(c.q_sf, f.tensors.at("q_sf").data);
+  f.tensors["q_fp4"] = tensor("U8", {2, 3, 128}, 1, 9);
+  expect_case_error(f, "q_fp4");
+}
+
+TEST(Safetensors, DeriveFnuzCase) {
+  StFile f = small_case();
+  ConformanceCase fn, fnuz;
+  std::string err;
+  ASSERT_TRUE(load_case(f, &fn, &err)) << err;
+  fn.q_out[0] = 0x80;
+  fn.q_out[1] = 0x00;
+  fn.q_out[2] = 0xfe;
+  fn.q_out[3] = 0x81;
+  fn.weights_out[0] = 1.5f;
+  fn.weights_out[1] = -0.0f;
+  ASSERT_TRUE(derive_fnuz_case(fn, &fnuz));
+  EXPECT_EQ(fnuz.recipe, indexer_q::RecipeId::kV4Fp8Fnuz);
+  EXPECT_EQ(fnuz.q_out[0], 0x00);
+  EXPECT_EQ(fnuz.q_out[1], 0x00);
+  EXPECT_EQ(fnuz.q_out[2], 0xfe);
+  EXPECT_EQ(fnuz.q_out[3], 0x81);
+  for (std::size_t i = 0; i < fn.q_out.size(); ++i)
+    EXPECT_EQ(fnuz.q_out[i], fn.q_out[i] == 0x80 ? 0x00 : fn.q_out[i]) << i;
+  EXPECT_EQ(fnuz.weights_out[0], 3.0f);
+  EXPECT_TRUE(std::signbit(fnuz.weights_out[1]));
+  EXPECT_EQ(fnuz.q_input, fn.q_input);
+  // FP4 and FNUZ cases have no FNUZ form.
+  ConformanceCase again;
+  EXPECT_FALSE(derive_fnuz_case(fnuz, &again));
+  fn.recipe = indexer_q::RecipeId::kV4Fp4;
+  EXPECT_FALSE(derive_fnuz_case(fn, &again));
 }
 
 TEST(Safetensors, ReadMissingFile) {
