@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Dict, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple, Union
 
 import torch
 
 _OP = "fused_q_indexer_rope_hadamard_quant"
 _QUALNAME = "indexer_q::" + _OP
 _QUALNAME_COMPOSED = _QUALNAME + "_composed"
+_QUANT_Q = "indexer_q::quant_q"
+_QUANT_Q_COMPOSED = _QUANT_Q + "_composed"
 
 
 def _find_library() -> str:
@@ -47,6 +49,108 @@ def _fake_composed(
     q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=False
 ):
     return None
+
+
+@torch.library.register_fake(_QUANT_Q)
+def _fake_quant_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
+                  positions, enable_pdl=False):
+    return None
+
+
+@torch.library.register_fake(_QUANT_Q_COMPOSED)
+def _fake_quant_q_composed(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale,
+                           freqs, positions, enable_pdl=False):
+    return None
+
+
+# ---- the recipes: the library's list (include/indexer_q/recipes.inc), read from the library ------
+class RecipeInfo(NamedTuple):
+    """The library's descriptor of one recipe (``indexer_q::Recipe``)."""
+
+    name: str
+    rope_dims: str  # "last64" (dims 64..127 rotated) or "first64" (dims 0..63)
+    freqs_layout: str  # "interleaved" ((cos, sin) per pair) or "halves" ([cos x32 | sin x32])
+    hadamard: bool  # the 128-point butterflies and the 1/sqrt(128) multiply
+    bf16_after_rope: bool  # rotated dims rounded to bf16 after RoPE
+    bf16_after_hadamard: bool  # all values rounded to bf16 after the Hadamard
+    format: str  # "e4m3fn", "e4m3fnuz" (q_fp8 (B, H, 128)) or "e2m1" (q_fp4 (B, H, 64) + q_sf)
+    fold: str  # "times_scale" (weights_out = w * weight_scale * scale) or "no_scale"
+
+    @property
+    def fp4(self) -> bool:
+        return self.format == "e2m1"
+
+
+# Names of the values of the C++ enums RopeDims, FreqsLayout, OutFormat, WeightFold
+# (include/indexer_q/indexer_q.h), indexed by their integer value.
+_ENUMS = {
+    "rope_dims": ("last64", "first64"),
+    "freqs_layout": ("interleaved", "halves"),
+    "format": ("e4m3fn", "e4m3fnuz", "e2m1"),
+    "fold": ("times_scale", "no_scale"),
+}
+
+
+def _load_recipes() -> Dict[str, RecipeInfo]:
+    out: Dict[str, RecipeInfo] = {}
+    for name in torch.ops.indexer_q.recipes():
+        cols = list(torch.ops.indexer_q.recipe_info(name))
+        fields = RecipeInfo._fields[1:]
+        if len(cols) != len(fields):
+            raise ImportError(f"indexer_q: recipe_info({name!r}) returned {cols}")
+        vals = {}
+        for f, v in zip(fields, cols):
+            vals[f] = _ENUMS[f][v] if f in _ENUMS else bool(v)
+        out[name] = RecipeInfo(name=name, **vals)
+    return out
+
+
+_RECIPES: Dict[str, RecipeInfo] = _load_recipes()
+#: Every recipe name of the library, in its list order (v4_fp8 first).
+RECIPES: Tuple[str, ...] = tuple(_RECIPES)
+
+
+def _fnuz_twin(info: RecipeInfo) -> Optional[str]:
+    """The recipe computing the same form with e4m3fnuz output, if the library has one."""
+    for other in _RECIPES.values():
+        if other.format == "e4m3fnuz" and other._replace(name="", format="") == info._replace(
+                name="", format=""):
+            return other.name
+    return None
+
+
+_FNUZ_OF: Dict[str, str] = {
+    n: t for n, i in _RECIPES.items() if i.format == "e4m3fn" for t in [_fnuz_twin(i)] if t
+}
+
+
+def recipes() -> Tuple[str, ...]:
+    """Every recipe name the library runs (its list include/indexer_q/recipes.inc)."""
+    return RECIPES
+
+
+def recipe_info(recipe: str) -> RecipeInfo:
+    """The library's descriptor of a recipe."""
+    return _RECIPES[_check_recipe(recipe)]
+
+
+def _check_recipe(recipe) -> str:
+    if not isinstance(recipe, str):
+        raise TypeError(f"indexer_q: recipe: expected a str, got {type(recipe).__name__}")
+    if recipe not in _RECIPES:
+        raise ValueError(
+            f"indexer_q: recipe: unknown recipe {recipe!r}; expected one of {', '.join(RECIPES)}")
+    return recipe
+
+
+def resolve_recipe(recipe: str, out_dtype: Optional[torch.dtype] = None) -> str:
+    """The recipe that writes ``out_dtype``: an e4m3fn FP8 recipe with
+    ``out_dtype=torch.float8_e4m3fnuz`` becomes its ``<recipe>_fnuz`` twin; otherwise the
+    recipe itself (uint8 / int8 outputs take the recipe's raw codes)."""
+    recipe = _check_recipe(recipe)
+    if out_dtype == torch.float8_e4m3fnuz and _RECIPES[recipe].format == "e4m3fn":
+        return _FNUZ_OF[recipe]
+    return recipe
 
 
 def _freqs_table(freqs_cis: torch.Tensor) -> torch.Tensor:
@@ -88,6 +192,7 @@ def fused_q_indexer_rope_hadamard_quant(
     freqs_cis: torch.Tensor,
     positions: torch.Tensor,
     *,
+    out_dtype: Optional[torch.dtype] = None,
     enable_pdl: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Allocates and returns ``(q_fp8, weights_out)``.
@@ -96,8 +201,12 @@ def fused_q_indexer_rope_hadamard_quant(
     weight_scale a float; freqs_cis the complex64 (max_pos, 32) RoPE table or its float32
     (max_pos, 64) real view; positions (B,) int32/int64. Returns q_fp8 (B, H, 128)
     float8_e4m3fn and weights_out (B, H, 1) float32. ``enable_pdl`` is used by the CUDA
-    kernel only (programmatic dependent launch).
+    kernel only (programmatic dependent launch). ``out_dtype=torch.float8_e4m3fnuz`` gives the
+    FNUZ result (recipe ``v4_fp8_fnuz``: q_fp8 float8_e4m3fnuz, weights_out doubled).
     """
+    if out_dtype is not None:
+        return quant_q("v4_fp8", q_input, weight, weight_scale, freqs_cis, positions,
+                       out_dtype=out_dtype, enable_pdl=enable_pdl)
     q_fp8, weights_out = _outputs(q_input)
     torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant(
         q_input, q_fp8, weight, weights_out, float(weight_scale), _freqs_table(freqs_cis),
@@ -121,6 +230,135 @@ def composed_fused_q_indexer_rope_hadamard_quant(
         positions,
     )
     return q_fp8, weights_out
+
+
+QOut = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]
+
+
+def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dtype, q_out, q_sf,
+             weights_out, enable_pdl):
+    if q_out is not None:
+        if not isinstance(q_out, torch.Tensor):
+            raise TypeError(f"indexer_q: q_out: expected a tensor, got {type(q_out).__name__}")
+        if out_dtype is not None and out_dtype != q_out.dtype:
+            raise ValueError(f"indexer_q: out_dtype: {out_dtype} contradicts q_out's dtype "
+                             f"{q_out.dtype}")
+        out_dtype = q_out.dtype
+    recipe = resolve_recipe(recipe, out_dtype)
+    info = _RECIPES[recipe]
+    if info.freqs_layout == "halves" and isinstance(freqs, torch.Tensor) and freqs.is_complex():
+        raise TypeError(
+            f"indexer_q: freqs: recipe {recipe} reads a real (max_pos, 64) float32 table "
+            "[cos x32 | sin x32] (cos_sin_cache), not a complex one")
+    if q_out is None or weights_out is None or (info.fp4 and q_sf is None):
+        if not isinstance(q_input, torch.Tensor):
+            raise TypeError(
+                f"indexer_q: q_input: expected a tensor, got {type(q_input).__name__}")
+        if q_input.dim() != 3:
+            raise ValueError(
+                f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
+        b, h = q_input.shape[0], q_input.shape[1]
+        dev = q_input.device
+        if q_out is None:
+            if info.fp4:
+                q_out = torch.empty((b, h, 64), dtype=out_dtype or torch.uint8, device=dev)
+            else:
+                default = (torch.float8_e4m3fnuz if info.format == "e4m3fnuz"
+                           else torch.float8_e4m3fn)
+                q_out = torch.empty((b, h, 128), dtype=out_dtype or default, device=dev)
+        if info.fp4 and q_sf is None:
+            q_sf = torch.empty((b, h), dtype=torch.int32, device=dev)
+        if weights_out is None:
+            weights_out = torch.empty((b, h, 1), dtype=torch.float32, device=dev)
+    op(recipe, q_input, q_out, q_sf, weight, weights_out, float(weight_scale),
+       _freqs_table(freqs), positions, enable_pdl)
+    if info.fp4:
+        return (q_out, q_sf), weights_out
+    return q_out, weights_out
+
+
+def quant_q(
+    recipe: str,
+    q_input: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: float,
+    freqs: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    out_dtype: Optional[torch.dtype] = None,
+    q_out: Optional[torch.Tensor] = None,
+    q_sf: Optional[torch.Tensor] = None,
+    weights_out: Optional[torch.Tensor] = None,
+    enable_pdl: bool = False,
+) -> Tuple[QOut, torch.Tensor]:
+    """Any recipe of the library by name (see :data:`RECIPES`); returns what SGLang's entry
+    point of that form returns.
+
+    FP8 recipes: ``(q_fp8, weights_out)``, q_fp8 (B, H, 128) float8_e4m3fn (``*_fnuz`` recipes:
+    float8_e4m3fnuz). ``out_dtype=torch.float8_e4m3fnuz`` (or a passed-in ``q_out`` of that
+    dtype) selects the recipe's ``_fnuz`` twin; ``torch.uint8`` / ``torch.int8`` take raw codes.
+    FP4 recipes: ``((q_fp4, q_sf), weights_out)``, q_fp4 (B, H, 64) uint8 (two e2m1 codes per
+    byte, low nibble = even dim), q_sf (B, H) int32 (four UE8M0 exponent bytes, little-endian).
+    weights_out (B, H, 1) float32. Outputs passed in (``q_out``, ``q_sf``, ``weights_out``) are
+    written in place; the others are allocated on q_input's device. ``freqs`` is the recipe's
+    (max_pos, 64) float32 table (interleaved recipes also take the complex64 (max_pos, 32)
+    freqs_cis). ``enable_pdl`` is used by the CUDA kernel only.
+    """
+    return _quant_q(torch.ops.indexer_q.quant_q, recipe, q_input, weight, weight_scale, freqs,
+                    positions, out_dtype, q_out, q_sf, weights_out, enable_pdl)
+
+
+def composed_quant_q(
+    recipe: str,
+    q_input: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: float,
+    freqs: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    out_dtype: Optional[torch.dtype] = None,
+    q_out: Optional[torch.Tensor] = None,
+    q_sf: Optional[torch.Tensor] = None,
+    weights_out: Optional[torch.Tensor] = None,
+) -> Tuple[QOut, torch.Tensor]:
+    """Same as :func:`quant_q`, always through the composed ATen implementation (operator
+    ``indexer_q::quant_q_composed``), on any device, CPU included."""
+    return _quant_q(torch.ops.indexer_q.quant_q_composed, recipe, q_input, weight, weight_scale,
+                    freqs, positions, out_dtype, q_out, q_sf, weights_out, False)
+
+
+def fused_q_indexer_rope_first_quant(
+    q_input: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: float,
+    cos_sin_cache: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    out_dtype: Optional[torch.dtype] = None,
+    enable_pdl: bool = False,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The DeepSeek-V3.2 form (recipe ``v32_fp8``): RoPE on dims 0..63 with the (max_pos, 64)
+    float32 ``cos_sin_cache`` in halves [cos x32 | sin x32], no Hadamard, FP8 with the per-row
+    scale folded into the head weight. Returns ``(q_fp8, weights_out)``;
+    ``out_dtype=torch.float8_e4m3fnuz`` gives the FNUZ result (recipe ``v32_fp8_fnuz``)."""
+    return quant_q("v32_fp8", q_input, weight, weight_scale, cos_sin_cache, positions,
+                   out_dtype=out_dtype, enable_pdl=enable_pdl)
+
+
+def fused_q_indexer_rope_hadamard_fp4_quant(
+    q_input: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: float,
+    freqs_cis: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    enable_pdl: bool = False,
+) -> Tuple[Tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The FP4 form (recipe ``v4_fp4``): RoPE on dims 64..127, Hadamard, E2M1 codes with one
+    UE8M0 scale per 32 values. Returns ``((q_fp4, q_sf), weights_out)``: q_fp4 (B, H, 64)
+    uint8, q_sf (B, H) int32, weights_out (B, H, 1) float32 = weight * weight_scale."""
+    return quant_q("v4_fp4", q_input, weight, weight_scale, freqs_cis, positions,
+                   enable_pdl=enable_pdl)
 
 
 def _has_kernel(key: str) -> Optional[bool]:

@@ -17,6 +17,7 @@ import indexer_q  # noqa: F401  (loads the operator library)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLDEN_DIR = os.path.join(ROOT, "tests", "data", "golden")
+GOLDEN_VARIANTS_DIR = os.path.join(GOLDEN_DIR, "variants")
 
 CUDA_OK = torch.cuda.is_available()
 DEVICES = [
@@ -27,6 +28,12 @@ DEVICES = [
 NATIVE = torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant
 COMPOSED = torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant_composed
 OPS = {"native": NATIVE, "composed": COMPOSED}
+
+# The general operator (any recipe by name) and its composed twin.
+QUANT = torch.ops.indexer_q.quant_q
+QUANT_COMPOSED = torch.ops.indexer_q.quant_q_composed
+QUANT_OPS = {"native": QUANT, "composed": QUANT_COMPOSED}
+RECIPES = indexer_q.RECIPES
 
 # ---- a minimal safetensors reader (8-byte little-endian header size, JSON header, raw data) ----
 _ST_DTYPES = {
@@ -39,6 +46,7 @@ _ST_DTYPES = {
     "U8": torch.uint8,
     "F8_E4M3": torch.float8_e4m3fn,
 }
+# (the variant files store q_fp4 as U8 and q_sf as I32)
 
 
 def read_safetensors(path):
@@ -61,6 +69,83 @@ def read_safetensors(path):
 
 def golden_files():
     return sorted(f for f in os.listdir(GOLDEN_DIR) if f.endswith(".safetensors"))
+
+
+def golden_variant_files():
+    return sorted(f for f in os.listdir(GOLDEN_VARIANTS_DIR) if f.endswith(".safetensors"))
+
+
+def golden_recipe_cases():
+    """(path relative to GOLDEN_DIR, recipe) for every golden file of every recipe: the file's own
+    recipe (metadata `variant`, v4_fp8 when absent) and, for FP8 files, the recipe's FNUZ twin
+    (expected outputs derived from the FN ones, SPEC-variants.md)."""
+    cases = []
+    for rel in golden_files() + [os.path.join("variants", f) for f in golden_variant_files()]:
+        _, meta = read_safetensors_header(os.path.join(GOLDEN_DIR, rel))
+        recipe = meta.get("variant", "v4_fp8")
+        cases.append((rel, recipe))
+        fnuz = indexer_q.resolve_recipe(recipe, torch.float8_e4m3fnuz)
+        if fnuz != recipe:
+            cases.append((rel, fnuz))
+    return cases
+
+
+def read_safetensors_header(path):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n).decode("utf-8"))
+    return header, header.get("__metadata__", {}) or {}
+
+
+def load_golden(rel, recipe, device="cpu"):
+    """Inputs (dict), weight_scale, and the expected outputs of `recipe` for a golden file:
+    (q bytes as uint8, q_sf or None, weights_out)."""
+    t, meta = read_safetensors(os.path.join(GOLDEN_DIR, rel))
+    ws = float(meta["weight_scale"])
+    inputs = {k: t[k].to(device) for k in ("q_input", "weight", "freqs", "positions")}
+    info = indexer_q.recipe_info(recipe)
+    if info.fp4:
+        return inputs, ws, (t["q_fp4"].view(torch.uint8), t["q_sf"], t["weights_out"])
+    q = t["q_fp8"].view(torch.uint8)
+    w = t["weights_out"]
+    if info.format == "e4m3fnuz":  # SPEC-variants.md: same bytes except 0x80 -> 0x00, w * 2
+        q = torch.where(q == 0x80, torch.zeros_like(q), q)
+        w = w * 2.0
+    return inputs, ws, (q, None, w)
+
+
+def new_recipe_outputs(recipe, q_input, raw=False):
+    """Preallocated outputs of `recipe` filled with a sentinel (0x5a bytes / 0x5a5a5a5a / -7.25):
+    (q_out, q_sf or None, weights_out). raw=True: FP8 codes into a uint8 tensor."""
+    info = indexer_q.recipe_info(recipe)
+    b, h = q_input.shape[0], q_input.shape[1]
+    dev = q_input.device
+    q_sf = None
+    if info.fp4:
+        q_out = torch.empty((b, h, 64), dtype=torch.uint8, device=dev)
+        q_sf = torch.full((b, h), 0x5A5A5A5A, dtype=torch.int32, device=dev)
+    else:
+        dt = torch.float8_e4m3fnuz if info.format == "e4m3fnuz" else torch.float8_e4m3fn
+        q_out = torch.empty((b, h, 128), dtype=torch.uint8 if raw else dt, device=dev)
+    q_out.view(torch.uint8).fill_(0x5A)
+    w_out = torch.full((b, h, 1), -7.25, dtype=torch.float32, device=dev)
+    return q_out, q_sf, w_out
+
+
+def assert_same_outputs(got, want, what=""):
+    """got/want: (q_out, q_sf or None, weights_out); q compared as bytes, q_sf as int32."""
+    assert_same_fp8(got[0], want[0], f"{what} q")
+    if want[1] is not None or got[1] is not None:
+        x, y = got[1].detach().cpu(), want[1].detach().cpu()
+        assert x.dtype == y.dtype == torch.int32 and x.shape == y.shape
+        diff = int((x != y).sum())
+        assert diff == 0, f"{what} q_sf: {diff} of {x.numel()} values differ"
+    assert_same_f32(got[2], want[2], f"{what} weights_out")
+
+
+def halves_table(interleaved):
+    """An interleaved (cos, sin)-per-pair (max_pos, 64) table rearranged as [cos x32 | sin x32]."""
+    return torch.cat([interleaved[:, 0::2], interleaved[:, 1::2]], dim=1).contiguous()
 
 
 # ---- byte comparison ----------------------------------------------------------------------------

@@ -39,7 +39,9 @@ CASES = [
     ("q_input_5d", "q_input", lambda a: a.update(q_input=a["q_input"][None, None])),
     ("q_input_dim64", "q_input", lambda a: a.update(q_input=a["q_input"][:, :, :64])),
     ("q_input_strided", "q_input", lambda a: a.update(q_input=noncontig(a["q_input"]))),
-    ("q_fp8_dtype", "q_fp8", lambda a: a.update(q_fp8=a["q_fp8"].view(torch.uint8))),
+    ("q_fp8_dtype_fnuz", "q_fp8", lambda a: a.update(q_fp8=a["q_fp8"].view(torch.float8_e4m3fnuz))),
+    ("q_fp8_dtype_int16", "q_fp8",
+     lambda a: a.update(q_fp8=torch.zeros(B, H, 64, dtype=torch.int16, device=a["q_fp8"].device))),
     ("q_fp8_e5m2", "q_fp8", lambda a: a.update(q_fp8=a["q_fp8"].view(torch.float8_e5m2))),
     ("q_fp8_shape", "q_fp8", lambda a: a.update(q_fp8=a["q_fp8"][:2])),
     ("weight_dtype", "weight", lambda a: a.update(weight=a["weight"].half())),
@@ -112,6 +114,20 @@ def test_output_overlapping_input(impl, device):
     with pytest.raises(RuntimeError, match="indexer_q: q_fp8: output memory overlaps q_input"):
         call(OPS[impl], a)
     assert int(buf.count_nonzero()) == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("impl", ["native", "composed"])
+def test_raw_uint8_q_fp8_gets_the_same_bytes(impl, device):
+    # the library's v4_fp8 contract takes uint8 / int8 raw codes too
+    a = valid(device)
+    call(OPS[impl], a)
+    for dt in (torch.uint8, torch.int8):
+        b = valid(device)
+        b["q_fp8"] = b["q_fp8"].view(dt)
+        call(OPS[impl], b)
+        assert torch.equal(b["q_fp8"].view(torch.uint8), a["q_fp8"].view(torch.uint8))
+        assert torch.equal(b["weights_out"], a["weights_out"])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1,0 +1,542 @@
+"""Every recipe (the library's list, include/indexer_q/recipes.inc) through the general operator
+indexer_q::quant_q and the Python entry points: golden files (FNUZ derived from the FN files),
+composed == native on random and adversarial inputs, opcheck, torch.compile, meta / fake
+tensors, CUDA graphs, and errors that name the argument and write nothing."""
+
+import os
+import re
+
+import pytest
+import torch
+
+import indexer_q
+from conftest import (CUDA_OK, DEVICES, NATIVE, QUANT, QUANT_COMPOSED, QUANT_OPS, RECIPES, ROOT,
+                      assert_same_fp8, assert_same_outputs, golden_recipe_cases, halves_table,
+                      load_golden, new_recipe_outputs)
+from test_composed_vs_native import make_case
+
+FP8_RECIPES = [r for r in RECIPES if not indexer_q.recipe_info(r).fp4]
+FP4_RECIPES = [r for r in RECIPES if indexer_q.recipe_info(r).fp4]
+GOLDEN = golden_recipe_cases()
+
+
+def call(op, recipe, x, outs, ws):
+    q_out, q_sf, w_out = outs
+    op(recipe, x["q_input"], q_out, q_sf, x["weight"], w_out, ws, x["freqs"], x["positions"])
+
+
+# ---- the recipe list is the library's ------------------------------------------------------------
+def test_recipe_list_is_the_librarys():
+    names = re.findall(r'^IQ_RECIPE\(\w+, "(\w+)"',
+                       open(os.path.join(ROOT, "include", "indexer_q", "recipes.inc")).read(),
+                       re.M)
+    assert list(torch.ops.indexer_q.recipes()) == names
+    assert indexer_q.RECIPES == tuple(names) == indexer_q.recipes()
+    assert names[0] == "v4_fp8"
+    assert {"v4_fp8", "v32_fp8", "rope_first_fp8", "v4_fp4"} <= set(names)
+    for name in names:
+        info = indexer_q.recipe_info(name)
+        assert info.name == name
+        if info.format == "e4m3fn":  # every FN recipe has its FNUZ twin, found from the descriptor
+            twin = indexer_q.resolve_recipe(name, torch.float8_e4m3fnuz)
+            assert twin == name + "_fnuz", twin
+            assert indexer_q.recipe_info(twin)._replace(name=name, format="e4m3fn") == info
+
+
+def test_recipe_descriptors():
+    v4, v32, rf, fp4 = (indexer_q.recipe_info(r) for r in
+                        ("v4_fp8", "v32_fp8", "rope_first_fp8", "v4_fp4"))
+    assert (v4.rope_dims, v4.freqs_layout, v4.hadamard, v4.format) == (
+        "last64", "interleaved", True, "e4m3fn")
+    assert (v32.rope_dims, v32.freqs_layout, v32.hadamard) == ("first64", "halves", False)
+    assert (rf.rope_dims, rf.freqs_layout, rf.hadamard) == ("first64", "halves", True)
+    assert fp4.fp4 and fp4.bf16_after_rope and fp4.bf16_after_hadamard and fp4.fold == "no_scale"
+
+
+def test_schema():
+    args = ("(str recipe, Tensor q_input, Tensor(a!) q_out, Tensor(b!)? q_sf, Tensor weight, "
+            "Tensor(c!) weights_out, float weight_scale, Tensor freqs, Tensor positions, "
+            "bool enable_pdl=False) -> ()")
+    assert str(QUANT.default._schema) == "indexer_q::quant_q" + args
+    assert str(QUANT_COMPOSED.default._schema) == "indexer_q::quant_q_composed" + args
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    for key in ("CPU", "XPU", "CompositeExplicitAutograd"):
+        assert has("indexer_q::quant_q", key), key
+    assert has("indexer_q::quant_q", "CUDA") == has(
+        "indexer_q::fused_q_indexer_rope_hadamard_quant", "CUDA")
+    assert not has("indexer_q::quant_q_composed", "CPU")
+
+
+def test_golden_cases_cover_every_recipe():
+    assert {r for _, r in GOLDEN} == set(RECIPES)
+
+
+# ---- golden files ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("impl", ["native", "composed"])
+@pytest.mark.parametrize("rel,recipe", GOLDEN, ids=[f"{r}-{os.path.basename(f)[:-12]}"
+                                                    for f, r in GOLDEN])
+def test_golden_operator(rel, recipe, impl, device):
+    x, ws, want = load_golden(rel, recipe, device)
+    outs = new_recipe_outputs(recipe, x["q_input"])
+    call(QUANT_OPS[impl], recipe, x, outs, ws)
+    assert_same_outputs(outs, want, f"{rel} {recipe} {impl} {device}")
+    if not indexer_q.recipe_info(recipe).fp4:  # uint8 raw codes: the same bytes
+        raw = new_recipe_outputs(recipe, x["q_input"], raw=True)
+        call(QUANT_OPS[impl], recipe, x, raw, ws)
+        assert raw[0].dtype == torch.uint8
+        assert_same_outputs(raw, want, f"{rel} {recipe} {impl} {device} raw")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rel,recipe", GOLDEN, ids=[f"{r}-{os.path.basename(f)[:-12]}"
+                                                    for f, r in GOLDEN])
+def test_golden_python_api(rel, recipe, device):
+    x, ws, want = load_golden(rel, recipe, device)
+    info = indexer_q.recipe_info(recipe)
+    args = (x["q_input"], x["weight"], ws, x["freqs"], x["positions"])
+    base = recipe[:-5] if recipe.endswith("_fnuz") else recipe
+    out_dtype = torch.float8_e4m3fnuz if info.format == "e4m3fnuz" else None
+
+    def check(res, what):
+        if info.fp4:
+            (q, sf), w = res
+            assert q.dtype == torch.uint8 and tuple(q.shape) == tuple(want[0].shape)
+            assert sf.dtype == torch.int32 and tuple(sf.shape) == tuple(want[1].shape)
+        else:
+            q, w = res
+            sf = None
+            assert q.dtype == (torch.float8_e4m3fnuz if info.format == "e4m3fnuz"
+                               else torch.float8_e4m3fn)
+        assert q.device == x["q_input"].device and w.device == q.device
+        assert w.dtype == torch.float32 and tuple(w.shape) == tuple(want[2].shape)
+        assert_same_outputs((q, sf, w), want, f"{rel} {recipe} {what}")
+
+    # the general entry point: by the recipe's own name, and FN name + out_dtype for FNUZ
+    check(indexer_q.quant_q(recipe, *args), "quant_q")
+    check(indexer_q.quant_q(base, *args, out_dtype=out_dtype), "quant_q out_dtype")
+    check(indexer_q.composed_quant_q(base, *args, out_dtype=out_dtype), "composed_quant_q")
+    # SGLang's entry points
+    if base == "v4_fp8":
+        check(indexer_q.fused_q_indexer_rope_hadamard_quant(*args, out_dtype=out_dtype), "v4 api")
+        freqs_cis = torch.view_as_complex(x["freqs"].view(-1, 32, 2))
+        check(indexer_q.quant_q(recipe, *args[:3], freqs_cis, args[4]), "quant_q freqs_cis")
+    elif base == "v32_fp8":
+        check(indexer_q.fused_q_indexer_rope_first_quant(*args, out_dtype=out_dtype), "v32 api")
+    elif base == "v4_fp4":
+        check(indexer_q.fused_q_indexer_rope_hadamard_fp4_quant(*args), "fp4 api")
+        freqs_cis = torch.view_as_complex(x["freqs"].view(-1, 32, 2))
+        check(indexer_q.fused_q_indexer_rope_hadamard_fp4_quant(*args[:3], freqs_cis, args[4]),
+              "fp4 api freqs_cis")
+    # a passed-in q_fp8 of dtype float8_e4m3fnuz selects the FNUZ twin
+    if info.format == "e4m3fnuz":
+        q_out, _, w_out = new_recipe_outputs(recipe, x["q_input"])
+        res = indexer_q.quant_q(base, *args, q_out=q_out, weights_out=w_out)
+        assert res[0] is q_out and res[1] is w_out
+        check(res, "quant_q q_out fnuz")
+
+
+def test_fnuz_dequant_equals_fn_dequant():
+    # SPEC-variants.md: dequant(q_fnuz) * w_fnuz == dequant(q_fn) * w_fn, exactly
+    rel = "b64_h64_i64_outliers.safetensors"
+    x, ws, _ = load_golden(rel, "v4_fp8")
+    args = (x["q_input"], x["weight"], ws, x["freqs"], x["positions"])
+    q_fn, w_fn = indexer_q.fused_q_indexer_rope_hadamard_quant(*args)
+    q_nz, w_nz = indexer_q.fused_q_indexer_rope_hadamard_quant(
+        *args, out_dtype=torch.float8_e4m3fnuz)
+    assert q_nz.dtype == torch.float8_e4m3fnuz
+    assert torch.equal(q_fn.float() * w_fn, q_nz.float() * w_nz)
+    assert not bool((q_nz.view(torch.uint8) == 0x80).any())
+
+
+# ---- composed == native on random and adversarial inputs -------------------------------------------
+# (B, H, dtype) samples of the grid B in {0, 1, 7, 333} x H in {1, 8, 64, 128}, each recipe a
+# different subset (v4_fp8 has the full grid in test_composed_vs_native.py)
+GRID = [(0, 8), (1, 1), (1, 128), (7, 64), (7, 8), (333, 8), (333, 64), (0, 1), (7, 128),
+        (333, 1), (1, 64), (333, 128)]
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+def _sample(recipe_index):
+    picks = [GRID[(recipe_index * 5 + i * 7) % len(GRID)] for i in range(4)]
+    picks.append((333, 64 if recipe_index % 2 else 8))  # every recipe gets a large case
+    return [(b, h, DTYPES[(recipe_index + i) % 3]) for i, (b, h) in enumerate(picks)]
+
+
+RANDOM_CASES = [(r, b, h, dt) for i, r in enumerate(RECIPES) for (b, h, dt) in _sample(i)]
+
+
+def recipe_case(recipe, B, H, dtype, seed):
+    """make_case's inputs (random rows over 10 decades + zero / tiny / spike / +-Inf / NaN /
+    overflowing rows, weight row stride H or H + 5) with the freqs table the recipe reads."""
+    pos_dtype = torch.int32 if seed % 2 else torch.int64
+    q, w, ws, freqs, pos = make_case(B, H, dtype, pos_dtype, 0 if B % 2 == 0 else 5, seed)
+    if indexer_q.recipe_info(recipe).freqs_layout == "halves":
+        freqs = halves_table(freqs)
+    return {"q_input": q, "weight": w, "freqs": freqs, "positions": pos}, ws
+
+
+def to_device(x, device):
+    return {k: v.to(device) for k, v in x.items()}
+
+
+def run_op(op, recipe, x, ws, raw=False):
+    outs = new_recipe_outputs(recipe, x["q_input"], raw=raw)
+    call(op, recipe, x, outs, ws)
+    return outs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe,B,H,dtype", RANDOM_CASES,
+                         ids=[f"{r}-B{b}-H{h}-{str(d)[6:]}" for r, b, h, d in RANDOM_CASES])
+def test_composed_equals_native(recipe, B, H, dtype, device):
+    seed = 7919 * RECIPES.index(recipe) + B * 1000 + H * 10 + DTYPES.index(dtype)
+    x, ws = recipe_case(recipe, B, H, dtype, seed)
+    xd = to_device(x, device)
+    native = run_op(QUANT, recipe, xd, ws)
+    composed = run_op(QUANT_COMPOSED, recipe, xd, ws)
+    assert_same_outputs(composed, native, f"{recipe} composed vs native")
+    if device != "cpu":
+        assert_same_outputs(native, run_op(QUANT, recipe, x, ws), f"{recipe} {device} vs cpu")
+    info = indexer_q.recipe_info(recipe)
+    if B == 333:  # the grid really covers the hard cases
+        codes = native[0].cpu().view(torch.uint8)
+        w = native[2].cpu()
+        if info.fp4:
+            lo, hi = codes & 0x0F, codes >> 4
+            nib = torch.cat([lo, hi])
+            for m in range(8):  # every e2m1 magnitude, both signs where nonzero
+                assert bool((nib == m).any()) and (m == 0 or bool((nib == (m | 8)).any())), m
+            sf = native[1].cpu().view(torch.uint8)
+            assert bool((sf == 255).any())  # an Inf block: inv = -Inf
+            assert int(sf.min()) < 120 and int(sf.max()) >= 130
+        else:
+            assert bool((((codes & 0x78) == 0) & ((codes & 0x07) != 0)).any())  # subnormals
+            assert bool(((codes & 0x7F) == 0x7E).any())  # +-448
+            assert bool((~torch.isfinite(w)).any())
+            if info.format == "e4m3fnuz":
+                assert not bool((codes == 0x80).any())
+            else:
+                assert bool((codes == 0x80).any())  # -0 occurs in the FN result
+    if B == 0:
+        assert native[0].numel() == 0 and native[2].numel() == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", FP8_RECIPES)
+def test_fnuz_is_the_fn_result_reencoded(recipe, device):
+    # the FNUZ recipe == the FN recipe with 0x80 -> 0x00 and weights_out * 2 (random inputs)
+    fn = recipe[:-5] if recipe.endswith("_fnuz") else recipe
+    nz = indexer_q.resolve_recipe(fn, torch.float8_e4m3fnuz)
+    x, ws = recipe_case(fn, 33, 8, torch.bfloat16, seed=3)
+    x = to_device(x, device)
+    for op in (QUANT, QUANT_COMPOSED):
+        q_fn, _, w_fn = run_op(op, fn, x, ws)
+        q_nz, _, w_nz = run_op(op, nz, x, ws)
+        b = q_fn.view(torch.uint8)
+        assert_same_fp8(q_nz, torch.where(b == 0x80, torch.zeros_like(b), b), "fnuz codes")
+        assert torch.equal(torch.nan_to_num(w_nz, nan=1.5), torch.nan_to_num(w_fn * 2, nan=1.5))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", FP4_RECIPES)
+def test_fp4_block_scale_edges(recipe, device):
+    # Rows whose Hadamard output is one magnitude per row (a single non-zero in a non-rotated dim),
+    # swept so that v = y * inv lands on and around the e2m1 thresholds and the block amax on and
+    # around powers of two (the UE8M0 round-up); plus rows with the bf16 rounding of y at ties.
+    info = indexer_q.recipe_info(recipe)
+    free = 0 if info.rope_dims == "last64" else 64  # a dim RoPE leaves alone
+    mags = []
+    for e in (-20, -3, 0, 7, 40):
+        for m in (1.0, 1.0 + 2**-7, 1.5, 1.75, 2.0 - 2**-8, 2.0):
+            mags.append(m * 2.0**e)
+    B, H = len(mags), 4
+    q = torch.zeros(B, H, 128, dtype=torch.float32)
+    for b, m in enumerate(mags):
+        q[b, 0, free] = m
+        q[b, 1, free] = -m
+        q[b, 2, free], q[b, 2, free + 1] = m, m * 0.25  # two magnitudes per block: 1.25 : 0.75
+        q[b, 3, free], q[b, 3, free + 1] = m, m * (1 + 2**-8)  # a difference at bf16's last bit
+    freqs = torch.zeros(4, 64)  # cos = 1, sin = 0: RoPE leaves the row as it is
+    freqs[:, 0::2 if info.freqs_layout == "interleaved" else slice(0, 32)] = 1.0
+    x = {"q_input": q, "weight": torch.ones(B, H), "freqs": freqs,
+         "positions": torch.zeros(B, dtype=torch.int64)}
+    xd = to_device(x, device)
+    native = run_op(QUANT, recipe, xd, 1.0)
+    assert_same_outputs(run_op(QUANT_COMPOSED, recipe, xd, 1.0), native, f"{recipe} edges")
+    if device != "cpu":
+        assert_same_outputs(native, run_op(QUANT, recipe, x, 1.0), f"{recipe} edges vs cpu")
+
+
+# ---- opcheck, torch.compile, meta / fake ----------------------------------------------------------
+@pytest.fixture
+def fp8_aware_allclose(monkeypatch):
+    # opcheck's test_schema (SchemaCheckMode) compares every argument before and after the call
+    # with torch.allclose, which has no float8 kernel; compare float8 tensors bit for bit instead.
+    orig = torch.allclose
+
+    def allclose(a, b, *args, **kwargs):
+        if a.dtype.itemsize == 1 and a.dtype.is_floating_point and a.dtype == b.dtype:
+            return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        return orig(a, b, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "allclose", allclose)
+
+
+def op_args(recipe, device, B=5, H=8, dtype=torch.bfloat16):
+    x, ws = recipe_case(recipe, B, H, dtype, seed=11)
+    x = to_device(x, device)
+    q_out, q_sf, w_out = new_recipe_outputs(recipe, x["q_input"])
+    return (recipe, x["q_input"], q_out, q_sf, x["weight"], w_out, ws, x["freqs"],
+            x["positions"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("impl", ["native", "composed"])
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_opcheck(recipe, impl, device, fp8_aware_allclose):
+    # test_schema, test_autograd_registration, test_faketensor, test_aot_dispatch_dynamic
+    torch.library.opcheck(QUANT_OPS[impl].default, op_args(recipe, device))
+    if impl == "native":
+        torch.library.opcheck(QUANT_OPS[impl].default, op_args(recipe, device, B=0),
+                              {"enable_pdl": True})
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_torch_compile_fullgraph(recipe, device):
+    _, q, _, _, w, _, ws, freqs, pos = op_args(recipe, device, B=7, H=16)
+    fp4 = indexer_q.recipe_info(recipe).fp4
+
+    def f(q, w, freqs, pos):
+        out, w_out = indexer_q.quant_q(recipe, q, w, ws, freqs, pos)
+        return out, w_out * 2.0  # something for the compiler to fuse around the op
+
+    def g(q, w, freqs, pos):  # the operator itself, writing into buffers allocated in the graph
+        q_out, q_sf, w_out = new_recipe_outputs(recipe, q)
+        QUANT(recipe, q, q_out, q_sf, w, w_out, ws, freqs, pos)
+        return q_out, q_sf, w_out
+
+    torch._dynamo.reset()
+    for fn in (f, g):
+        got = torch.compile(fn, fullgraph=True)(q, w, freqs, pos)
+        want = fn(q, w, freqs, pos)
+        if fn is f:
+            got = (*got[0], got[1]) if fp4 else (got[0], None, got[1])
+            want = (*want[0], want[1]) if fp4 else (want[0], None, want[1])
+        assert_same_outputs(got, want, f"compiled {recipe}")
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_meta_tensors(recipe):
+    _, q, _, _, w, _, ws, freqs, pos = (a.to("meta") if isinstance(a, torch.Tensor) else a
+                                        for a in op_args(recipe, "cpu"))
+    out, w_out = indexer_q.quant_q(recipe, q, w, ws, freqs, pos)
+    if indexer_q.recipe_info(recipe).fp4:
+        q_fp4, q_sf = out
+        assert q_fp4.device.type == "meta" and tuple(q_fp4.shape) == (5, 8, 64)
+        assert q_fp4.dtype == torch.uint8
+        assert tuple(q_sf.shape) == (5, 8) and q_sf.dtype == torch.int32
+    else:
+        assert out.device.type == "meta" and tuple(out.shape) == (5, 8, 128)
+    assert tuple(w_out.shape) == (5, 8, 1) and w_out.dtype == torch.float32
+
+
+# ---- CUDA graphs (GPU only) -----------------------------------------------------------------------
+@pytest.mark.skipif(not CUDA_OK, reason="no CUDA device")
+@pytest.mark.parametrize("impl", ["native", "composed"])
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_cuda_graph_capture_and_replay(recipe, impl):
+    B, H = 33, 64
+    x, ws = recipe_case(recipe, B, H, torch.bfloat16, seed=21)
+    xd = to_device(x, "cuda")
+    outs = new_recipe_outputs(recipe, xd["q_input"])
+    op = QUANT_OPS[impl]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm up on a side stream, then capture
+        call(op, recipe, xd, outs, ws)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        call(op, recipe, xd, outs, ws)
+    for seed in (22, 23):
+        new, _ = recipe_case(recipe, B, H, torch.bfloat16, seed=seed)  # weight_scale is baked in
+        for k in xd:
+            xd[k].copy_(new[k])
+        outs[0].view(torch.uint8).fill_(0x5A)
+        outs[2].fill_(-7.25)
+        if outs[1] is not None:
+            outs[1].fill_(0)
+        g.replay()
+        torch.cuda.synchronize()
+        assert_same_outputs(outs, run_op(QUANT, recipe, new, ws), f"{recipe} graph replay {seed}")
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="no CUDA device")
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_out_of_range_positions_on_cuda(recipe):
+    # Not checkable without a sync: native and composed agree on such rows (no out-of-bounds
+    # read), and the in-range rows equal the CPU result.
+    B, H = 6, 8
+    x, ws = recipe_case(recipe, B, H, torch.bfloat16, seed=9)
+    want = run_op(QUANT, recipe, x, ws)
+    xd = to_device(x, "cuda")
+    xd["positions"][1] = x["freqs"].shape[0]
+    xd["positions"][4] = -3
+    native = run_op(QUANT, recipe, xd, ws)
+    composed = run_op(QUANT_COMPOSED, recipe, xd, ws)
+    torch.cuda.synchronize()
+    assert_same_outputs(composed, native, f"{recipe} out-of-range rows, composed vs native")
+    good = torch.tensor([0, 2, 3, 5])
+    pick = lambda o: tuple(None if t is None else t.cpu()[good] for t in o)  # noqa: E731
+    assert_same_outputs(pick(native), pick(want), f"{recipe} in-range rows")
+    assert bool(torch.isnan(native[2].cpu()[torch.tensor([1, 4])]).all())
+
+
+# ---- errors: the message names the argument, nothing is written -----------------------------------
+def check_error(op, args, arg, exc=RuntimeError):
+    q_out, q_sf, w_out = args[2], args[3], args[5]
+    before = [None if t is None else t.clone() for t in (q_out, q_sf, w_out)]
+    with pytest.raises(exc) as e:
+        op(*args)
+    msg = str(e.value)
+    assert f"indexer_q: {arg}" in msg, msg
+    for t, b in zip((q_out, q_sf, w_out), before):
+        if t is not None:
+            assert torch.equal(t.view(torch.uint8), b.view(torch.uint8)), "an output was written"
+    return msg
+
+
+def with_arg(args, i, v):
+    a = list(args)
+    a[i] = v
+    return tuple(a)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("impl", ["native", "composed"])
+def test_unknown_recipe(impl, device):
+    args = with_arg(op_args("v4_fp8", device), 0, "v5_fp8")
+    msg = check_error(QUANT_OPS[impl], args, "recipe")
+    assert "unknown recipe 'v5_fp8'; expected one of " + ", ".join(RECIPES) in msg, msg
+
+
+def test_unknown_recipe_python():
+    _, q, _, _, w, _, ws, freqs, pos = op_args("v4_fp8", "cpu")
+    with pytest.raises(ValueError, match="indexer_q: recipe: unknown recipe 'v4_fp16'"):
+        indexer_q.quant_q("v4_fp16", q, w, ws, freqs, pos)
+    with pytest.raises(TypeError, match="indexer_q: recipe"):
+        indexer_q.quant_q(3, q, w, ws, freqs, pos)
+    with pytest.raises(ValueError, match="indexer_q: recipe"):
+        indexer_q.recipe_info("nope")
+    with pytest.raises(RuntimeError, match="indexer_q: recipe: unknown recipe 'nope'"):
+        torch.ops.indexer_q.recipe_info("nope")
+
+
+def _fp4(device):
+    return op_args("v4_fp4", device)
+
+
+# (case, recipe, argument named in the message, mutation of the op's argument tuple)
+ERROR_CASES = [
+    ("q_fp4_shape_128", "v4_fp4", "q_fp4",
+     lambda a: with_arg(a, 2, torch.zeros(*a[2].shape[:2], 128, dtype=torch.uint8,
+                                           device=a[2].device))),
+    ("q_fp4_dtype_fp8", "v4_fp4", "q_fp4", lambda a: with_arg(a, 2, a[2].view(torch.float8_e4m3fn))),
+    ("q_fp4_dtype_int16", "v4_fp4", "q_fp4",
+     lambda a: with_arg(a, 2, torch.zeros(*a[2].shape[:2], 32, dtype=torch.int16,
+                                           device=a[2].device))),
+    ("q_fp4_noncontig", "v4_fp4", "q_fp4",
+     lambda a: with_arg(a, 2, torch.zeros(*a[2].shape[:2], 128, dtype=torch.uint8,
+                                           device=a[2].device)[..., ::2])),
+    ("q_sf_missing", "v4_fp4", "q_sf", lambda a: with_arg(a, 3, None)),
+    ("q_sf_dtype_int64", "v4_fp4", "q_sf", lambda a: with_arg(a, 3, a[3].long())),
+    ("q_sf_dtype_uint8", "v4_fp4", "q_sf",
+     lambda a: with_arg(a, 3, torch.zeros(*a[3].shape, 4, dtype=torch.uint8,
+                                           device=a[3].device))),
+    ("q_sf_shape", "v4_fp4", "q_sf", lambda a: with_arg(a, 3, a[3][:, :3])),
+    ("q_sf_for_fp8", "v32_fp8", "q_sf",
+     lambda a: with_arg(a, 3, torch.zeros(a[1].shape[:2], dtype=torch.int32,
+                                          device=a[1].device))),
+    ("q_fp8_fnuz_for_fn", "v32_fp8", "q_fp8",
+     lambda a: with_arg(a, 2, a[2].view(torch.float8_e4m3fnuz))),
+    ("q_fp8_fn_for_fnuz", "v4_fp8_fnuz", "q_fp8",
+     lambda a: with_arg(a, 2, a[2].view(torch.float8_e4m3fn))),
+    ("q_fp8_e5m2", "rope_first_fp8", "q_fp8", lambda a: with_arg(a, 2, a[2].view(torch.float8_e5m2))),
+    ("q_fp8_fp4_shape", "v4_fp8", "q_fp8", lambda a: with_arg(a, 2, a[2][..., :64])),
+    ("freqs_shape_halves", "v32_fp8", "freqs", lambda a: with_arg(a, 7, a[7][:, :32].contiguous())),
+    ("weight_dtype", "v4_fp4", "weight", lambda a: with_arg(a, 4, a[4].float())),
+    ("weights_out_dtype", "v32_fp8_fnuz", "weights_out", lambda a: with_arg(a, 5, a[5].double())),
+    ("q_sf_overlaps_weights_out", "v4_fp4", "q_sf",
+     lambda a: with_arg(a, 3, a[5].view(torch.int32).view(a[3].shape))),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("impl", ["native", "composed"])
+@pytest.mark.parametrize("name,recipe,arg,mutate", ERROR_CASES, ids=[c[0] for c in ERROR_CASES])
+def test_error_names_argument(name, recipe, arg, mutate, impl, device):
+    args = mutate(op_args(recipe, device))
+    msg = check_error(QUANT_OPS[impl], args, arg)
+    if name == "q_sf_overlaps_weights_out":
+        assert "overlaps weights_out" in msg, msg
+
+
+@pytest.mark.parametrize("impl", ["native", "composed"])
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_positions_out_of_range_cpu(recipe, impl):
+    args = op_args(recipe, "cpu")
+    args[8][2] = args[7].shape[0]
+    msg = check_error(QUANT_OPS[impl], args, "positions")
+    assert "outside [0, max_pos)" in msg, msg
+
+
+@pytest.mark.skipif(not CUDA_OK, reason="no CUDA device")
+@pytest.mark.parametrize("impl", ["native", "composed"])
+@pytest.mark.parametrize("i,arg", [(2, "q_fp4"), (3, "q_sf"), (5, "weights_out"), (7, "freqs")])
+def test_device_mismatch_fp4(i, arg, impl):
+    args = _fp4("cuda")
+    args = with_arg(args, i, args[i].cpu())
+    msg = check_error(QUANT_OPS[impl], args, arg)
+    assert "device" in msg, msg
+
+
+@pytest.mark.parametrize("impl", ["native", "composed"])
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_valid_call_writes_outputs(recipe, impl):
+    # the control for the error cases: the same valid arguments write every output
+    args = op_args(recipe, "cpu")
+    QUANT_OPS[impl](*args)
+    assert not bool((args[2].view(torch.uint8) == 0x5A).all())
+    if args[3] is not None:
+        assert not bool((args[3] == 0x5A5A5A5A).any())
+    assert not bool((args[5] == -7.25).any())
+
+
+def test_python_api_errors():
+    _, q, _, _, w, _, ws, freqs, pos = op_args("v32_fp8", "cpu")
+    cis = torch.zeros(freqs.shape[0], 32, dtype=torch.complex64)
+    with pytest.raises(TypeError, match="indexer_q: freqs: recipe v32_fp8"):
+        indexer_q.fused_q_indexer_rope_first_quant(q, w, ws, cis, pos)
+    with pytest.raises(ValueError, match="indexer_q: out_dtype"):
+        indexer_q.quant_q("v32_fp8", q, w, ws, freqs, pos, out_dtype=torch.float8_e4m3fnuz,
+                          q_out=torch.empty(q.shape, dtype=torch.float8_e4m3fn))
+    with pytest.raises(ValueError, match="indexer_q: q_input"):
+        indexer_q.fused_q_indexer_rope_hadamard_fp4_quant(q[0], w, ws, freqs, pos)
+    # the library's validator, through the Python entry point: fp4 codes into a float8 tensor
+    with pytest.raises(RuntimeError, match="indexer_q: q_fp4"):
+        indexer_q.quant_q("v4_fp4", q, w, ws, freqs, pos, out_dtype=torch.float8_e4m3fn)
+    # an FNUZ recipe asked for FN output
+    with pytest.raises(RuntimeError, match="indexer_q: q_fp8"):
+        indexer_q.quant_q("v32_fp8_fnuz", q, w, ws, freqs, pos, out_dtype=torch.float8_e4m3fn)
+
+
+def test_general_op_equals_legacy_op():
+    # quant_q("v4_fp8") and the historical operator are the same computation
+    args = op_args("v4_fp8", "cpu", B=33, H=16)
+    QUANT(*args)
+    q8 = torch.empty_like(args[2])
+    wo = torch.empty_like(args[5])
+    NATIVE(args[1], q8, args[4], wo, args[6], args[7], args[8])
+    assert_same_outputs((q8, None, wo), (args[2], None, args[5]), "legacy vs quant_q")
