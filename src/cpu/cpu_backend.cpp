@@ -161,6 +161,14 @@ QuantizeFn quantize_for(CpuIsa isa) {
   return nullptr;
 }
 
+QuantizeFn encode_fp4_for(CpuIsa isa) {
+#define IQ_CPU_VARIANT(Enum, suffix, check) \
+  if (isa == CpuIsa::Enum) return &encode_fp4_##suffix;
+#include "cpu/isa_list.inc"
+#undef IQ_CPU_VARIANT
+  return nullptr;
+}
+
 Status isa_from_env_value(const char* value, CpuIsa* out) {
   if (value == nullptr || value[0] == '\0') {
     *out = supported_cpu_isas().back();
@@ -193,8 +201,7 @@ void set_inline_row_threshold(std::int64_t rows) {
 }  // namespace cpu
 
 Status cpu_run(const Problem& p, CpuIsa isa, int num_threads) {
-  // TEMPORARY (recipe work in progress): the SIMD kernels run v4_fp8 only so far.
-  const cpu::KernelFn kernel = p.recipe == RecipeId::kV4Fp8 ? cpu::kernel_for(isa) : cpu::kernel_for(CpuIsa::kScalar);
+  const cpu::KernelFn kernel = cpu::kernel_for(isa);  // every variant runs every recipe
   if (kernel == nullptr || !cpu_isa_supported(isa))
     return Status::Unavailable(std::string("indexer_q: cpu_isa: '") + cpu_isa_name(isa) +
                                "' is not supported by this build or processor");

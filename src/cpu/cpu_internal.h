@@ -20,9 +20,13 @@ using KernelFn = void (*)(const Problem& p, std::int64_t row_begin, std::int64_t
 // quantize_<suffix>: steps 8..9 alone (v = clamp(y[i] * inv), e4m3fn code) for n values,
 // n a multiple of 16: the same code path as the kernel's, exposed so that tests can sweep
 // the encoder over many bit patterns.
+// encode_fp4_<suffix>: the E2M1 code of y[i] * inv (one code per byte, 0..15) for n values, n a
+// multiple of 16, by the kernel's FP4 encoder. The kernels see only y rounded to bf16 (v4_fp4
+// rounds after the Hadamard multiply) and inv a power of two; callers of this hook keep to that.
 #define IQ_CPU_VARIANT(Enum, suffix, check)                                              \
   void kernel_##suffix(const Problem& p, std::int64_t row_begin, std::int64_t row_end); \
-  void quantize_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);
+  void quantize_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n); \
+  void encode_fp4_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);
 #include "cpu/isa_list.inc"
 #undef IQ_CPU_VARIANT
 
@@ -37,6 +41,7 @@ const CpuFeatures& cpu_features();
 KernelFn kernel_for(CpuIsa isa);
 using QuantizeFn = void (*)(const float* y, float inv, std::uint8_t* out, std::int64_t n);
 QuantizeFn quantize_for(CpuIsa isa);
+QuantizeFn encode_fp4_for(CpuIsa isa);
 
 // Interprets a value of INDEXER_Q_CPU_ISA (nullptr or "" = unset): the ISA to use, or an error
 // Status naming INDEXER_Q_CPU_ISA and the value. active_cpu_isa() caches this for the process.

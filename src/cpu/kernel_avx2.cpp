@@ -1,8 +1,11 @@
-// AVX2 + FMA + F16C kernel (compiled with -mavx2 -mfma -mf16c on this file only).
+// AVX2 + FMA + F16C kernel (compiled with -mavx2 -mfma -mf16c on this file only): one body for
+// every recipe (template on RecipeT<Id>, src/common/recipe.h), driven by run_rows of
+// kernel_common.h.
 //
 // Layout: a row of 128 floats lives in 16 registers of 8 lanes, split into even and odd
 // elements: E[k] lane l = x[16k + 2l], O[k] lane l = x[16k + 2l + 1]. Then
-//   - the RoPE pairs (x[64+2j], x[65+2j]) are (E[4+m] lane l, O[4+m] lane l), j = 8m + l;
+//   - the RoPE pairs (x[o+2j], x[o+1+2j]) are (E[o/16+m] lane l, O[o/16+m] lane l), j = 8m + l,
+//     o = the recipe's rope offset (0 or 64);
 //   - butterfly stride 1 is E +/- O; strides 16, 32, 64 pair registers (k bits 0, 1, 2);
 //   - strides 2, 4, 8 pair lanes (lane bits 0, 1, 2) inside a register. Stride 2: with p the
 //     register with its pairs of lanes swapped, addsub(r, p) gives a - b in the even lane and
@@ -11,8 +14,14 @@
 //     exact, so the single rounding is the one of the add/sub). The stride on lane bit 1: two
 //     shufps gather the partners of E[k] and O[k] into u and w, and u + w, u - w become the
 //     S and D registers (that stride's x bit becomes the register, lane bit 1 = x bit 0).
-//     Only the output interleave cares about where each value sits.
-// Every value goes through the same IEEE operations, in the same order, as SPEC.md.
+// After the front phase, buf[half * 64 + 8k + lane] holds dim x with k = x bits 4..6,
+// lane bit 0 = NOT x bit 1, lane bit 1 = x bit 0, and
+//   natural lane order (bf16):        half = x bit 2, lane bit 2 = x bit 3;
+//   shuffled lane order (fp16, fp32): half = x bit 3, lane bit 2 = x bit 2.
+// A recipe without the Hadamard stores the same layout (two shufps per slice, no arithmetic),
+// so the back phase (codes and their interleave) is one for every recipe. An FP4 block of 32
+// dims (x bits 5, 6) is the 4 registers k = 2b, 2b + 1 of both halves.
+// Every value goes through the same IEEE operations, in the same order, as src/common/row.h.
 // This file includes no shared header with inline functions (see cpu_internal.h).
 #include <immintrin.h>
 
@@ -20,23 +29,12 @@
 #include <cstring>
 
 #include "cpu/cpu_internal.h"
+#include "cpu/kernel_common.h"
 
 namespace indexer_q {
 namespace detail {
 namespace cpu {
 namespace {
-
-constexpr float kHadamard = 0x1.6a09e6p-4f;
-
-inline float load_scalar(const void* base, DType dt, std::int64_t i) {
-  if (dt == DType::kFloat32) return static_cast<const float*>(base)[i];
-  const std::uint16_t h = static_cast<const std::uint16_t*>(base)[i];
-  if (dt == DType::kFloat16) return _cvtsh_ss(h);
-  const std::uint32_t u = std::uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 // Two lane orders. kNatural: lane l of E[k] holds x[16k + 2l] (bf16: free from a 32-bit
 // load). kShuffled: what one shufps of two registers gives, lanes 0..7 holding x[16k + 2l']
@@ -44,6 +42,11 @@ inline float load_scalar(const void* base, DType dt, std::int64_t i) {
 // saving a cross-lane permute per register). The butterflies pick their shuffles and the
 // output interleave its permute accordingly.
 enum class Layout { kNatural, kShuffled };
+
+template <DType kDt>
+constexpr Layout layout_of() {
+  return kDt == DType::kBFloat16 ? Layout::kNatural : Layout::kShuffled;
+}
 
 // Even/odd split of 16 consecutive fp32 values, natural lane order.
 inline void split_f32(const float* src, __m256& even, __m256& odd) {
@@ -59,9 +62,9 @@ inline void split_shuffled(__m256 a, __m256 b, __m256& even, __m256& odd) {
   odd = _mm256_shuffle_ps(a, b, 0xDD);
 }
 
-template <DType kDt>
-constexpr Layout layout_of() {
-  return kDt == DType::kBFloat16 ? Layout::kNatural : Layout::kShuffled;
+// 8 consecutive fp32 values in the shuffled lane order (0, 1, 4, 5, 2, 3, 6, 7).
+inline __m256 load_shuffled8(const float* src) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_loadu_ps(src)), 0xD8));
 }
 
 template <DType kDt>
@@ -90,14 +93,19 @@ struct Consts {
   __m256 sg2;  // +1 where lane bit 2 is clear, -1 where set
   __m256 hadamard, absmask, expmask, c448, cm448, c2p20;
   __m256i min_normal_bits, c56, c184;
-  __m256i out_perm;
-  __m256i ns0, nd0, ns1, nd1;  // output interleave: S/D registers of slices k, k + 1
+  __m256i out_perm, fin_shuffled;
+  __m256i ns0, nd0, ns1, nd1;  // FP8 output interleave: S/D registers of slices k, k + 1
+  __m256i x7fff, one, hi16;    // bf16 rounding
+  __m256 c6, c2m10, c2p22, cm025, one_f;
+  __m256i c4pos, c4neg;        // FP4 code offsets
+  __m256i p4a, p4b;            // FP4 output interleave: two blocks
+  __m256i c80;
   Consts() {
     sg2 = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
-    hadamard = _mm256_set1_ps(kHadamard);
+    hadamard = _mm256_set1_ps(kHadamardK);
     absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    c448 = _mm256_set1_ps(448.0f);
-    cm448 = _mm256_set1_ps(-448.0f);
+    c448 = _mm256_set1_ps(kFp8MaxK);
+    cm448 = _mm256_set1_ps(-kFp8MaxK);
     expmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7f800000));
     c2p20 = _mm256_set1_ps(0x1p20f);
     c56 = _mm256_set1_epi32(56);    // (8 * 6 - 8 * 127) mod 256
@@ -105,6 +113,8 @@ struct Consts {
     min_normal_bits = _mm256_set1_epi32(0x3c800000);  // 2^-6
     out_perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const char z = char(0x80);
+    fin_shuffled = _mm256_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15,
+                                    0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
     // In each 128-bit half of an S or D register, lanes 1, 3, 0, 2 hold 4 consecutive
     // elements (natural: half h of S / D of slice k = x[16k + 8h + 0..3] / x[16k + 8h + 4..7];
     // shuffled: x[16k + 4h + 0..3] / x[16k + 8 + 4h + 0..3]). Each goes to its own dword of
@@ -117,6 +127,22 @@ struct Consts {
                            z, z, z, z, z, z, z, z, 4, 12, 0, 8, z, z, z, z);
     nd1 = _mm256_setr_epi8(z, z, z, z, z, z, z, z, z, z, z, z, 4, 12, 0, 8,
                            z, z, z, z, z, z, z, z, z, z, z, z, 4, 12, 0, 8);
+    x7fff = _mm256_set1_epi32(0x7fff);
+    one = _mm256_set1_epi32(1);
+    hi16 = _mm256_set1_epi32(int(0xffff0000u));
+    c6 = _mm256_set1_ps(kFp4MaxK);
+    c2m10 = _mm256_set1_ps(0x1p-10f);
+    c2p22 = _mm256_set1_ps(0x1p22f);
+    cm025 = _mm256_set1_ps(-0.25f);
+    one_f = _mm256_set1_ps(1.0f);
+    c4pos = _mm256_set1_epi32(-(22 << 23) - 254);
+    c4neg = _mm256_set1_epi32(-(22 << 23) - 254 + 8);
+    // Block bytes (see back(), FP4): in each half, bytes 4d + i of the packed block.
+    p4a = _mm256_setr_epi8(1, 0, 5, 4, 9, 8, 13, 12, z, z, z, z, z, z, z, z,
+                           1, 0, 5, 4, 9, 8, 13, 12, z, z, z, z, z, z, z, z);
+    p4b = _mm256_setr_epi8(z, z, z, z, z, z, z, z, 1, 0, 5, 4, 9, 8, 13, 12,
+                           z, z, z, z, z, z, z, z, 1, 0, 5, 4, 9, 8, 13, 12);
+    c80 = _mm256_set1_epi8(char(0x80));
   }
 };
 
@@ -124,6 +150,19 @@ inline void butterfly(__m256& a, __m256& b) {
   const __m256 t = a;
   a = _mm256_add_ps(t, b);
   b = _mm256_sub_ps(t, b);
+}
+
+// round_bf16 of row.h: nearest even on the 16 dropped bits. A NaN whose payload has low bits
+// could carry into the exponent; it is kept as it is instead (only NaN-ness matters downstream:
+// amax ignores NaN, every NaN code is the same). bf16 inputs only ever carry NaNs with 16 zero
+// low bits (operations keep or quiet a payload), for which the rounding is the identity.
+template <DType kDt>
+inline __m256 round_bf16(__m256 x, const Consts& c) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), c.one);
+  const __m256 r = _mm256_castsi256_ps(_mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(lsb, c.x7fff)), c.hi16));
+  if (kDt == DType::kBFloat16) return r;
+  return _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 // Steps 8..9 for 8 values already multiplied by inv: clamp (NaN -> +448) and encode.
@@ -151,189 +190,261 @@ inline __m256i clamp_encode(__m256 q, const Consts& c) {
                                               _mm256_castsi256_ps(_mm256_add_epi32(raw, c.c184)), hi));
 }
 
-template <int kN>
-inline float lane(__m128 v) {
-  return _mm_cvtss_f32(_mm_shuffle_ps(v, v, _MM_SHUFFLE(kN, kN, kN, kN)));
+// E2M1 code (0..15, clean 32-bit lanes) of v = y * inv, y a bf16 value and inv a power of two
+// (so v has at most 8 significant bits, or is below 2^-126).
+//
+// a = min(|v|, 6) (NaN -> 6). The code's magnitude rounds a onto the E2M1 grid with ties toward
+// zero (thresholds strictly below a). On the grid, ties are multiples of 2^-2 and every a >= 2^-2
+// is a multiple of 2^-9, so a' = a - 2^-10 (exact there; below 2^-2 the result is tiny either
+// way) is never a tie and round-to-nearest of a' is round-half-down of a. As in clamp_encode:
+// Ec = max(exponent of a', 0), m = 2^Ec, t = a' + 2^(Ec+22) (one rounding, grid step 2^(Ec-1)),
+// k = bits(t) - bits(m) - (22 << 23), magnitude = k + 2 * Ec = k + (bits(m) >> 22) - 254.
+// Sign: v < -0.25 exactly when v < 0 and the magnitude is not 0 (a NaN is never below).
+inline __m256i e2m1_encode_bf16(__m256 v, const Consts& c) {
+  const __m256 a = _mm256_sub_ps(_mm256_min_ps(_mm256_and_ps(v, c.absmask), c.c6), c.c2m10);
+  const __m256i m = _mm256_max_epi32(_mm256_castps_si256(_mm256_and_ps(a, c.expmask)), _mm256_castps_si256(c.one_f));
+  const __m256i t = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_castsi256_ps(m), c.c2p22, a));
+  const __m256i raw = _mm256_add_epi32(_mm256_sub_epi32(t, m), _mm256_srli_epi32(m, 22));
+  const __m256 neg = _mm256_cmp_ps(v, c.cm025, _CMP_LT_OQ);
+  return _mm256_add_epi32(raw, _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(c.c4pos),
+                                                                    _mm256_castsi256_ps(c.c4neg), neg)));
 }
 
-// kRows (1 or 2) consecutive rows of one token, phase by phase, so that the processor always
-// has independent work. The work is split in two: front (steps 1-7: everything up to the
-// divisions, results left in buf) and back (steps 8-10, from buf). run_rows issues the front of
-// the next rows before the back of the previous ones, so that the long chain of the amax
-// reduction and the two divisions overlaps with independent encoding work instead of stalling
-// the pipeline. Lane n of scale / inv belongs to row n.
-struct RowScale {
-  __m128 scale, inv;
-};
+// The same for any v (recipes that do not round to bf16 before the codes): thresholds counted.
+inline __m256i e2m1_encode_any(__m256 v, const Consts& c) {
+  const __m256 a = _mm256_min_ps(_mm256_and_ps(v, c.absmask), c.c6);
+  __m256i n = _mm256_setzero_si256();
+  for (float t : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f})
+    n = _mm256_sub_epi32(n, _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), _CMP_GT_OQ)));
+  const __m256 neg = _mm256_cmp_ps(v, c.cm025, _CMP_LT_OQ);
+  return _mm256_or_si256(n, _mm256_and_si256(_mm256_castps_si256(neg), _mm256_set1_epi32(8)));
+}
 
-template <DType kDt, int kRows>
-inline RowScale front_rows(const Problem& p, std::int64_t r0, const __m256 C[4], const __m256 S[4],
-                           const Consts& c, float (*buf)[16 * 8]) {
-  constexpr Layout kL = layout_of<kDt>();
-  // Phase 1, per 16-element slice k: even/odd split, RoPE (k >= 4), butterfly stride 1, then
-  // strides 2, 4, 8 (see the top of the file).
-#pragma GCC unroll 2
-  for (int n = 0; n < kRows; ++n) {
-    __m256 E[8], O[8];
-    load_row<kDt>(p.q_input, r0 + n, E, O);
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      __m256 e = E[k], o = O[k];
-      if (k >= 4) {
-        // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c).
-        const __m256 xis = _mm256_mul_ps(o, S[k - 4]);
-        const __m256 xic = _mm256_mul_ps(o, C[k - 4]);
-        const __m256 xr = e;
-        e = _mm256_fmsub_ps(xr, C[k - 4], xis);
-        o = _mm256_fmadd_ps(xr, S[k - 4], xic);
+template <class R>
+inline __m256i e2m1_encode(__m256 v, const Consts& c) {
+  return R::kBf16AfterHadamard ? e2m1_encode_bf16(v, c) : e2m1_encode_any(v, c);
+}
+
+struct Avx2 {
+  using Consts = cpu::Consts;
+  struct Freqs {
+    __m256 C[4], S[4];  // lane l of C[m] / S[m]: pair j = 8m + l (in the row's lane order)
+  };
+
+  template <class R, DType kDt>
+  static void load_freqs(const float* f, const Consts&, Freqs& fq) {
+    for (int m = 0; m < 4; ++m) {
+      if (R::kFreqsLayout == FreqsLayout::kInterleaved) {
+        if (layout_of<kDt>() == Layout::kNatural)
+          split_f32(f + 16 * m, fq.C[m], fq.S[m]);
+        else
+          split_shuffled(_mm256_loadu_ps(f + 16 * m), _mm256_loadu_ps(f + 16 * m + 8), fq.C[m], fq.S[m]);
+      } else {
+        if (layout_of<kDt>() == Layout::kNatural) {
+          fq.C[m] = _mm256_loadu_ps(f + 8 * m);
+          fq.S[m] = _mm256_loadu_ps(f + 32 + 8 * m);
+        } else {
+          fq.C[m] = load_shuffled8(f + 8 * m);
+          fq.S[m] = load_shuffled8(f + 32 + 8 * m);
+        }
       }
-      // Step 3: stride 1, then 2, 4, 8.
-      butterfly(e, o);
-      // Stride 2 (x bit 1 = lane bit 0) in each register by addsub: a - b lands in the even
-      // lane and b + a in the odd lane of each pair, so from here on lane bit 0 = NOT x bit 1.
-      e = _mm256_addsub_ps(e, _mm256_permute_ps(e, 0xB1));
-      o = _mm256_addsub_ps(o, _mm256_permute_ps(o, 0xB1));
-      // Natural layout: stride 4 is lane bit 1, stride 8 lane bit 2 (128-bit halves).
-      // Shuffled layout: stride 4 is lane bit 2, stride 8 lane bit 1.
-      // The lane-bit-2 stage: each lane computes fma(r, +-1, swapped halves) = a + b or a - b.
-      if (kL == Layout::kShuffled) {
-        e = _mm256_fmadd_ps(e, c.sg2, _mm256_permute2f128_ps(e, e, 0x01));
-        o = _mm256_fmadd_ps(o, c.sg2, _mm256_permute2f128_ps(o, o, 0x01));
-      }
-      // The lane-bit-1 stage across the pair: u holds lanes 0,1 (4,5) of e and of o, w lanes
-      // 2,3 (6,7), so u + w / u - w are the sums / differences. In the S (sum) and D
-      // (difference) registers, lane bit 1 = x bit 0 and the register is that stage's x bit.
-      const __m256 u = _mm256_shuffle_ps(e, o, 0x44);
-      const __m256 w = _mm256_shuffle_ps(e, o, 0xEE);
-      __m256 sum = _mm256_add_ps(u, w), dif = _mm256_sub_ps(u, w);
-      if (kL == Layout::kNatural) {
-        sum = _mm256_fmadd_ps(sum, c.sg2, _mm256_permute2f128_ps(sum, sum, 0x01));
-        dif = _mm256_fmadd_ps(dif, c.sg2, _mm256_permute2f128_ps(dif, dif, 0x01));
-      }
-      // buf[n][8k] = S, buf[n][64 + 8k] = D.
-      _mm256_store_ps(buf[n] + 8 * k, sum);
-      _mm256_store_ps(buf[n] + 64 + 8 * k, dif);
     }
   }
-  // Phase 2, each half (S, then D) on its own: strides 16, 32, 64; step 4 (y = x / sqrt(128));
-  // step 5 (amax ignoring NaN: maxps returns its 2nd operand, the running max, for a NaN).
-  __m128 amax[kRows];
+
+  // Steps 1-7 of kRows (1 or 2) consecutive rows of one token; results in buf (layout at the
+  // top of the file).
+  template <class R, DType kDt, int kRows>
+  static RowScales front(const Problem& p, std::int64_t r0, const Freqs& fq, const Consts& c,
+                         float (*buf)[128]) {
+    constexpr Layout kL = layout_of<kDt>();
+    constexpr int kRope0 = R::kRopeOffset / 16;  // first slice of the rotated dims
+    // Phase 1, per 16-element slice k: even/odd split, RoPE, butterfly stride 1, then
+    // strides 2, 4, 8 (see the top of the file).
 #pragma GCC unroll 2
-  for (int n = 0; n < kRows; ++n) {
-    __m256 m = _mm256_setzero_ps();
-#pragma GCC unroll 2
-    for (int half = 0; half < 2; ++half) {
-      float* hb = buf[n] + 64 * half;
-      __m256 v[8];
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) v[k] = _mm256_load_ps(hb + 8 * k);
-#pragma GCC unroll 3
-      for (int s = 1; s < 8; s <<= 1) {
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k)
-          if ((k & s) == 0) butterfly(v[k], v[k + s]);
-      }
+    for (int n = 0; n < kRows; ++n) {
+      __m256 E[8], O[8];
+      load_row<kDt>(p.q_input, r0 + n, E, O);
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
-        v[k] = _mm256_mul_ps(v[k], c.hadamard);
-        m = _mm256_max_ps(_mm256_and_ps(v[k], c.absmask), m);
-        _mm256_store_ps(hb + 8 * k, v[k]);
+        __m256 e = E[k], o = O[k];
+        if (k >= kRope0 && k < kRope0 + 4) {
+          // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c).
+          const __m256 C = fq.C[k - kRope0], S = fq.S[k - kRope0];
+          const __m256 xis = _mm256_mul_ps(o, S);
+          const __m256 xic = _mm256_mul_ps(o, C);
+          const __m256 xr = e;
+          e = _mm256_fmsub_ps(xr, C, xis);
+          o = _mm256_fmadd_ps(xr, S, xic);
+          if (R::kBf16AfterRope) {
+            e = round_bf16<kDt>(e, c);
+            o = round_bf16<kDt>(o, c);
+          }
+        }
+        __m256 sum, dif;
+        if (R::kHadamard) {
+          // Step 3: stride 1, then 2, 4, 8.
+          butterfly(e, o);
+          // Stride 2 (x bit 1 = lane bit 0) in each register by addsub: a - b lands in the even
+          // lane and b + a in the odd lane of each pair, so from here on lane bit 0 = NOT x bit 1.
+          e = _mm256_addsub_ps(e, _mm256_permute_ps(e, 0xB1));
+          o = _mm256_addsub_ps(o, _mm256_permute_ps(o, 0xB1));
+          // Natural layout: stride 4 is lane bit 1, stride 8 lane bit 2 (128-bit halves).
+          // Shuffled layout: stride 4 is lane bit 2, stride 8 lane bit 1.
+          // The lane-bit-2 stage: each lane computes fma(r, +-1, swapped halves) = a + b or a - b.
+          if (kL == Layout::kShuffled) {
+            e = _mm256_fmadd_ps(e, c.sg2, _mm256_permute2f128_ps(e, e, 0x01));
+            o = _mm256_fmadd_ps(o, c.sg2, _mm256_permute2f128_ps(o, o, 0x01));
+          }
+          // The lane-bit-1 stage across the pair: u holds lanes 0,1 (4,5) of e and of o, w lanes
+          // 2,3 (6,7), so u + w / u - w are the sums / differences. In the S (sum) and D
+          // (difference) registers, lane bit 1 = x bit 0 and the register is that stage's x bit.
+          const __m256 u = _mm256_shuffle_ps(e, o, 0x44);
+          const __m256 w = _mm256_shuffle_ps(e, o, 0xEE);
+          sum = _mm256_add_ps(u, w);
+          dif = _mm256_sub_ps(u, w);
+          if (kL == Layout::kNatural) {
+            sum = _mm256_fmadd_ps(sum, c.sg2, _mm256_permute2f128_ps(sum, sum, 0x01));
+            dif = _mm256_fmadd_ps(dif, c.sg2, _mm256_permute2f128_ps(dif, dif, 0x01));
+          }
+        } else {
+          // No butterflies: the same places, by moving values only. In each 128-bit half,
+          // S = (e1, e0, o1, o0) and D = (e3, e2, o3, o2): lane bit 0 = NOT x bit 1, lane bit 1 =
+          // x bit 0, and the register is lane bit 1 of e / o (natural: x bit 2; shuffled: x bit 3).
+          sum = _mm256_shuffle_ps(e, o, 0x11);
+          dif = _mm256_shuffle_ps(e, o, 0xBB);
+        }
+        _mm256_store_ps(buf[n] + 8 * k, sum);
+        _mm256_store_ps(buf[n] + 64 + 8 * k, dif);
       }
     }
-    m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 0x01));
-    m = _mm256_max_ps(m, _mm256_permute_ps(m, 0x4E));
-    m = _mm256_max_ps(m, _mm256_permute_ps(m, 0xB1));
-    amax[n] = _mm256_castps256_ps128(m);  // all lanes hold the max
-  }
-  // Steps 6-7: true IEEE divisions, one division instruction for all the rows (lane n = row n).
-  const __m128 am = kRows == 1 ? amax[0] : _mm_unpacklo_ps(amax[0], amax[kRows - 1]);
-  const __m128 scale = _mm_div_ps(_mm_max_ps(am, _mm_set1_ps(1e-4f)), _mm_set1_ps(448.0f));
-  const __m128 inv = _mm_div_ps(_mm_set1_ps(1.0f), scale);
-  return RowScale{scale, inv};
-}
-
-template <DType kDt, int kRows>
-inline void back_rows(const Problem& p, std::int64_t r0, std::int64_t b, std::int64_t h0, const Consts& c,
-                      const float (*buf)[16 * 8], RowScale rs) {
-  constexpr Layout kL = layout_of<kDt>();
-  const __m128 scale = rs.scale, inv = rs.inv;
-  // Steps 8-9, then interleave the even/odd codes back into element order.
+    // Phase 2, each half (S, then D) on its own: strides 16, 32, 64; step 4 (y = x / sqrt(128));
+    // the bf16 rounding (FP4); step 5, amax ignoring NaN (maxps returns its 2nd operand, the
+    // running max, for a NaN): of the row (FP8) or of each block of 32 (FP4).
+    constexpr bool kRewrite = R::kHadamard || R::kBf16AfterHadamard;
+    __m128 amax[kRows];
 #pragma GCC unroll 2
-  for (int n = 0; n < kRows; ++n) {
-    const __m256 vinv = _mm256_set1_ps(n == 0 ? lane<0>(inv) : lane<1>(inv));
-    std::uint8_t* out = p.q_out + (r0 + n) * 128;
-#pragma GCC unroll 4
-    for (int k = 0; k < 8; k += 2) {
-      const __m256i e0 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 8 * k), vinv), c);
-      const __m256i o0 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 64 + 8 * k), vinv), c);
-      const __m256i e1 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 8 * k + 8), vinv), c);
-      const __m256i o1 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 64 + 8 * k + 8), vinv), c);
-      __m256i v = _mm256_or_si256(_mm256_or_si256(_mm256_shuffle_epi8(e0, c.ns0), _mm256_shuffle_epi8(o0, c.nd0)),
-                                  _mm256_or_si256(_mm256_shuffle_epi8(e1, c.ns1), _mm256_shuffle_epi8(o1, c.nd1)));
-      // Natural: 8-byte groups (k lanes 0-3, k+1 lanes 0-3 | k lanes 4-7, k+1 lanes 4-7).
-      // Shuffled: 4-byte groups x0-3, x8-11 of k, of k+1 | x4-7, x12-15 of k, of k+1.
-      if (kL == Layout::kNatural)
-        v = _mm256_permute4x64_epi64(v, 0xD8);
-      else
-        v = _mm256_permutevar8x32_epi32(v, c.out_perm);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * k), v);
-    }
-    // Step 10.
-    const float w = load_scalar(p.weight, p.dtype, b * p.weight_stride_b + h0 + n);
-    p.weights_out[r0 + n] = (w * p.weight_scale) * (n == 0 ? lane<0>(scale) : lane<1>(scale));
-  }
-}
-
-template <DType kDt>
-void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
-  const Consts c;
-  const std::int64_t H = p.H;
-  std::int64_t r = row_begin;
-  while (r < row_end) {
-    const std::int64_t b = r / H;
-    const std::int64_t token_end = b * H + H < row_end ? b * H + H : row_end;
-    const std::int64_t pos = p.pos_dtype == DType::kInt32
-                                 ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[b])
-                                 : static_cast<const std::int64_t*>(p.positions)[b];
-    const float* f = p.freqs + pos * 64;
-    __m256 C[4], S[4];
-    for (int m = 0; m < 4; ++m) {
-      if (layout_of<kDt>() == Layout::kNatural)
-        split_f32(f + 16 * m, C[m], S[m]);
-      else
-        split_shuffled(_mm256_loadu_ps(f + 16 * m), _mm256_loadu_ps(f + 16 * m + 8), C[m], S[m]);
-    }
-    // Pairs of rows, software-pipelined: front of pair i, then back of pair i - 1.
-    if (r + 2 <= token_end) {
-      alignas(32) float buf[2][2][16 * 8];
-      int cur = 0;
-      RowScale prev = front_rows<kDt, 2>(p, r, C, S, c, buf[cur]);
-      std::int64_t prev_r = r;
-      for (r += 2; r + 2 <= token_end; r += 2) {
-        const RowScale rs = front_rows<kDt, 2>(p, r, C, S, c, buf[cur ^ 1]);
-        back_rows<kDt, 2>(p, prev_r, b, prev_r - b * H, c, buf[cur], prev);
-        prev = rs;
-        prev_r = r;
-        cur ^= 1;
+    for (int n = 0; n < kRows; ++n) {
+      __m256 m = _mm256_setzero_ps();
+      __m256 mb[4] = {m, m, m, m};
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        float* hb = buf[n] + 64 * half;
+        __m256 v[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) v[k] = _mm256_load_ps(hb + 8 * k);
+        if (R::kHadamard) {
+#pragma GCC unroll 3
+          for (int s = 1; s < 8; s <<= 1) {
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; ++k)
+              if ((k & s) == 0) butterfly(v[k], v[k + s]);
+          }
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+          if (R::kHadamard) v[k] = _mm256_mul_ps(v[k], c.hadamard);
+          if (R::kBf16AfterHadamard) v[k] = round_bf16<kDt>(v[k], c);
+          if (R::kFp4)
+            mb[k >> 1] = _mm256_max_ps(_mm256_and_ps(v[k], c.absmask), mb[k >> 1]);
+          else
+            m = _mm256_max_ps(_mm256_and_ps(v[k], c.absmask), m);
+          if (kRewrite) _mm256_store_ps(hb + 8 * k, v[k]);
+        }
       }
-      back_rows<kDt, 2>(p, prev_r, b, prev_r - b * H, c, buf[cur], prev);
+      if (R::kFp4) {
+        amax[n] = max4x8(mb[0], mb[1], mb[2], mb[3]);  // lane k = block k
+      } else {
+        m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 0x01));
+        m = _mm256_max_ps(m, _mm256_permute_ps(m, 0x4E));
+        m = _mm256_max_ps(m, _mm256_permute_ps(m, 0xB1));
+        amax[n] = _mm256_castps256_ps128(m);  // all lanes hold the max
+      }
     }
-    if (r < token_end) {
-      alignas(32) float buf[1][16 * 8];
-      back_rows<kDt, 1>(p, r, b, r - b * H, c, buf, front_rows<kDt, 1>(p, r, C, S, c, buf));
-      ++r;
+    RowScales rs;
+    if (R::kFp4) {
+      const __m256 am = _mm256_set_m128(kRows == 1 ? _mm_setzero_ps() : amax[kRows - 1], amax[0]);
+      fp4_scales(am, rs.inv4, rs.e4);
+    } else {
+      // Steps 6-7: one division instruction for all the rows (lane n = row n).
+      fp8_scales(kRows == 1 ? amax[0] : _mm_unpacklo_ps(amax[0], amax[kRows - 1]), rs.scale, rs.inv);
+    }
+    return rs;
+  }
+
+  // Codes, sf bytes and weights_out of the rows whose front left buf and rs.
+  template <class R, DType kDt, int kRows>
+  static void back(const Problem& p, std::int64_t r0, std::int64_t b, std::int64_t h0, const Consts& c,
+                   const float (*buf)[128], const RowScales& rs) {
+    constexpr Layout kL = layout_of<kDt>();
+#pragma GCC unroll 2
+    for (int n = 0; n < kRows; ++n) {
+      if (R::kFp4) {
+        // Per block of 32 dims: registers A, B (k = 2b; S, D) and C, D (k = 2b + 1; S, D).
+        // packus (clean codes 0..15 never saturate) gives, in each 128-bit half, bytes 4d + i =
+        // the code of lane 4h + i of register d; or-ing in the dword shifted right by 12 puts
+        // the code of lane 4h + i + 2 (the odd partner: lane bit 1 = x bit 0) in the high
+        // nibble of bytes 4d + 0 and 4d + 1. p4a / p4b then gather those 8 bytes per half
+        // (natural: half 0 holds pairs 0-3, 8-11, half 1 pairs 4-7, 12-15 of the block;
+        // shuffled: half 0 pairs 0,1,4,5,8,9,12,13, half 1 the rest), and one permute (natural:
+        // dwords; shuffled: qwords, then bytes) puts them in order.
+        std::uint8_t* out = p.q_out + (r0 + n) * 64;
+        __m256i packed[4];
+#pragma GCC unroll 4
+        for (int blk = 0; blk < 4; ++blk) {
+          const __m256 vinv = _mm256_permutevar8x32_ps(rs.inv4, _mm256_set1_epi32(4 * n + blk));
+          const float* s0 = buf[n] + 16 * blk;
+          const __m256i A = e2m1_encode<R>(_mm256_mul_ps(_mm256_load_ps(s0), vinv), c);
+          const __m256i B = e2m1_encode<R>(_mm256_mul_ps(_mm256_load_ps(s0 + 64), vinv), c);
+          const __m256i C = e2m1_encode<R>(_mm256_mul_ps(_mm256_load_ps(s0 + 8), vinv), c);
+          const __m256i D = e2m1_encode<R>(_mm256_mul_ps(_mm256_load_ps(s0 + 72), vinv), c);
+          const __m256i z = _mm256_packus_epi16(_mm256_packus_epi32(A, B), _mm256_packus_epi32(C, D));
+          packed[blk] = _mm256_or_si256(z, _mm256_srli_epi32(z, 12));
+        }
+#pragma GCC unroll 2
+        for (int hb = 0; hb < 2; ++hb) {
+          __m256i v = _mm256_or_si256(_mm256_shuffle_epi8(packed[2 * hb], c.p4a),
+                                      _mm256_shuffle_epi8(packed[2 * hb + 1], c.p4b));
+          if (kL == Layout::kNatural) {
+            v = _mm256_permutevar8x32_epi32(v, c.out_perm);
+          } else {
+            v = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(v, 0xD8), c.fin_shuffled);
+          }
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * hb), v);
+        }
+        const std::uint32_t sf = fp4_sf_word(rs.e4, n);
+        std::memcpy(p.q_sf + 4 * (r0 + n), &sf, 4);
+        write_weight<R>(p, r0 + n, b, h0 + n, 0.0f);
+        continue;
+      }
+      // Steps 8-9, then interleave the codes back into element order.
+      const __m256 vinv = _mm256_set1_ps(n == 0 ? lane_of<0>(rs.inv) : lane_of<1>(rs.inv));
+      std::uint8_t* out = p.q_out + (r0 + n) * 128;
+#pragma GCC unroll 4
+      for (int k = 0; k < 8; k += 2) {
+        const __m256i e0 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 8 * k), vinv), c);
+        const __m256i o0 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 64 + 8 * k), vinv), c);
+        const __m256i e1 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 8 * k + 8), vinv), c);
+        const __m256i o1 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 64 + 8 * k + 8), vinv), c);
+        __m256i v = _mm256_or_si256(_mm256_or_si256(_mm256_shuffle_epi8(e0, c.ns0), _mm256_shuffle_epi8(o0, c.nd0)),
+                                    _mm256_or_si256(_mm256_shuffle_epi8(e1, c.ns1), _mm256_shuffle_epi8(o1, c.nd1)));
+        // Natural: 8-byte groups (k lanes 0-3, k+1 lanes 0-3 | k lanes 4-7, k+1 lanes 4-7).
+        // Shuffled: 4-byte groups x0-3, x8-11 of k, of k+1 | x4-7, x12-15 of k, of k+1.
+        if (kL == Layout::kNatural)
+          v = _mm256_permute4x64_epi64(v, 0xD8);
+        else
+          v = _mm256_permutevar8x32_epi32(v, c.out_perm);
+        if (R::kFnuz) v = _mm256_andnot_si256(_mm256_cmpeq_epi8(v, c.c80), v);  // -0 -> +0
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * k), v);
+      }
+      write_weight<R>(p, r0 + n, b, h0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));
     }
   }
-}
+};
 
 }  // namespace
 
 void kernel_avx2(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
-  switch (p.dtype) {
-    case DType::kBFloat16: run_rows<DType::kBFloat16>(p, row_begin, row_end); break;
-    case DType::kFloat16: run_rows<DType::kFloat16>(p, row_begin, row_end); break;
-    default: run_rows<DType::kFloat32>(p, row_begin, row_end); break;
-  }
+  run_kernel<Avx2>(p, row_begin, row_end);
 }
 
 void quantize_avx2(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
@@ -348,6 +459,17 @@ void quantize_avx2(const float* y, float inv, std::uint8_t* out, std::int64_t n)
     const std::uint32_t hi = std::uint32_t(_mm256_extract_epi32(code, 4));
     std::memcpy(out + i, &lo, 4);
     std::memcpy(out + i + 4, &hi, 4);
+  }
+}
+
+void encode_fp4_avx2(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  const Consts c;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (std::int64_t i = 0; i + 8 <= n; i += 8) {
+    alignas(32) std::int32_t code[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(code),
+                       e2m1_encode_bf16(_mm256_mul_ps(_mm256_loadu_ps(y + i), vinv), c));
+    for (int j = 0; j < 8; ++j) out[i + j] = std::uint8_t(code[j]);
   }
 }
 

@@ -56,6 +56,10 @@ void quantize_scalar(const float* y, float inv, std::uint8_t* out, std::int64_t 
   for (std::int64_t i = 0; i < n; ++i) out[i] = quantize_value(y[i], inv);
 }
 
+void encode_fp4_scalar(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = e2m1_encode(y[i] * inv);
+}
+
 }  // namespace cpu
 }  // namespace detail
 }  // namespace indexer_q

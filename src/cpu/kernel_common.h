@@ -1,0 +1,163 @@
+// What the SIMD kernel translation units (kernel_avx2.cpp, kernel_avx512.cpp) share, in the
+// Highway style: this header is included by each of them and compiled once per ISA TU with that
+// TU's flags. Everything here has internal linkage (an anonymous namespace), so no copy built
+// with AVX-512 flags can ever be picked by the linker for another TU (see cpu_internal.h).
+// Both TUs are built with at least -mavx2 -mfma -mf16c, so the __m256 helpers are valid in both.
+//
+// It holds: the constants of the row math (the same values as src/common/row.h, which the
+// kernel TUs must not include), the scalar pieces (weights, positions), the scale steps that
+// work on a few lanes (FP8 row scale, FP4 UE8M0 block exponents), and the row driver
+// `run_rows<K, R, kDt>` that walks tokens and software-pipelines row pairs for any ISA policy K
+// and any recipe R (RecipeT<Id>, src/common/recipe.h: constexpr traits only).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "common/recipe.h"
+#include "cpu/cpu_internal.h"
+
+namespace indexer_q {
+namespace detail {
+namespace cpu {
+namespace {
+
+// ---- constants of SPEC.md / SPEC-variants.md (the same values as src/common/row.h) ----
+constexpr float kHadamardK = 0x1.6a09e6p-4f;  // bits 0x3db504f3
+constexpr float kFp8MaxK = 448.0f;
+constexpr float kFp4MaxK = 6.0f;
+constexpr float kScaleFloorK = 1e-4f;
+
+inline float load_scalar(const void* base, DType dt, std::int64_t i) {
+  if (dt == DType::kFloat32) return static_cast<const float*>(base)[i];
+  const std::uint16_t h = static_cast<const std::uint16_t*>(base)[i];
+  if (dt == DType::kFloat16) return _cvtsh_ss(h);
+  const std::uint32_t u = std::uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+inline std::int64_t position_of(const Problem& p, std::int64_t b) {
+  return p.pos_dtype == DType::kInt32 ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[b])
+                                      : static_cast<const std::int64_t*>(p.positions)[b];
+}
+
+// Step 10 (and its variants): weights_out of row r = b * H + h. scale is the row's FP8 scale
+// (unused by recipes that fold none).
+template <class R>
+inline void write_weight(const Problem& p, std::int64_t r, std::int64_t b, std::int64_t h, float scale) {
+  const float w = load_scalar(p.weight, p.dtype, b * p.weight_stride_b + h);
+  float wo = w * p.weight_scale;
+  if (R::kFold == WeightFold::kTimesScale) wo = wo * scale;
+  if (R::kFnuz) wo = wo * 2.0f;  // exact
+  p.weights_out[r] = wo;
+}
+
+template <int kN>
+inline float lane_of(__m128 v) {
+  return _mm_cvtss_f32(_mm_shuffle_ps(v, v, _MM_SHUFFLE(kN, kN, kN, kN)));
+}
+
+// Steps 6-7 (FP8): lanes of am hold the rows' amax; true IEEE divisions (fmax: maxps returns
+// its 2nd operand, the floor, when amax is NaN).
+inline void fp8_scales(__m128 am, __m128& scale, __m128& inv) {
+  scale = _mm_div_ps(_mm_max_ps(am, _mm_set1_ps(kScaleFloorK)), _mm_set1_ps(kFp8MaxK));
+  inv = _mm_div_ps(_mm_set1_ps(1.0f), scale);
+}
+
+// FP4 block scales for up to 8 blocks at once (lane 4n + k = block k of row n):
+// s = fmax(1e-4, amax) / 6 (IEEE division); e = exponent bits of s, plus one when its mantissa
+// is nonzero (adding 0x7fffff carries into the exponent exactly then; s = Inf gives 255);
+// inv = the float with bits (254 - e) << 23 in 32-bit unsigned arithmetic.
+inline void fp4_scales(__m256 am, __m256& inv, __m256i& e) {
+  const __m256 s = _mm256_div_ps(_mm256_max_ps(am, _mm256_set1_ps(kScaleFloorK)), _mm256_set1_ps(kFp4MaxK));
+  e = _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(s), _mm256_set1_epi32(0x7fffff)), 23);
+  inv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
+}
+
+// The 4 UE8M0 bytes of row n (lanes 4n..4n+3 of e) as a little-endian uint32.
+inline std::uint32_t fp4_sf_word(__m256i e, int n) {
+  const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                        0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i b = _mm256_shuffle_epi8(e, pick);
+  return n == 0 ? std::uint32_t(_mm256_extract_epi32(b, 0)) : std::uint32_t(_mm256_extract_epi32(b, 4));
+}
+
+// Maxima of 4 vectors of 8 (none NaN): lane k = max of m[k].
+inline __m128 max4x8(__m256 m0, __m256 m1, __m256 m2, __m256 m3) {
+  const __m256 a = _mm256_max_ps(_mm256_unpacklo_ps(m0, m1), _mm256_unpackhi_ps(m0, m1));  // m0 m1 m0 m1
+  const __m256 b = _mm256_max_ps(_mm256_unpacklo_ps(m2, m3), _mm256_unpackhi_ps(m2, m3));
+  const __m256 c = _mm256_max_ps(_mm256_shuffle_ps(a, b, 0x44), _mm256_shuffle_ps(a, b, 0xEE));  // m0 m1 m2 m3
+  return _mm_max_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
+}
+
+// What a kernel's front phase hands to its back phase for kRows rows (lane n = row n for
+// FP8; lane 4n + k = block k of row n for FP4).
+struct RowScales {
+  __m128 scale, inv;  // FP8
+  __m256 inv4;        // FP4
+  __m256i e4;         // FP4
+};
+
+// The row driver, one body for every ISA policy K and every recipe R. K provides:
+//   K::Consts (its vector constants), K::Freqs (a token's cos/sin registers),
+//   K::load_freqs<R, kDt>(const float* freqs_row, const Consts&, Freqs&),
+//   K::front<R, kDt, kRows>(p, r0, freqs, consts, buf) -> RowScales: steps 1-7 of kRows rows
+//     (results in buf, K's layout), and
+//   K::back<R, kDt, kRows>(p, r0, b, h0, consts, buf, scales): codes, sf bytes, weights_out.
+// Rows of one token go in pairs, software-pipelined: the front of pair i is issued before the
+// back of pair i - 1, so that one pair's amax reduction and divisions (a long dependency chain)
+// overlap with the other pair's independent encoding work.
+template <class K, class R, DType kDt>
+void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
+  const typename K::Consts c;
+  const std::int64_t H = p.H;
+  std::int64_t r = row_begin;
+  while (r < row_end) {
+    const std::int64_t b = r / H;
+    const std::int64_t token_end = b * H + H < row_end ? b * H + H : row_end;
+    typename K::Freqs fq;
+    K::template load_freqs<R, kDt>(p.freqs + position_of(p, b) * 64, c, fq);
+    if (r + 2 <= token_end) {
+      alignas(64) float buf[2][2][128];
+      int cur = 0;
+      RowScales prev = K::template front<R, kDt, 2>(p, r, fq, c, buf[cur]);
+      std::int64_t prev_r = r;
+      for (r += 2; r + 2 <= token_end; r += 2) {
+        const RowScales rs = K::template front<R, kDt, 2>(p, r, fq, c, buf[cur ^ 1]);
+        K::template back<R, kDt, 2>(p, prev_r, b, prev_r - b * H, c, buf[cur], prev);
+        prev = rs;
+        prev_r = r;
+        cur ^= 1;
+      }
+      K::template back<R, kDt, 2>(p, prev_r, b, prev_r - b * H, c, buf[cur], prev);
+    }
+    if (r < token_end) {
+      alignas(64) float buf[1][128];
+      const RowScales rs = K::template front<R, kDt, 1>(p, r, fq, c, buf);
+      K::template back<R, kDt, 1>(p, r, b, r - b * H, c, buf, rs);
+      ++r;
+    }
+  }
+}
+
+// The kernel entry: recipe and dtype dispatch onto run_rows.
+template <class K>
+void run_kernel(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
+  with_recipe(p.recipe, [&](auto rec) {
+    using R = decltype(rec);
+    switch (p.dtype) {
+      case DType::kBFloat16: run_rows<K, R, DType::kBFloat16>(p, row_begin, row_end); break;
+      case DType::kFloat16: run_rows<K, R, DType::kFloat16>(p, row_begin, row_end); break;
+      default: run_rows<K, R, DType::kFloat32>(p, row_begin, row_end); break;
+    }
+  });
+}
+
+}  // namespace
+}  // namespace cpu
+}  // namespace detail
+}  // namespace indexer_q
