@@ -1,30 +1,40 @@
-// Tests of the CUDA backend (skipped when no CUDA device is usable):
-//  - the GPU fp8 conversion against the scalar encoder for every float32 bit pattern;
-//  - every kernel variant (automatic, 4 / 8 / 16 lanes per row, the scalar fallback) and the
-//    benchmark baseline against the scalar reference, byte for byte, bf16 / fp16 / fp32,
-//    int32 / int64 positions, padded weight rows, B = 1 up to large B;
-//  - out-of-range positions (negative, == max_pos, huge int64, INT_MIN/MAX): codes 0 and
-//    weights_out NaN for those rows, the other rows exact, and no out-of-bounds read (freqs
-//    is allocated to exactly max_pos rows; run this binary under compute-sanitizer);
-//  - the op on a non-default stream (no host synchronization: it queues behind a busy kernel);
-//  - capture in a CUDA graph (global capture mode) and replay with new inputs, PDL off and on;
-//  - PDL on gives the bytes of PDL off, also when the previous kernel writes the input;
-//  - misaligned pointers, pointers of the wrong kind, launch errors.
+// Tests of the CUDA backend, every recipe (skipped when no CUDA device is usable; compiled
+// wherever CUDA is built):
+//  - the GPU encoders against the scalar ones of src/common/row.h for every float32 bit
+//    pattern: fp8 e4m3fn conversion, bf16 rounding, e2m1 codes, the UE8M0 exponent; the FNUZ
+//    byte re-encoding for every byte value;
+//  - every recipe x bf16 / fp16 / fp32 x int32 / int64 positions x every launch shape the
+//    backend can take (automatic, 4 / 8 / 16 lanes per row at several block sizes, the scalar
+//    fallback) against the scalar reference (Backend::kReference on host copies), byte for
+//    byte, B in {1, 7, 333}, H in {1, 8, 64, 128}, padded weight rows; the random cases hold
+//    edge rows (zeros, Inf, NaN, huge, tiny, subnormal, fp8 ties, e2m1 thresholds);
+//  - rows built to meet Inf - Inf, overflow and NaN in every recipe;
+//  - the golden files of every recipe (FNUZ derived from the FN files) through every shape;
+//  - out-of-range positions (negative, == max_pos, huge int64, INT_MIN/MAX), every recipe and
+//    shape: codes 0 (FP4: block-scale bytes 0 too) and weights_out NaN for those rows, the
+//    other rows exact, and no out-of-bounds read (freqs holds exactly max_pos rows; run this
+//    binary under compute-sanitizer);
+//  - misaligned pointers (the fallback) for every recipe;
+//  - the op on a non-default stream (no host synchronization), CUDA-graph capture and replay,
+//    PDL on and off; pointers of the wrong kind and launch errors.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
-#include "../bench/cuda_baseline.cuh"
 #include "common/problem.h"
 #include "common/row.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/fp4_e2m1.cuh"
 #include "cuda/fp8_e4m3.cuh"
+#include "io/safetensors.h"
 #include "iq_test_util.h"
 
 namespace {
@@ -57,22 +67,26 @@ struct DevBuf {
 // A case in device memory. freqs holds exactly max_pos rows (nothing after them), so an
 // out-of-range read is an out-of-bounds access that compute-sanitizer reports.
 struct DeviceCase {
-  DevBuf q, fp8, w, wo, freqs, pos;
-  std::size_t n_fp8 = 0, n_wo = 0;
+  DevBuf q, out, sf, w, wo, freqs, pos;
+  std::size_t n_out = 0, n_sf = 0, n_wo = 0;
   detail::Problem prob;
 
   bool upload(const HostCase& c) {
-    n_fp8 = std::size_t(c.B * c.H * 128);
-    n_wo = std::size_t(c.B * c.H) * 4;
-    if (!q.alloc(c.q_input.size()) || !fp8.alloc(n_fp8) || !w.alloc(c.weight.size()) || !wo.alloc(n_wo) ||
-        !freqs.alloc(c.freqs.size() * 4) || !pos.alloc(c.positions.size()))
+    const std::size_t rows = std::size_t(c.B * c.H);
+    n_out = rows * std::size_t(c.out_bytes_per_row());
+    n_sf = c.fp4() ? rows * 4 : 0;
+    n_wo = rows * 4;
+    if (!q.alloc(c.q_input.size()) || !out.alloc(n_out) || !sf.alloc(n_sf) || !w.alloc(c.weight.size()) ||
+        !wo.alloc(n_wo) || !freqs.alloc(c.freqs.size() * 4) || !pos.alloc(c.positions.size()))
       return false;
     if (!set_inputs(c)) return false;
+    prob.recipe = c.recipe;
     prob.B = c.B;
     prob.H = c.H;
     prob.dtype = c.dtype;
     prob.q_input = q.p;
-    prob.q_fp8 = static_cast<std::uint8_t*>(fp8.p);
+    prob.q_out = static_cast<std::uint8_t*>(out.p);
+    prob.q_sf = c.fp4() ? static_cast<std::uint8_t*>(sf.p) : nullptr;
     prob.weight = w.p;
     prob.weight_stride_b = c.weight_stride;
     prob.weights_out = static_cast<float*>(wo.p);
@@ -92,25 +106,21 @@ struct DeviceCase {
            cudaMemcpy(pos.p, c.positions.data(), c.positions.size(), cudaMemcpyHostToDevice) == cudaSuccess;
   }
   bool poison(unsigned char v) {
-    return cudaMemset(fp8.p, v, n_fp8) == cudaSuccess && cudaMemset(wo.p, v, n_wo) == cudaSuccess;
+    return cudaMemset(out.p, v, n_out) == cudaSuccess && cudaMemset(sf.p, v, n_sf) == cudaSuccess &&
+           cudaMemset(wo.p, v, n_wo) == cudaSuccess;
   }
-  bool download(Outputs* out) {
-    out->q_fp8.assign(n_fp8, 0);
-    out->weights_out.assign(n_wo / 4, 0.0f);
+  bool download(Outputs* o) {
+    o->q_out.assign(n_out, 0);
+    o->q_sf.assign(n_sf, 0);
+    o->weights_out.assign(n_wo / 4, 0.0f);
     return cudaDeviceSynchronize() == cudaSuccess &&
-           cudaMemcpy(out->q_fp8.data(), fp8.p, n_fp8, cudaMemcpyDeviceToHost) == cudaSuccess &&
-           cudaMemcpy(out->weights_out.data(), wo.p, n_wo, cudaMemcpyDeviceToHost) == cudaSuccess;
+           cudaMemcpy(o->q_out.data(), out.p, n_out, cudaMemcpyDeviceToHost) == cudaSuccess &&
+           (n_sf == 0 || cudaMemcpy(o->q_sf.data(), sf.p, n_sf, cudaMemcpyDeviceToHost) == cudaSuccess) &&
+           cudaMemcpy(o->weights_out.data(), wo.p, n_wo, cudaMemcpyDeviceToHost) == cudaSuccess;
   }
-  // Views for the public API.
-  Status call(const Options& o) const {
-    const Device d = prob.device;
-    return fused_q_indexer_rope_hadamard_quant(
-        TensorView::contiguous(prob.q_input, prob.dtype, {prob.B, prob.H, 128}, d),
-        TensorView::contiguous(prob.q_fp8, DType::kFloat8E4M3, {prob.B, prob.H, 128}, d),
-        TensorView::strided(prob.weight, prob.dtype, {prob.B, prob.H}, {prob.weight_stride_b, 1}, d),
-        TensorView::contiguous(prob.weights_out, DType::kFloat32, {prob.B, prob.H, 1}, d), prob.weight_scale,
-        TensorView::contiguous(prob.freqs, DType::kFloat32, {prob.max_pos, 64}, d),
-        TensorView::contiguous(prob.positions, prob.pos_dtype, {prob.B}, d), o);
+  // The public API on the device buffers.
+  Status call(const HostCase& c, const Options& o) const {
+    return run(iqtest::op_args(c, q.p, out.p, c.fp4() ? sf.p : nullptr, w.p, wo.p, freqs.p, pos.p, prob.device), o);
   }
 };
 
@@ -124,75 +134,95 @@ Outputs reference_outputs(const HostCase& c) {
   return want;
 }
 
-detail::Variant V(int lanes, int block = 0, bool persistent = false, bool tma = false) {
+detail::Variant V(int lanes, int block = 0) {
   detail::Variant v;
   v.lanes = lanes;
   v.block = block;
-  v.persistent = persistent;
-  v.tma = tma;
   return v;
 }
 
 std::string variant_name(const detail::Variant& v) {
   if (v.lanes < 0) return "auto";
   if (v.lanes == 0) return "scalar-fallback";
-  return std::string(v.tma ? "tma " : "") + (v.persistent ? "persistent " : "") + "lanes=" + std::to_string(v.lanes) +
-         " block=" + std::to_string(v.block);
+  return "lanes=" + std::to_string(v.lanes) + " block=" + std::to_string(v.block);
 }
 
-// Every shape the backend can launch.
+// Every shape the backend can launch: what choose_variant picks (16 lanes / 256, 4 lanes / 128)
+// and the other lane counts and block sizes cuda_run_variant accepts.
 std::vector<detail::Variant> all_variants() {
-  std::vector<detail::Variant> v = {V(-1), V(0)};
-  for (int lanes : {4, 8, 16})
-    for (int block : {256, 64})
-      for (bool persistent : {false, true}) v.push_back(V(lanes, block, persistent));
-  v.push_back(V(4, 256, true, true));
-  v.push_back(V(8, 256, true, true));
-  v.push_back(V(2, 256));
-  v.push_back(V(2, 64));
-  v.push_back(V(4, 128));
-  v.push_back(V(16, 128));
-  return v;
+  return {V(-1), V(0), V(4, 256), V(4, 128), V(4, 64), V(8, 256), V(8, 64), V(16, 256), V(16, 128)};
 }
 
 // ---------------------------------------------------------------------------------------
-// fp8 conversion: every float32 bit pattern
+// device encoders: every float32 bit pattern
 // ---------------------------------------------------------------------------------------
-__global__ void fp8_sweep_kernel(unsigned long long* mismatches, unsigned int* first_bad) {
+// mismatches[0]: fp8; [1]: bf16 rounding; [2]: e2m1 code; [3]: UE8M0 exponent.
+__global__ void encoder_sweep_kernel(unsigned long long* mismatches, unsigned int* first_bad) {
   const std::uint64_t n = 1ull << 32;
   const std::uint64_t stride = std::uint64_t(gridDim.x) * blockDim.x;
-  unsigned long long bad = 0;
+  unsigned long long bad[4] = {0, 0, 0, 0};
   for (std::uint64_t u = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n; u += stride) {
     const float v = __uint_as_float(std::uint32_t(u));
-    const std::uint32_t want =
-        detail::e4m3fn_encode(fmaxf(fminf(v, detail::kFp8Max), -detail::kFp8Max));  // SPEC steps 8, 9
+    // fp8: SPEC steps 8, 9
+    const std::uint32_t want = detail::e4m3fn_encode(fmaxf(fminf(v, detail::kFp8Max), -detail::kFp8Max));
     const std::uint32_t got_lo = detail::quantize4_e4m3(v, 1.0f, -2.0f, 0.0f);
     const std::uint32_t got_hi = detail::quantize4_e4m3(0.5f, -0.0f, 3.0f, v);
-    // Without the clamp: equal for every non-NaN input.
-    const std::uint32_t sat = detail::quantize4_e4m3_sat(-1.0f, v, 0.25f, 7.0f);
+    const std::uint32_t sat = detail::quantize4_e4m3_sat(-1.0f, v, 0.25f, 7.0f);  // equal for non-NaN
     const bool sat_bad = !isnan(v) && ((sat >> 8) & 0xffu) != want;
-    if ((got_lo & 0xffu) != want || (got_hi >> 24) != want || sat_bad) {
-      ++bad;
-      atomicMin(first_bad, std::uint32_t(u));
+    bool b[4];
+    b[0] = (got_lo & 0xffu) != want || (got_hi >> 24) != want || sat_bad;
+    // bf16 rounding point: bit-equal, except that a NaN need only stay a NaN
+    float r0 = v, r1 = -v;
+    detail::round_bf16_pair(r0, r1);
+    const float w0 = detail::round_bf16(v), w1 = detail::round_bf16(-v);
+    b[1] = isnan(v) ? !(isnan(r0) && isnan(r1))
+                    : (__float_as_uint(r0) != __float_as_uint(w0) || __float_as_uint(r1) != __float_as_uint(w1));
+    // e2m1 code
+    b[2] = detail::e2m1_code(v) != detail::e2m1_encode(v);
+    // UE8M0 exponent (amax is never negative nor NaN)
+    b[3] = !isnan(v) && !signbit(v) && detail::ue8m0_of_amax_fast(v) != detail::ue8m0_of_amax(v);
+    for (int k = 0; k < 4; ++k) {
+      if (b[k]) {
+        ++bad[k];
+        atomicMin(first_bad + k, std::uint32_t(u));
+      }
     }
   }
-  if (bad) atomicAdd(mismatches, bad);
+  for (int k = 0; k < 4; ++k)
+    if (bad[k]) atomicAdd(mismatches + k, bad[k]);
 }
 
-TEST(Cuda, Fp8ConversionMatchesScalarEncoderForEveryFloat) {
+TEST(Cuda, EncodersMatchScalarForEveryFloat) {
   SKIP_WITHOUT_DEVICE();
   DevBuf m, f;
-  ASSERT_TRUE(m.alloc(8) && f.alloc(4));
-  CUDA_OK(cudaMemset(m.p, 0, 8));
-  CUDA_OK(cudaMemset(f.p, 0xff, 4));
-  fp8_sweep_kernel<<<4096, 256>>>(static_cast<unsigned long long*>(m.p), static_cast<unsigned int*>(f.p));
+  ASSERT_TRUE(m.alloc(32) && f.alloc(16));
+  CUDA_OK(cudaMemset(m.p, 0, 32));
+  CUDA_OK(cudaMemset(f.p, 0xff, 16));
+  encoder_sweep_kernel<<<4096, 256>>>(static_cast<unsigned long long*>(m.p), static_cast<unsigned int*>(f.p));
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
-  unsigned long long mismatches = 0;
-  unsigned int first = 0;
-  CUDA_OK(cudaMemcpy(&mismatches, m.p, 8, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(&first, f.p, 4, cudaMemcpyDeviceToHost));
-  EXPECT_EQ(mismatches, 0ull) << "first differing input bits 0x" << std::hex << first;
+  unsigned long long mismatches[4] = {};
+  unsigned int first[4] = {};
+  CUDA_OK(cudaMemcpy(mismatches, m.p, 32, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(first, f.p, 16, cudaMemcpyDeviceToHost));
+  const char* names[4] = {"fp8 e4m3fn", "bf16 rounding", "e2m1 code", "ue8m0 exponent"};
+  for (int k = 0; k < 4; ++k)
+    EXPECT_EQ(mismatches[k], 0ull) << names[k] << ": first differing input bits 0x" << std::hex << first[k];
+}
+
+TEST(Cuda, FnuzReencodingOfEveryByte) {
+  // Host-callable: runs without a device too.
+  for (int pos = 0; pos < 4; ++pos) {
+    for (int byte = 0; byte < 256; ++byte) {
+      const std::uint32_t other = 0x80ff0180u;  // mixed neighbours, 0x80 among them
+      std::uint32_t w = other;
+      w = (w & ~(0xffu << (8 * pos))) | (std::uint32_t(byte) << (8 * pos));
+      const std::uint32_t got = detail::fnuz_from_fn4(w);
+      for (int k = 0; k < 4; ++k)
+        ASSERT_EQ((got >> (8 * k)) & 0xffu, detail::fnuz_from_fn(std::uint8_t(w >> (8 * k))))
+            << "word 0x" << std::hex << w << " byte " << k;
+    }
+  }
 }
 
 __global__ void fp8_order_kernel(std::uint32_t* out) {
@@ -212,105 +242,172 @@ TEST(Cuda, Fp8ConversionByteOrder) {
 }
 
 // ---------------------------------------------------------------------------------------
-// every kernel variant against the reference
+// every recipe x shape against the reference
 // ---------------------------------------------------------------------------------------
-void check_variants(const HostCase& c, const std::vector<detail::Variant>& variants) {
-  SCOPED_TRACE(c.describe());
-  const Outputs want = reference_outputs(c);
+void check_against(const HostCase& c, const Outputs& want, const std::vector<detail::Variant>& variants) {
   DeviceCase d;
   ASSERT_TRUE(d.upload(c));
   for (const detail::Variant& v : variants) {
     ASSERT_TRUE(d.poison(0x5A));
     const Status s = detail::cuda_run_variant(d.prob, nullptr, false, v);
-    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_TRUE(s.ok()) << variant_name(v) << ": " << s.message();
     Outputs got;
     ASSERT_TRUE(d.download(&got));
     const iqtest::Comparison cmp = iqtest::compare(got, want, c.H);
-    EXPECT_TRUE(cmp.exact()) << variant_name(v) << ": " << cmp.fp8_bytes << " fp8 bytes, " << cmp.weights
-                             << " weights_out differ;" << cmp.first;
+    EXPECT_TRUE(cmp.exact()) << variant_name(v) << ": " << cmp.summary();
   }
 }
 
-TEST(Cuda, EveryVariantMatchesReference) {
+void check_variants(const HostCase& c, const std::vector<detail::Variant>& variants) {
+  SCOPED_TRACE(c.describe());
+  check_against(c, reference_outputs(c), variants);
+}
+
+TEST(Cuda, EveryRecipeShapeAndDtypeMatchesReference) {
   SKIP_WITHOUT_DEVICE();
   std::uint64_t seed = 1000;
-  for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
-    for (DType pt : {DType::kInt32, DType::kInt64}) {
-      for (auto bh : std::vector<std::pair<int, int>>{{1, 64}, {1, 1}, {3, 16}, {5, 8}, {33, 32}, {129, 3}, {257, 64}}) {
-        const std::int64_t stride = (seed % 2) ? bh.second : bh.second + 3;
-        check_variants(iqtest::random_case(bh.first, bh.second, dt, pt, stride, ++seed), all_variants());
+  for (RecipeId rid : all_recipes()) {
+    for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+      for (DType pt : {DType::kInt32, DType::kInt64}) {
+        for (std::int64_t B : {1, 7, 333}) {
+          for (std::int64_t H : {1, 8, 64, 128}) {
+            ++seed;
+            const std::int64_t stride = (seed % 2) ? H : H + 3;
+            check_variants(iqtest::random_case(B, H, dt, pt, stride, seed, rid), all_variants());
+          }
+        }
       }
     }
   }
 }
 
-// Rows whose Hadamard meets Inf - Inf, overflows, or carries NaN: the kernels skip step 8's
-// clamp on rows that cannot hold a NaN product, so these rows check that reasoning.
+// Rows whose Hadamard meets Inf - Inf, overflows, or carries NaN: the FP8 kernels skip step
+// 8's clamp on rows that cannot hold a NaN product, so these rows check that reasoning; FP4
+// meets Inf block maxima (UE8M0 255, inverse -Inf).
 TEST(Cuda, NonFiniteRowsMatchReference) {
   SKIP_WITHOUT_DEVICE();
-  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
-    const float big = dt == DType::kFloat16 ? 65504.0f : 3.0e38f;
-    const std::vector<std::vector<std::pair<int, float>>> rows = {
-        {{0, INFINITY}, {1, INFINITY}},                          // Inf - Inf at stride 1
-        {{0, INFINITY}, {1, -INFINITY}},                         // Inf + -Inf
-        {{3, INFINITY}, {67, -INFINITY}},                        // meet late
-        {{0, INFINITY}, {1, INFINITY}, {2, -INFINITY}, {3, INFINITY}},
-        {{0, big}, {1, -big}},                                   // overflow in one branch
-        {{5, big}, {6, big}, {9, big}, {10, big}},               // overflow, finite elsewhere
-        {{0, big}, {1, big}, {2, -big}, {3, -big}},              // overflow then Inf - Inf
-        {{7, NAN}},                                              // one NaN
-        {{70, NAN}},                                             // one NaN in the rotated half
-        {{0, INFINITY}},                                         // one Inf
-        {{100, -INFINITY}},                                      // one -Inf, rotated
-        {{2, big}, {64, big}, {65, big}},                        // rotated overflow
-    };
-    const std::int64_t H = std::int64_t(rows.size());
-    HostCase c = iqtest::random_case(3, H, dt, DType::kInt64, H, 31337);
-    for (std::int64_t b = 0; b < c.B; ++b)
-      for (std::int64_t h = 0; h < H; ++h)
-        for (const auto& e : rows[std::size_t(h)])
-          iqtest::store_as(c.q_input, dt, std::size_t((b * H + h) * 128 + e.first), e.second);
-    check_variants(c, all_variants());
+  for (RecipeId rid : all_recipes()) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      const float big = dt == DType::kFloat16 ? 65504.0f : 3.0e38f;
+      const std::vector<std::vector<std::pair<int, float>>> rows = {
+          {{0, INFINITY}, {1, INFINITY}},                          // Inf - Inf at stride 1
+          {{0, INFINITY}, {1, -INFINITY}},                         // Inf + -Inf
+          {{3, INFINITY}, {67, -INFINITY}},                        // meet late
+          {{0, INFINITY}, {1, INFINITY}, {2, -INFINITY}, {3, INFINITY}},
+          {{0, big}, {1, -big}},                                   // overflow in one branch
+          {{5, big}, {6, big}, {9, big}, {10, big}},               // overflow, finite elsewhere
+          {{0, big}, {1, big}, {2, -big}, {3, -big}},              // overflow then Inf - Inf
+          {{7, NAN}},                                              // one NaN
+          {{70, NAN}},                                             // one NaN in the V4-rotated half
+          {{0, INFINITY}},                                         // one Inf
+          {{100, -INFINITY}},                                      // one -Inf
+          {{2, big}, {64, big}, {65, big}},                        // rotated overflow
+          {{33, NAN}, {97, INFINITY}},                             // NaN and Inf in different blocks
+      };
+      const std::int64_t H = std::int64_t(rows.size());
+      HostCase c = iqtest::random_case(3, H, dt, DType::kInt64, H, 31337, rid);
+      for (std::int64_t b = 0; b < c.B; ++b)
+        for (std::int64_t h = 0; h < H; ++h)
+          for (const auto& e : rows[std::size_t(h)])
+            iqtest::store_as(c.q_input, dt, std::size_t((b * H + h) * 128 + e.first), e.second);
+      check_variants(c, all_variants());
+    }
   }
 }
 
 TEST(Cuda, LargeBatchMatchesReference) {
   SKIP_WITHOUT_DEVICE();
-  check_variants(iqtest::random_case(4099, 64, DType::kBFloat16, DType::kInt64, 64, 77),
-                 {V(-1), V(4, 256), V(4, 256, true), V(8, 256, true), V(4, 256, true, true), V(8, 256, true, true)});
-  check_variants(iqtest::random_case(8191, 16, DType::kFloat16, DType::kInt32, 20, 78), {V(-1), V(4, 128, true), V(4, 256, true, true)});
+  for (RecipeId rid : all_recipes()) {
+    check_variants(iqtest::random_case(4099, 64, DType::kBFloat16, DType::kInt64, 64, 77, rid),
+                   {V(-1), V(4, 128), V(8, 256), V(16, 256)});
+  }
+  check_variants(iqtest::random_case(8191, 16, DType::kFloat16, DType::kInt32, 20, 78, RecipeId::kV4Fp4),
+                 {V(-1), V(4, 256)});
 }
 
-TEST(Cuda, BaselineKernelMatchesReference) {
+// ---------------------------------------------------------------------------------------
+// golden files, every recipe (FNUZ derived from the FN files)
+// ---------------------------------------------------------------------------------------
+std::vector<std::string> golden_paths() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  for (const char* sub : {"golden", "golden/variants"}) {
+    std::error_code ec;
+    std::vector<std::string> here;
+    for (const auto& e : fs::directory_iterator(fs::path(INDEXER_Q_TEST_DATA_DIR) / sub, ec))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") here.push_back(e.path().string());
+    std::sort(here.begin(), here.end());
+    files.insert(files.end(), here.begin(), here.end());
+  }
+  return files;
+}
+
+HostCase host_case_of(const io::ConformanceCase& k) {
+  HostCase c;
+  c.recipe = k.recipe;
+  c.B = k.B;
+  c.H = k.H;
+  c.max_pos = k.max_pos;
+  c.weight_stride = k.H;
+  c.dtype = k.dtype;
+  c.pos_dtype = k.pos_dtype;
+  c.weight_scale = k.weight_scale;
+  c.q_input = k.q_input;
+  c.weight = k.weight;
+  c.freqs.resize(k.freqs.size() / 4);
+  std::memcpy(c.freqs.data(), k.freqs.data(), k.freqs.size());
+  c.positions = k.positions;
+  return c;
+}
+
+TEST(Cuda, GoldenFilesOfEveryRecipeThroughEveryShape) {
   SKIP_WITHOUT_DEVICE();
-  std::uint64_t seed = 500;
-  for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
-    for (DType pt : {DType::kInt32, DType::kInt64}) {
-      const HostCase c = iqtest::random_case(37, 16, dt, pt, 19, ++seed);
-      SCOPED_TRACE(c.describe());
-      const Outputs want = reference_outputs(c);
+  const std::vector<std::string> files = golden_paths();
+  ASSERT_FALSE(files.empty());
+  std::vector<int> cases_per_recipe(all_recipes().size(), 0);
+  for (const std::string& path : files) {
+    io::ConformanceCase fn;
+    std::string err;
+    ASSERT_TRUE(io::load_case_file(path, &fn, &err)) << path << ": " << err;
+    std::vector<io::ConformanceCase> cases = {fn};
+    io::ConformanceCase fnuz;
+    if (io::derive_fnuz_case(fn, &fnuz)) cases.push_back(fnuz);
+    for (const io::ConformanceCase& k : cases) {
+      SCOPED_TRACE(path + " as " + recipe_name(k.recipe));
+      Outputs want;
+      want.q_out = k.q_out;
+      want.q_sf = k.q_sf;
+      want.weights_out = k.weights_out;
+      const HostCase c = host_case_of(k);
+      check_against(c, want, all_variants());
+      // and through the public API
       DeviceCase d;
       ASSERT_TRUE(d.upload(c));
-      ASSERT_TRUE(d.poison(0x5A));
-      const bench::BaselineArgs a{d.q.p, static_cast<std::uint8_t*>(d.fp8.p), d.w.p, c.weight_stride,
-                                  static_cast<float*>(d.wo.p), c.weight_scale,
-                                  static_cast<const float*>(d.freqs.p), c.max_pos, d.pos.p, c.B * c.H, c.H};
-      const int code = dt == DType::kBFloat16 ? 0 : dt == DType::kFloat16 ? 1 : 2;
-      CUDA_OK(bench::launch_baseline_warp(a, code, pt == DType::kInt64, nullptr));
+      ASSERT_TRUE(d.poison(0x7f));
+      Options o;
+      o.backend = Backend::kCuda;
+      const Status s = d.call(c, o);
+      ASSERT_TRUE(s.ok()) << s.message();
       Outputs got;
       ASSERT_TRUE(d.download(&got));
-      const iqtest::Comparison cmp = iqtest::compare(got, want, c.H);
-      EXPECT_TRUE(cmp.exact()) << cmp.fp8_bytes << " fp8 bytes, " << cmp.weights << " weights differ;" << cmp.first;
+      EXPECT_TRUE(iqtest::compare(got, want, c.H).exact()) << "public API: " << iqtest::compare(got, want, c.H).summary();
+      ++cases_per_recipe[std::size_t(k.recipe)];
     }
   }
+  for (RecipeId rid : all_recipes())
+    EXPECT_GT(cases_per_recipe[std::size_t(rid)], 0) << "no golden case for " << recipe_name(rid);
+  std::string summary;
+  for (RecipeId rid : all_recipes())
+    summary += std::string(" ") + recipe_name(rid) + "=" + std::to_string(cases_per_recipe[std::size_t(rid)]);
+  std::printf("[golden cases per recipe]%s\n", summary.c_str());
 }
 
 // ---------------------------------------------------------------------------------------
 // out-of-range positions
 // ---------------------------------------------------------------------------------------
-void check_bad_positions(DType pos_dtype, const std::vector<std::int64_t>& positions) {
+void check_bad_positions(RecipeId rid, DType pos_dtype, const std::vector<std::int64_t>& positions) {
   const std::int64_t B = std::int64_t(positions.size()), H = 8;
-  HostCase c = iqtest::random_case(B, H, DType::kBFloat16, pos_dtype, H, 4242);
+  HostCase c = iqtest::random_case(B, H, DType::kBFloat16, pos_dtype, H, 4242, rid);
   // The reference sees in-range positions only: out-of-range ones replaced by 0.
   HostCase in_range = c;
   std::vector<bool> bad(std::size_t(B), false);
@@ -322,11 +419,12 @@ void check_bad_positions(DType pos_dtype, const std::vector<std::int64_t>& posit
   }
   SCOPED_TRACE(c.describe());
   const Outputs want = reference_outputs(in_range);
+  const std::size_t ob = std::size_t(c.out_bytes_per_row());
   DeviceCase d;
   ASSERT_TRUE(d.upload(c));
-  for (const detail::Variant& lanes : all_variants()) {
+  for (const detail::Variant& v : all_variants()) {
     ASSERT_TRUE(d.poison(0x5A));
-    const Status s = detail::cuda_run_variant(d.prob, nullptr, false, lanes);
+    const Status s = detail::cuda_run_variant(d.prob, nullptr, false, v);
     ASSERT_TRUE(s.ok()) << s.message();
     Outputs got;
     ASSERT_TRUE(d.download(&got));
@@ -334,14 +432,19 @@ void check_bad_positions(DType pos_dtype, const std::vector<std::int64_t>& posit
       for (std::int64_t h = 0; h < H; ++h) {
         const std::size_t r = std::size_t(b * H + h);
         if (bad[std::size_t(b)]) {
-          for (int i = 0; i < 128; ++i)
-            ASSERT_EQ(got.q_fp8[r * 128 + i], 0) << variant_name(lanes) << " b=" << b << " h=" << h << " i=" << i;
-          EXPECT_TRUE(std::isnan(got.weights_out[r])) << variant_name(lanes) << " b=" << b << " h=" << h;
+          for (std::size_t i = 0; i < ob; ++i)
+            ASSERT_EQ(got.q_out[r * ob + i], 0) << variant_name(v) << " b=" << b << " h=" << h << " i=" << i;
+          for (std::size_t i = 0; i < (c.fp4() ? 4u : 0u); ++i)
+            ASSERT_EQ(got.q_sf[r * 4 + i], 0) << variant_name(v) << " q_sf b=" << b << " h=" << h << " i=" << i;
+          EXPECT_TRUE(std::isnan(got.weights_out[r])) << variant_name(v) << " b=" << b << " h=" << h;
         } else {
-          EXPECT_EQ(std::memcmp(&got.q_fp8[r * 128], &want.q_fp8[r * 128], 128), 0)
-              << variant_name(lanes) << " b=" << b << " h=" << h;
+          EXPECT_EQ(std::memcmp(&got.q_out[r * ob], &want.q_out[r * ob], ob), 0)
+              << variant_name(v) << " b=" << b << " h=" << h;
+          if (c.fp4())
+            EXPECT_EQ(std::memcmp(&got.q_sf[r * 4], &want.q_sf[r * 4], 4), 0)
+                << variant_name(v) << " q_sf b=" << b << " h=" << h;
           EXPECT_TRUE(iqtest::same_float(got.weights_out[r], want.weights_out[r]))
-              << variant_name(lanes) << " b=" << b << " h=" << h;
+              << variant_name(v) << " b=" << b << " h=" << h;
         }
       }
     }
@@ -350,11 +453,13 @@ void check_bad_positions(DType pos_dtype, const std::vector<std::int64_t>& posit
 
 TEST(Cuda, OutOfRangePositionsGiveZeroCodesAndNaNWeights) {
   SKIP_WITHOUT_DEVICE();
-  // random_case(seed 4242) picks max_pos; out-of-range values are chosen relative to it below.
-  const std::int64_t max_pos = iqtest::random_case(1, 8, DType::kBFloat16, DType::kInt64, 8, 4242).max_pos;
-  check_bad_positions(DType::kInt64, {-1, max_pos, std::int64_t(1) << 62, LLONG_MIN, max_pos - 1, 0, LLONG_MAX,
-                                      max_pos + 1, -max_pos});
-  check_bad_positions(DType::kInt32, {0, -1, max_pos, INT_MIN, INT_MAX, max_pos - 1, -7});
+  for (RecipeId rid : all_recipes()) {
+    // random_case(seed 4242) picks max_pos; out-of-range values are chosen relative to it.
+    const std::int64_t max_pos = iqtest::random_case(1, 8, DType::kBFloat16, DType::kInt64, 8, 4242, rid).max_pos;
+    check_bad_positions(rid, DType::kInt64, {-1, max_pos, std::int64_t(1) << 62, LLONG_MIN, max_pos - 1, 0,
+                                             LLONG_MAX, max_pos + 1, -max_pos});
+    check_bad_positions(rid, DType::kInt32, {0, -1, max_pos, INT_MIN, INT_MAX, max_pos - 1, -7});
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -377,158 +482,179 @@ __global__ void late_copy_kernel(const uint4* src, uint4* dst, std::size_t n16, 
 
 TEST(Cuda, RunsOnTheCallersStreamWithoutHostSync) {
   SKIP_WITHOUT_DEVICE();
-  const HostCase c = iqtest::random_case(19, 64, DType::kBFloat16, DType::kInt64, 64, 31);
-  const Outputs want = reference_outputs(c);
-  DeviceCase d;
-  ASSERT_TRUE(d.upload(c));
-  ASSERT_TRUE(d.poison(0x5A));
-  cudaStream_t s = nullptr;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  spin_kernel<<<1, 1, 0, s>>>(200000000LL);  // ~0.1 s: the op must queue behind it
-  CUDA_OK(cudaGetLastError());
-  Options o;
-  o.backend = Backend::kCuda;
-  o.stream = s;
-  const Status st = d.call(o);
-  EXPECT_TRUE(st.ok()) << st.message();
-  EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady) << "the call returned only after the stream drained";
-  CUDA_OK(cudaStreamSynchronize(s));
-  Outputs got;
-  ASSERT_TRUE(d.download(&got));
-  const iqtest::Comparison cmp = iqtest::compare(got, want, c.H);
-  EXPECT_TRUE(cmp.exact()) << cmp.first;
-  cudaStreamDestroy(s);
+  for (RecipeId rid : {RecipeId::kV4Fp8, RecipeId::kV4Fp4}) {
+    const HostCase c = iqtest::random_case(19, 64, DType::kBFloat16, DType::kInt64, 64, 31, rid);
+    const Outputs want = reference_outputs(c);
+    DeviceCase d;
+    ASSERT_TRUE(d.upload(c));
+    ASSERT_TRUE(d.poison(0x5A));
+    cudaStream_t s = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    spin_kernel<<<1, 1, 0, s>>>(200000000LL);  // ~0.1 s: the op must queue behind it
+    CUDA_OK(cudaGetLastError());
+    Options o;
+    o.backend = Backend::kCuda;
+    o.stream = s;
+    const Status st = d.call(c, o);
+    EXPECT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady) << "the call returned only after the stream drained";
+    CUDA_OK(cudaStreamSynchronize(s));
+    Outputs got;
+    ASSERT_TRUE(d.download(&got));
+    EXPECT_TRUE(iqtest::compare(got, want, c.H).exact()) << iqtest::compare(got, want, c.H).summary();
+    cudaStreamDestroy(s);
+  }
 }
 
 TEST(Cuda, GraphCaptureReplaysWithNewInputs) {
   SKIP_WITHOUT_DEVICE();
-  const HostCase c1 = iqtest::random_case(23, 16, DType::kBFloat16, DType::kInt32, 16, 61);
-  HostCase c2 = iqtest::random_case(23, 16, DType::kBFloat16, DType::kInt32, 16, 62);
-  c2.max_pos = c1.max_pos;
-  c2.freqs = iqtest::rope_freqs(c1.max_pos, 5000.0);
-  c2.weight_scale = c1.weight_scale;  // a graph keeps its scalar arguments
-  for (std::int64_t b = 0; b < c2.B; ++b) iqtest::set_position(c2, b, (b * 7919) % c1.max_pos);
-  const Outputs want1 = reference_outputs(c1), want2 = reference_outputs(c2);
-  for (bool pdl : {false, true}) {
-    SCOPED_TRACE(pdl ? "pdl on" : "pdl off");
-    DeviceCase d;
-    ASSERT_TRUE(d.upload(c1));
-    ASSERT_TRUE(d.poison(0x5A));
-    cudaStream_t s = nullptr;
-    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    Options o;
-    o.backend = Backend::kCuda;
-    o.stream = s;
-    o.enable_pdl = pdl;
-    cudaGraph_t g = nullptr;
-    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    const Status st1 = d.call(o);
-    const Status st2 = d.call(o);  // two calls: with PDL the second depends programmatically
-    CUDA_OK(cudaStreamEndCapture(s, &g));
-    ASSERT_TRUE(st1.ok() && st2.ok()) << st1.message() << st2.message();
-    cudaGraphExec_t ge = nullptr;
-    CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
-    Outputs got;
-    ASSERT_TRUE(d.download(&got));
-    EXPECT_EQ(got.q_fp8, std::vector<std::uint8_t>(got.q_fp8.size(), 0x5A)) << "capture executed work";
-    CUDA_OK(cudaGraphLaunch(ge, s));
-    CUDA_OK(cudaStreamSynchronize(s));
-    ASSERT_TRUE(d.download(&got));
-    iqtest::Comparison cmp = iqtest::compare(got, want1, c1.H);
-    EXPECT_TRUE(cmp.exact()) << "first inputs:" << cmp.first;
-    ASSERT_TRUE(d.set_inputs(c2));
-    ASSERT_TRUE(d.poison(0x5A));
-    CUDA_OK(cudaGraphLaunch(ge, s));
-    CUDA_OK(cudaStreamSynchronize(s));
-    ASSERT_TRUE(d.download(&got));
-    cmp = iqtest::compare(got, want2, c2.H);
-    EXPECT_TRUE(cmp.exact()) << "new inputs:" << cmp.first;
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    cudaStreamDestroy(s);
+  for (RecipeId rid : {RecipeId::kV4Fp8, RecipeId::kV32Fp8, RecipeId::kV4Fp4}) {
+    const HostCase c1 = iqtest::random_case(23, 16, DType::kBFloat16, DType::kInt32, 16, 61, rid);
+    HostCase c2 = iqtest::random_case(23, 16, DType::kBFloat16, DType::kInt32, 16, 62, rid);
+    c2.max_pos = c1.max_pos;
+    c2.freqs = iqtest::rope_freqs(c1.max_pos, 5000.0, recipe(rid).freqs_layout);
+    c2.weight_scale = c1.weight_scale;  // a graph keeps its scalar arguments
+    for (std::int64_t b = 0; b < c2.B; ++b) iqtest::set_position(c2, b, (b * 7919) % c1.max_pos);
+    const Outputs want1 = reference_outputs(c1), want2 = reference_outputs(c2);
+    for (bool pdl : {false, true}) {
+      SCOPED_TRACE(std::string(recipe_name(rid)) + (pdl ? " pdl on" : " pdl off"));
+      DeviceCase d;
+      ASSERT_TRUE(d.upload(c1));
+      ASSERT_TRUE(d.poison(0x5A));
+      cudaStream_t s = nullptr;
+      CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      Options o;
+      o.backend = Backend::kCuda;
+      o.stream = s;
+      o.enable_pdl = pdl;
+      cudaGraph_t g = nullptr;
+      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      const Status st1 = d.call(c1, o);
+      const Status st2 = d.call(c1, o);  // two calls: with PDL the second depends programmatically
+      CUDA_OK(cudaStreamEndCapture(s, &g));
+      ASSERT_TRUE(st1.ok() && st2.ok()) << st1.message() << st2.message();
+      cudaGraphExec_t ge = nullptr;
+      CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+      Outputs got;
+      ASSERT_TRUE(d.download(&got));
+      EXPECT_EQ(got.q_out, std::vector<std::uint8_t>(got.q_out.size(), 0x5A)) << "capture executed work";
+      CUDA_OK(cudaGraphLaunch(ge, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      ASSERT_TRUE(d.download(&got));
+      iqtest::Comparison cmp = iqtest::compare(got, want1, c1.H);
+      EXPECT_TRUE(cmp.exact()) << "first inputs: " << cmp.summary();
+      ASSERT_TRUE(d.set_inputs(c2));
+      ASSERT_TRUE(d.poison(0x5A));
+      CUDA_OK(cudaGraphLaunch(ge, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      ASSERT_TRUE(d.download(&got));
+      cmp = iqtest::compare(got, want2, c2.H);
+      EXPECT_TRUE(cmp.exact()) << "new inputs: " << cmp.summary();
+      cudaGraphExecDestroy(ge);
+      cudaGraphDestroy(g);
+      cudaStreamDestroy(s);
+    }
   }
 }
 
 TEST(Cuda, PdlGivesTheSameBytesAndWaitsForThePreviousKernel) {
   SKIP_WITHOUT_DEVICE();
   std::uint64_t seed = 90;
-  for (const detail::Variant& lanes : all_variants()) {
-    SCOPED_TRACE(variant_name(lanes));
-    const HostCase c = iqtest::random_case(300, 64, DType::kBFloat16, DType::kInt64, 64, ++seed);
-    const Outputs want = reference_outputs(c);
-    DeviceCase d;
-    ASSERT_TRUE(d.upload(c));
-    // The device input starts as garbage; a slow previous kernel writes the real input.
-    DevBuf staging;
-    ASSERT_TRUE(staging.alloc(c.q_input.size()));
-    CUDA_OK(cudaMemcpy(staging.p, c.q_input.data(), c.q_input.size(), cudaMemcpyHostToDevice));
-    cudaStream_t s = nullptr;
-    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    Outputs got[2];
-    for (int pdl = 0; pdl < 2; ++pdl) {
-      CUDA_OK(cudaMemset(d.q.p, 0x7f, c.q_input.size()));
-      ASSERT_TRUE(d.poison(0x5A));
-      late_copy_kernel<<<264, 256, 0, s>>>(static_cast<const uint4*>(staging.p), static_cast<uint4*>(d.q.p),
-                                           c.q_input.size() / 16, 2000000LL);
-      CUDA_OK(cudaGetLastError());
-      const Status st = detail::cuda_run_variant(d.prob, s, pdl == 1, lanes);
-      ASSERT_TRUE(st.ok()) << st.message();
-      CUDA_OK(cudaStreamSynchronize(s));
-      ASSERT_TRUE(d.download(&got[pdl]));
-      const iqtest::Comparison cmp = iqtest::compare(got[pdl], want, c.H);
-      EXPECT_TRUE(cmp.exact()) << "pdl=" << pdl << ":" << cmp.first;
+  for (RecipeId rid : {RecipeId::kV4Fp8, RecipeId::kV4Fp4}) {
+    for (const detail::Variant& v : all_variants()) {
+      SCOPED_TRACE(std::string(recipe_name(rid)) + " " + variant_name(v));
+      const HostCase c = iqtest::random_case(300, 64, DType::kBFloat16, DType::kInt64, 64, ++seed, rid);
+      const Outputs want = reference_outputs(c);
+      DeviceCase d;
+      ASSERT_TRUE(d.upload(c));
+      // The device input starts as garbage; a slow previous kernel writes the real input.
+      DevBuf staging;
+      ASSERT_TRUE(staging.alloc(c.q_input.size()));
+      CUDA_OK(cudaMemcpy(staging.p, c.q_input.data(), c.q_input.size(), cudaMemcpyHostToDevice));
+      cudaStream_t s = nullptr;
+      CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      Outputs got[2];
+      for (int pdl = 0; pdl < 2; ++pdl) {
+        CUDA_OK(cudaMemset(d.q.p, 0x7f, c.q_input.size()));
+        ASSERT_TRUE(d.poison(0x5A));
+        late_copy_kernel<<<264, 256, 0, s>>>(static_cast<const uint4*>(staging.p), static_cast<uint4*>(d.q.p),
+                                             c.q_input.size() / 16, 2000000LL);
+        CUDA_OK(cudaGetLastError());
+        const Status st = detail::cuda_run_variant(d.prob, s, pdl == 1, v);
+        ASSERT_TRUE(st.ok()) << st.message();
+        CUDA_OK(cudaStreamSynchronize(s));
+        ASSERT_TRUE(d.download(&got[pdl]));
+        const iqtest::Comparison cmp = iqtest::compare(got[pdl], want, c.H);
+        EXPECT_TRUE(cmp.exact()) << "pdl=" << pdl << ": " << cmp.summary();
+      }
+      EXPECT_EQ(got[0].q_out, got[1].q_out);
+      EXPECT_EQ(got[0].q_sf, got[1].q_sf);
+      EXPECT_EQ(std::memcmp(got[0].weights_out.data(), got[1].weights_out.data(), got[0].weights_out.size() * 4), 0);
+      cudaStreamDestroy(s);
     }
-    EXPECT_EQ(got[0].q_fp8, got[1].q_fp8);
-    EXPECT_EQ(std::memcmp(got[0].weights_out.data(), got[1].weights_out.data(), got[0].weights_out.size() * 4), 0);
-    cudaStreamDestroy(s);
   }
 }
 
 // ---------------------------------------------------------------------------------------
 // alignment, argument and launch errors
 // ---------------------------------------------------------------------------------------
-TEST(Cuda, MisalignedPointersAreExact) {
+TEST(Cuda, MisalignedPointersAreExactForEveryRecipe) {
   SKIP_WITHOUT_DEVICE();
-  for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
-    const HostCase c = iqtest::random_case(9, 16, dt, DType::kInt64, 16, 1234);
-    const Outputs want = reference_outputs(c);
-    DeviceCase d;
-    ASSERT_TRUE(d.upload(c));
-    // Same data one element further in a larger buffer: q_input no longer 16-byte aligned.
-    DevBuf q2, fp82;
-    const std::size_t es = dtype_size(dt);
-    ASSERT_TRUE(q2.alloc(c.q_input.size() + es) && fp82.alloc(d.n_fp8 + 1));
-    CUDA_OK(cudaMemcpy(static_cast<char*>(q2.p) + es, c.q_input.data(), c.q_input.size(), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemset(fp82.p, 0x5A, d.n_fp8 + 1));
-    CUDA_OK(cudaMemset(d.wo.p, 0x5A, d.n_wo));
-    detail::Problem p = d.prob;
-    p.q_input = static_cast<char*>(q2.p) + es;
-    p.q_fp8 = static_cast<std::uint8_t*>(fp82.p) + 1;
-    const Status s = detail::cuda_run(p, nullptr, false);
-    ASSERT_TRUE(s.ok()) << s.message();
-    CUDA_OK(cudaDeviceSynchronize());
-    Outputs got;
-    got.q_fp8.resize(d.n_fp8);
-    got.weights_out.resize(d.n_wo / 4);
-    CUDA_OK(cudaMemcpy(got.q_fp8.data(), static_cast<char*>(fp82.p) + 1, d.n_fp8, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(got.weights_out.data(), d.wo.p, d.n_wo, cudaMemcpyDeviceToHost));
-    const iqtest::Comparison cmp = iqtest::compare(got, want, c.H);
-    EXPECT_TRUE(cmp.exact()) << dtype_name(dt) << ":" << cmp.first;
+  for (RecipeId rid : all_recipes()) {
+    for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
+      const HostCase c = iqtest::random_case(9, 16, dt, DType::kInt64, 16, 1234, rid);
+      SCOPED_TRACE(c.describe());
+      const Outputs want = reference_outputs(c);
+      DeviceCase d;
+      ASSERT_TRUE(d.upload(c));
+      // Same data one element further in larger buffers: q_input not 16-byte aligned, q_out
+      // and q_sf at odd addresses.
+      DevBuf q2, out2, sf2;
+      const std::size_t es = dtype_size(dt);
+      ASSERT_TRUE(q2.alloc(c.q_input.size() + es) && out2.alloc(d.n_out + 1) && sf2.alloc(d.n_sf + 1));
+      CUDA_OK(cudaMemcpy(static_cast<char*>(q2.p) + es, c.q_input.data(), c.q_input.size(), cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemset(out2.p, 0x5A, d.n_out + 1));
+      CUDA_OK(cudaMemset(sf2.p, 0x5A, d.n_sf + 1));
+      CUDA_OK(cudaMemset(d.wo.p, 0x5A, d.n_wo));
+      detail::Problem p = d.prob;
+      p.q_input = static_cast<char*>(q2.p) + es;
+      p.q_out = static_cast<std::uint8_t*>(out2.p) + 1;
+      if (c.fp4()) p.q_sf = static_cast<std::uint8_t*>(sf2.p) + 1;
+      for (const detail::Variant& v : {V(-1), V(4, 128), V(16, 256)}) {  // every shape falls back
+        const Status s = detail::cuda_run_variant(p, nullptr, false, v);
+        ASSERT_TRUE(s.ok()) << s.message();
+        CUDA_OK(cudaDeviceSynchronize());
+        Outputs got;
+        got.q_out.resize(d.n_out);
+        got.q_sf.resize(d.n_sf);
+        got.weights_out.resize(d.n_wo / 4);
+        CUDA_OK(cudaMemcpy(got.q_out.data(), static_cast<char*>(out2.p) + 1, d.n_out, cudaMemcpyDeviceToHost));
+        if (d.n_sf) CUDA_OK(cudaMemcpy(got.q_sf.data(), static_cast<char*>(sf2.p) + 1, d.n_sf, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(got.weights_out.data(), d.wo.p, d.n_wo, cudaMemcpyDeviceToHost));
+        const iqtest::Comparison cmp = iqtest::compare(got, want, c.H);
+        EXPECT_TRUE(cmp.exact()) << variant_name(v) << ": " << cmp.summary();
+      }
+    }
   }
 }
 
 TEST(Cuda, ErrorsAreReportedNotCrashed) {
   SKIP_WITHOUT_DEVICE();
-  const HostCase c = iqtest::random_case(2, 8, DType::kBFloat16, DType::kInt64, 8, 5);
+  const HostCase c = iqtest::random_case(2, 8, DType::kBFloat16, DType::kInt64, 8, 5, RecipeId::kV4Fp4);
   DeviceCase d;
   ASSERT_TRUE(d.upload(c));
   // Host memory labelled as CUDA memory.
-  std::vector<std::uint8_t> host_fp8(d.n_fp8);
+  std::vector<std::uint8_t> host_out(d.n_out), host_sf(d.n_sf);
   detail::Problem p = d.prob;
-  p.q_fp8 = host_fp8.data();
+  p.q_out = host_out.data();
   Status s = detail::cuda_run(p, nullptr, false);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("q_fp8"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("q_out"), std::string::npos) << s.message();
+  p = d.prob;
+  p.q_sf = host_sf.data();
+  s = detail::cuda_run(p, nullptr, false);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("q_sf"), std::string::npos) << s.message();
   // A device that does not exist.
   p = d.prob;
   p.device.index = 97;
