@@ -3,8 +3,10 @@
 //
 //   indexer_q_cpu_bench [--isa all|LIST of scalar,avx2,avx512] [--threads 1,2] [--tokens 1,64,4096]
 //                       [--heads 64] [--dtype bf16|fp16|fp32] [--iters 30] [--inline-rows N]
-//                       [--format csv|table]
+//                       [--recipe v4_fp8|all|LIST of recipe names] [--format csv|table]
 //
+// --recipe all times every recipe of include/indexer_q/recipes.inc (one line per recipe, ISA
+// and case, in the same run); the default is v4_fp8.
 // --inline-rows N sets the row count below which a call stays on the calling thread (the
 // library's default is printed); use 0 to time the pool even for tiny batches, which is how
 // the default was chosen. Times are medians of wall-clock time per call; inputs rotate over
@@ -70,7 +72,7 @@ double median_us(F&& fn, int iters) {
 }
 
 struct Set {
-  std::vector<std::uint8_t> q, out, w;
+  std::vector<std::uint8_t> q, out, sf, w;
   std::vector<float> wo;
   std::vector<std::int64_t> pos;
 };
@@ -78,7 +80,7 @@ struct Set {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string isa_arg = "all", dtype_arg = "bf16", format = "table";
+  std::string isa_arg = "all", dtype_arg = "bf16", format = "table", recipe_arg = "v4_fp8";
   std::vector<long long> threads = {1}, tokens = {1, 4, 16, 64, 256, 4096}, heads = {64};
   int iters = 30;
   long long inline_rows = -1;
@@ -93,6 +95,7 @@ int main(int argc, char** argv) {
     else if (a == "--iters" && v) iters = std::max(1, std::atoi(argv[++i]));
     else if (a == "--inline-rows" && v) inline_rows = std::atoll(argv[++i]);
     else if (a == "--format" && v) format = argv[++i];
+    else if (a == "--recipe" && v) recipe_arg = argv[++i];
     else {
       std::fprintf(stderr, "unknown or incomplete argument '%s' (see the comment at the top of bench/cpu_bench.cpp)\n", a.c_str());
       return 2;
@@ -118,6 +121,21 @@ int main(int argc, char** argv) {
       pos = comma + 1;
     }
   }
+  std::vector<RecipeId> recipes;
+  if (recipe_arg == "all") {
+    recipes = all_recipes();
+  } else {
+    std::size_t pos = 0;
+    while (pos <= recipe_arg.size()) {
+      const std::size_t comma = recipe_arg.find(',', pos);
+      const std::string name = recipe_arg.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      RecipeId rid;
+      if (!parse_recipe(name, &rid)) { std::fprintf(stderr, "bad --recipe '%s'\n", name.c_str()); return 2; }
+      recipes.push_back(rid);
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  }
   const long long default_inline = detail::cpu::inline_row_threshold();
   if (inline_rows >= 0) detail::cpu::set_inline_row_threshold(inline_rows);
 
@@ -125,20 +143,25 @@ int main(int argc, char** argv) {
   std::printf("# indexer_q_cpu_bench: inline-rows default %lld, used %lld\n", default_inline,
               (long long)detail::cpu::inline_row_threshold());
   if (csv)
-    std::printf("isa,dtype,tokens,heads,threads,inline_rows,us_median,ns_per_row,cpu_ns_per_row,gbps,copy_gbps,ratio_to_copy,exact\n");
+    std::printf("recipe,isa,dtype,tokens,heads,threads,inline_rows,us_median,ns_per_row,cpu_ns_per_row,gbps,copy_gbps,ratio_to_copy,exact\n");
   else
-    std::printf("%-7s %-5s %6s %5s %3s %7s %10s %9s %10s %8s %9s %6s %5s\n", "isa", "dtype", "tokens", "heads",
+    std::printf("%-19s %-7s %-5s %6s %5s %3s %7s %10s %9s %10s %8s %9s %6s %5s\n", "recipe", "isa", "dtype", "tokens", "heads",
                 "thr", "inline", "us", "ns/row", "cpu ns/row", "GB/s", "copy GB/s", "ratio", "exact");
   std::mt19937 rng(7);
   const std::int64_t max_pos = 8192;
   std::vector<float> freqs(std::size_t(max_pos) * 64);
   for (auto& f : freqs) f = float(int(rng() % 20001) - 10000) * 1e-4f;
   int failures = 0;
+  for (RecipeId rid : recipes) {
+  const Recipe& rc = recipe(rid);
+  const bool fp4 = rc.format == OutFormat::kE2M1;
+  const std::int64_t od = fp4 ? 64 : 128;
+  const DType qdt = fp4 ? DType::kUInt8 : rc.format == OutFormat::kE4M3FNUZ ? DType::kFloat8E4M3FNUZ : DType::kFloat8E4M3;
   for (long long H : heads) {
     for (long long B : tokens) {
       const std::int64_t rows = B * H;
       const std::size_t es = dtype_size(dt);
-      const std::int64_t bytes = detail::bytes_moved(B, H, dt, DType::kInt64);
+      const std::int64_t bytes = detail::bytes_moved(B, H, dt, DType::kInt64, rid);
       const int nsets = int(std::max<std::int64_t>(1, std::min<std::int64_t>(256, (64ll << 20) / std::max<std::int64_t>(bytes, 1))));
       std::vector<Set> sets(nsets);
       for (Set& s : sets) {
@@ -153,26 +176,32 @@ int main(int argc, char** argv) {
             const float f = float(int(rng() % 20001) - 10000) * 1e-3f;
             std::memcpy(&s.q[i], &f, 4);
           }
-        s.out.assign(std::size_t(rows) * 128, 0);
+        s.out.assign(std::size_t(rows * od), 0);
+        s.sf.assign(std::size_t(rows) * 4, 0);
         s.w.assign(std::size_t(rows) * es, 0);
         s.wo.assign(std::size_t(rows), 0.0f);
         s.pos.resize(std::size_t(B));
         for (auto& p : s.pos) p = std::int64_t(rng() % max_pos);
       }
       auto call = [&](Set& s, const Options& opt) {
-        return fused_q_indexer_rope_hadamard_quant(
-            TensorView::contiguous(s.q.data(), dt, {B, H, 128}),
-            TensorView::contiguous(s.out.data(), DType::kFloat8E4M3, {B, H, 128}),
-            TensorView::contiguous(s.w.data(), dt, {B, H}),
-            TensorView::contiguous(s.wo.data(), DType::kFloat32, {B, H, 1}), 0.5f,
-            TensorView::contiguous(freqs.data(), DType::kFloat32, {max_pos, 64}),
-            TensorView::contiguous(s.pos.data(), DType::kInt64, {B}), opt);
+        OpArgs a;
+        a.recipe = rid;
+        a.q_input = TensorView::contiguous(s.q.data(), dt, {B, H, 128});
+        a.q_out = TensorView::contiguous(s.out.data(), qdt, {B, H, od});
+        if (fp4) a.q_scale = TensorView::contiguous(s.sf.data(), DType::kInt32, {B, H});
+        a.weight = TensorView::contiguous(s.w.data(), dt, {B, H});
+        a.weights_out = TensorView::contiguous(s.wo.data(), DType::kFloat32, {B, H, 1});
+        a.weight_scale = 0.5f;
+        a.freqs = TensorView::contiguous(freqs.data(), DType::kFloat32, {max_pos, 64});
+        a.positions = TensorView::contiguous(s.pos.data(), DType::kInt64, {B});
+        return run(a, opt);
       };
       // Reference output of set 0 for the byte check.
       Options ref_opt;
       ref_opt.backend = Backend::kReference;
       if (!call(sets[0], ref_opt).ok()) return 1;
       const std::vector<std::uint8_t> ref_q = sets[0].out;
+      const std::vector<std::uint8_t> ref_sf = sets[0].sf;
       const std::vector<float> ref_w = sets[0].wo;
       for (long long T : threads) {
         // memcpy of the same traffic (half read, half written), same thread count.
@@ -210,15 +239,15 @@ int main(int argc, char** argv) {
             cpu_ns_row = ts[ts.size() / 2] * 1e9 / double(rows);
           }
           ok = ok && call(sets[0], opt).ok();
-          bool exact = ok && sets[0].out == ref_q;
+          bool exact = ok && sets[0].out == ref_q && sets[0].sf == ref_sf;
           for (std::size_t i = 0; exact && i < ref_w.size(); ++i)
             exact = std::memcmp(&sets[0].wo[i], &ref_w[i], 4) == 0;
           failures += !exact;
           const double gbps = double(bytes) / (us * 1e3);
           const double copy_gbps = double(bytes) / (copy_us * 1e3);
-          std::printf(csv ? "%s,%s,%lld,%lld,%lld,%lld,%.3f,%.2f,%.2f,%.3f,%.3f,%.4f,%s\n"
-                          : "%-7s %-5s %6lld %5lld %3lld %7lld %10.3f %9.2f %10.2f %8.3f %9.3f %6.3f %5s\n",
-                      cpu_isa_name(isa), dtype_name(dt), B, H, T,
+          std::printf(csv ? "%s,%s,%s,%lld,%lld,%lld,%lld,%.3f,%.2f,%.2f,%.3f,%.3f,%.4f,%s\n"
+                          : "%-19s %-7s %-5s %6lld %5lld %3lld %7lld %10.3f %9.2f %10.2f %8.3f %9.3f %6.3f %5s\n",
+                      recipe_name(rid), cpu_isa_name(isa), dtype_name(dt), B, H, T,
                       (long long)detail::cpu::inline_row_threshold(), us, us * 1e3 / double(rows), cpu_ns_row, gbps,
                       copy_gbps, gbps / copy_gbps, exact ? "yes" : "NO");
           std::fflush(stdout);
@@ -226,5 +255,6 @@ int main(int argc, char** argv) {
       }
     }
   }
+  }  // recipes
   return failures == 0 ? 0 : 1;
 }

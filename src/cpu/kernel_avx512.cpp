@@ -245,7 +245,9 @@ struct Avx512 {
           o = round_bf16<kDt>(o, c);
         }
         if (R::kFp4) {
-          mb[k] = half_max(_mm512_max_ps(abs_ps(e, c), abs_ps(o, c)));
+          // maxps returns its 2nd operand when either is NaN: the inner max turns a NaN of o
+          // into 0, the outer one ignores a NaN of e.
+          mb[k] = half_max(_mm512_max_ps(abs_ps(e, c), _mm512_max_ps(abs_ps(o, c), _mm512_setzero_ps())));
         } else {
           m0 = _mm512_max_ps(abs_ps(e, c), m0);
           m1 = _mm512_max_ps(abs_ps(o, c), m1);
