@@ -324,4 +324,458 @@ TEST(ReferenceModelCheck, CatchesAWrongRope) {
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// Every recipe: an exact scalar model written from SPEC.md and SPEC-variants.md's text, with its
+// own table of the forms (not recipes.inc, not src/common/row.h), compared with the reference
+// byte for byte. The model's float32 steps are the spec's (explicit fma, ordinary products,
+// butterflies in the stated order); the codecs are written differently from row.h: the bf16
+// rounding point by scaling to an integer in double and nearbyint (ties to even), e4m3fn by the
+// nearest of the 127 values (brute force in double, ties to the even code), UE8M0 by frexp
+// (the smallest power of two >= s), e2m1 by walking the seven thresholds from the top.
+// ---------------------------------------------------------------------------------------
+struct SpecForm {
+  const char* name;
+  bool rope_first64;  // RoPE on dims 0..63 (else 64..127)
+  bool halves;        // freqs [cos x32 | sin x32] (else interleaved (cos, sin))
+  bool hadamard;
+  bool fp4;
+  bool fnuz;
+};
+// SPEC.md (v4_fp8) and SPEC-variants.md, one line per form.
+const SpecForm kSpecForms[] = {
+    {"v4_fp8", false, false, true, false, false},         {"v32_fp8", true, true, false, false, false},
+    {"rope_first_fp8", true, true, true, false, false},   {"v4_fp4", false, false, true, true, false},
+    {"v4_fp8_fnuz", false, false, true, false, true},     {"v32_fp8_fnuz", true, true, false, false, true},
+    {"rope_first_fp8_fnuz", true, true, true, false, true},
+};
+
+const SpecForm* spec_form(RecipeId r) {
+  for (const SpecForm& f : kSpecForms)
+    if (std::string(f.name) == recipe_name(r)) return &f;
+  return nullptr;
+}
+
+// Round to the nearest bf16 value (ties to even) and back; Inf and NaN stay; overflow gives Inf.
+float model_bf16(float f) {
+  if (std::isnan(f) || std::isinf(f) || f == 0.0f) return f;
+  const double a = std::fabs(double(f));
+  int e = 0;
+  std::frexp(a, &e);                                // a in [2^(e-1), 2^e)
+  const int qe = std::max(e - 1, -126) - 7;         // 8 significant bits; bf16 subnormals step 2^-133
+  const double r = std::nearbyint(std::ldexp(a, -qe));  // default rounding: to nearest, ties to even
+  const double v = std::ldexp(r, qe);
+  const double bf16_max = std::ldexp(255.0, 120);   // (2 - 2^-7) * 2^127
+  const float out = v > bf16_max ? INFINITY : float(v);
+  return std::signbit(f) ? -out : out;
+}
+
+// Nearest e4m3fn code of a finite v with |v| <= 448 (ties to the even code); sign kept (-0 -> 0x80).
+int model_e4m3(float v) {
+  const double a = std::fabs(double(v));
+  int best = 0;
+  double bd = INFINITY;
+  for (int k = 0; k <= 126; ++k) {
+    const double d = std::fabs(a - e4m3_value(k));
+    if (d < bd || (d == bd && (k & 1) == 0)) {
+      bd = d;
+      best = k;
+    }
+  }
+  return (std::signbit(v) ? 0x80 : 0) | best;
+}
+
+// UE8M0 byte of a block scale s > 0: the biased exponent of the smallest power of two >= s (255 for Inf).
+int model_ue8m0(float s) {
+  if (std::isinf(s)) return 255;
+  int e = 0;
+  const double fr = std::frexp(double(s), &e);  // s = fr * 2^e, fr in [0.5, 1)
+  const int p = fr == 0.5 ? e - 1 : e;          // 2^p >= s, smallest such
+  return 127 + p;
+}
+// inv: the float with bits (254 - e) << 23 in 32-bit unsigned arithmetic: 2^(127 - e) for
+// e <= 253, and for e = 255 the bits 0xff800000 = -Inf.
+float model_inv(int e) {
+  if (e == 255) return -INFINITY;
+  return float(std::ldexp(1.0, 127 - e));
+}
+// e2m1 code: thresholds strictly below min(|v|, 6) (NaN -> 6); sign 8 only on a nonzero code of v < 0.
+int model_e2m1(float v) {
+  static const float thr[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  const float a = std::isnan(v) ? 6.0f : std::min(std::fabs(v), 6.0f);
+  int code = 7;
+  while (code > 0 && !(a > thr[code - 1])) --code;
+  return (v < 0.0f && code != 0) ? code | 8 : code;
+}
+
+// Inputs by their bit definitions, Inf and NaN included (decode_input above is for finite data).
+float decode_f32(const HostCase& c, const std::vector<std::uint8_t>& buf, std::size_t i) {
+  if (c.dtype != DType::kFloat32) {
+    std::uint16_t h;
+    std::memcpy(&h, buf.data() + 2 * i, 2);
+    const bool bf = c.dtype == DType::kBFloat16;
+    const unsigned emax = bf ? 0xffu : 0x1fu, e = bf ? (h >> 7) & 0xffu : (h >> 10) & 0x1fu;
+    const unsigned m = bf ? h & 0x7fu : h & 0x3ffu;
+    if (e == emax) {
+      const float v = m ? NAN : INFINITY;
+      return (h & 0x8000) ? -v : v;
+    }
+  }
+  return float(decode_input(c, buf, i));  // exact: every finite input value is a float
+}
+
+// The model's outputs for a whole case (same layout as iqtest::Outputs).
+iqtest::Outputs model_outputs(const HostCase& c) {
+  const SpecForm& F = *spec_form(c.recipe);
+  const float k = iqtest::float_of(0x3db504f3u);
+  iqtest::Outputs o;
+  const std::int64_t rows = c.B * c.H;
+  o.q_out.assign(std::size_t(rows * (F.fp4 ? 64 : 128)), 0);
+  if (F.fp4) o.q_sf.assign(std::size_t(rows * 4), 0);
+  o.weights_out.assign(std::size_t(rows), 0.0f);
+  for (std::int64_t b = 0; b < c.B; ++b) {
+    std::int64_t p = 0;
+    if (c.pos_dtype == DType::kInt32) {
+      std::int32_t v;
+      std::memcpy(&v, c.positions.data() + 4 * b, 4);
+      p = v;
+    } else {
+      std::memcpy(&p, c.positions.data() + 8 * b, 8);
+    }
+    const float* fr = c.freqs.data() + p * 64;
+    for (std::int64_t h = 0; h < c.H; ++h) {
+      const std::int64_t r = b * c.H + h;
+      float x[128];
+      for (int i = 0; i < 128; ++i) x[i] = decode_f32(c, c.q_input, std::size_t(r * 128 + i));
+      const int off = F.rope_first64 ? 0 : 64;
+      for (int j = 0; j < 32; ++j) {
+        const float xr = x[off + 2 * j], xi = x[off + 2 * j + 1];
+        const float cs = F.halves ? fr[j] : fr[2 * j], sn = F.halves ? fr[32 + j] : fr[2 * j + 1];
+        const float p1 = xi * sn, p2 = xi * cs;
+        x[off + 2 * j] = std::fma(xr, cs, -p1);
+        x[off + 2 * j + 1] = std::fma(xr, sn, p2);
+      }
+      if (F.fp4)
+        for (int i = off; i < off + 64; ++i) x[i] = model_bf16(x[i]);
+      if (F.hadamard) {
+        for (int hs = 1; hs < 128; hs *= 2)
+          for (int base = 0; base < 128; base += 2 * hs)
+            for (int i = base; i < base + hs; ++i) {
+              const float a = x[i], bb = x[i + hs];
+              x[i] = a + bb;
+              x[i + hs] = a - bb;
+            }
+        for (int i = 0; i < 128; ++i) x[i] = x[i] * k;
+      }
+      const float w = decode_f32(c, c.weight, std::size_t(b * c.weight_stride + h));
+      if (F.fp4) {
+        for (int i = 0; i < 128; ++i) x[i] = model_bf16(x[i]);
+        std::uint32_t sf = 0;
+        for (int blk = 0; blk < 4; ++blk) {
+          float amax = 0.0f;
+          for (int i = 32 * blk; i < 32 * blk + 32; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+          const float s = std::fmax(1e-4f, amax) / 6.0f;
+          const int e = model_ue8m0(s);
+          const float inv = model_inv(e);
+          sf |= std::uint32_t(e) << (8 * blk);
+          for (int i = 32 * blk; i < 32 * blk + 32; i += 2) {
+            const int lo = model_e2m1(x[i] * inv), hi = model_e2m1(x[i + 1] * inv);
+            o.q_out[std::size_t(r * 64 + i / 2)] = std::uint8_t(lo | (hi << 4));
+          }
+        }
+        for (int byte = 0; byte < 4; ++byte) o.q_sf[std::size_t(r * 4 + byte)] = std::uint8_t(sf >> (8 * byte));
+        o.weights_out[std::size_t(r)] = w * c.weight_scale;
+        continue;
+      }
+      float amax = 0.0f;
+      for (int i = 0; i < 128; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+      const float scale = std::fmax(1e-4f, amax) / 448.0f;
+      const float inv = 1.0f / scale;
+      for (int i = 0; i < 128; ++i) {
+        const float v = std::fmax(std::fmin(x[i] * inv, 448.0f), -448.0f);
+        int code = model_e4m3(v);
+        if (F.fnuz && code == 0x80) code = 0;
+        o.q_out[std::size_t(r * 128 + i)] = std::uint8_t(code);
+      }
+      const float wo = (w * c.weight_scale) * scale;
+      o.weights_out[std::size_t(r)] = F.fnuz ? wo * 2.0f : wo;
+    }
+  }
+  return o;
+}
+
+// The model's codecs on their own, against definitions stated once more in other terms.
+TEST(RecipeModelCodecs, Bf16RoundingPoint) {
+  EXPECT_EQ(iqtest::bits_of(model_bf16(iqtest::float_of(0x3f808000u))), 0x3f800000u);  // tie -> even (down)
+  EXPECT_EQ(iqtest::bits_of(model_bf16(iqtest::float_of(0x3f818000u))), 0x3f820000u);  // tie -> even (up)
+  EXPECT_EQ(iqtest::bits_of(model_bf16(iqtest::float_of(0x3f808001u))), 0x3f810000u);
+  EXPECT_EQ(iqtest::bits_of(model_bf16(iqtest::float_of(0x7f7fffffu))), 0x7f800000u);  // overflow -> Inf
+  EXPECT_EQ(iqtest::bits_of(model_bf16(iqtest::float_of(0x7f7f7fffu))), 0x7f7f0000u);
+  EXPECT_EQ(iqtest::bits_of(model_bf16(iqtest::float_of(0x00018000u))), 0x00020000u);  // subnormal tie -> even
+  EXPECT_EQ(iqtest::bits_of(model_bf16(iqtest::float_of(0x80008000u))), 0x80000000u);  // -> -0
+  // against the plain bit rule (round half to even on the low 16 bits) on random finite patterns
+  std::mt19937 rng(3);
+  for (int t = 0; t < 200000; ++t) {
+    const std::uint32_t u = rng();
+    const float f = iqtest::float_of(u);
+    if (!std::isfinite(f)) continue;
+    const std::uint32_t want = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    ASSERT_EQ(iqtest::bits_of(model_bf16(f)), want) << std::hex << u;
+  }
+}
+
+TEST(RecipeModelCodecs, E2m1AndUe8m0) {
+  // ties go to the smaller magnitude; just above goes up; NaN -> 6 (code 7, no sign)
+  const float at[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  for (int c = 0; c < 7; ++c) {
+    EXPECT_EQ(model_e2m1(at[c]), c);
+    EXPECT_EQ(model_e2m1(std::nextafter(at[c], 10.0f)), c + 1);
+    EXPECT_EQ(model_e2m1(-at[c]), c == 0 ? 0 : (c | 8));
+  }
+  EXPECT_EQ(model_e2m1(-0.0f), 0);
+  EXPECT_EQ(model_e2m1(-0.1f), 0);  // sign only on nonzero codes
+  EXPECT_EQ(model_e2m1(NAN), 7);
+  EXPECT_EQ(model_e2m1(-INFINITY), 15);
+  EXPECT_EQ(model_e2m1(100.0f), 7);
+  // UE8M0: exactly a power of two is kept, anything above rounds up
+  EXPECT_EQ(model_ue8m0(1.0f), 127);
+  EXPECT_EQ(model_ue8m0(std::nextafter(1.0f, 2.0f)), 128);
+  EXPECT_EQ(model_ue8m0(0.75f), 127);
+  EXPECT_EQ(model_ue8m0(1e-4f / 6.0f), 127 - 15);  // 1.67e-5 -> 2^-15
+  EXPECT_EQ(model_ue8m0(INFINITY), 255);
+  EXPECT_EQ(iqtest::bits_of(model_inv(255)), 0xff800000u);  // (254 - 255) << 23 in uint32
+  EXPECT_EQ(model_inv(127), 1.0f);
+  EXPECT_EQ(model_inv(253), 0x1p-126f);
+}
+
+// The library's descriptor of each recipe is the spec's form.
+TEST(RecipeModel, DescriptorsMatchTheSpec) {
+  EXPECT_EQ(all_recipes().size(), sizeof kSpecForms / sizeof kSpecForms[0]);
+  for (RecipeId r : all_recipes()) {
+    const SpecForm* f = spec_form(r);
+    ASSERT_NE(f, nullptr) << recipe_name(r) << " is not a form of the spec";
+    const Recipe& d = recipe(r);
+    EXPECT_EQ(d.rope_dims == RopeDims::kFirst64, f->rope_first64) << f->name;
+    EXPECT_EQ(d.freqs_layout == FreqsLayout::kHalves, f->halves) << f->name;
+    EXPECT_EQ(d.hadamard, f->hadamard) << f->name;
+    EXPECT_EQ(d.bf16_after_rope, f->fp4) << f->name;
+    EXPECT_EQ(d.bf16_after_hadamard, f->fp4) << f->name;
+    EXPECT_EQ(d.format == OutFormat::kE2M1, f->fp4) << f->name;
+    EXPECT_EQ(d.format == OutFormat::kE4M3FNUZ, f->fnuz) << f->name;
+    EXPECT_EQ(d.fold == WeightFold::kNoScale, f->fp4) << f->name;
+  }
+}
+
+iqtest::Outputs run_on(const iqtest::BackendUnderTest& be, const HostCase& c) {
+  iqtest::Outputs o;
+  const Status s = iqtest::run_case(be, c, &o, 0xA5);
+  EXPECT_TRUE(s.ok()) << be.name << ": " << s.message();
+  return o;
+}
+
+class RecipeModel : public testing::TestWithParam<RecipeId> {};
+
+// Random cases (with the edge rows of iqtest::random_case: zero, tiny, huge, Inf, NaN, subnormal,
+// FP8 ties, E2M1 thresholds, bf16 ties), every input dtype and both position dtypes.
+TEST_P(RecipeModel, ReferenceMatchesTheModelByteForByte) {
+  const RecipeId r = GetParam();
+  iqtest::BackendUnderTest ref;
+  ref.name = "reference";
+  ref.options.backend = Backend::kReference;
+  std::uint64_t seed = 500 + 17 * std::uint64_t(r);
+  for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+    for (DType pt : {DType::kInt32, DType::kInt64}) {
+      const HostCase c = iqtest::random_case(41, 24, dt, pt, 27, ++seed, r);
+      SCOPED_TRACE(c.describe());
+      const iqtest::Outputs want = model_outputs(c);
+      const iqtest::Outputs got = run_on(ref, c);
+      const iqtest::Comparison cmp = iqtest::compare(got, want, c.H);
+      EXPECT_TRUE(cmp.exact()) << cmp.summary();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, RecipeModel, testing::ValuesIn(all_recipes()),
+                         [](const testing::TestParamInfo<RecipeId>& i) { return std::string(recipe_name(i.param)); });
+
+// The model comparison is not blind: each recipe's model disagrees with the reference run
+// under another recipe of a different form on the same inputs.
+TEST(RecipeModelCheck, CatchesTheWrongForm) {
+  const HostCase c = iqtest::random_case(9, 8, DType::kFloat32, DType::kInt64, 8, 99, RecipeId::kV32Fp8);
+  iqtest::BackendUnderTest ref;
+  ref.options.backend = Backend::kReference;
+  for (RecipeId a : all_recipes()) {
+    for (RecipeId b : all_recipes()) {
+      if (a == b || (recipe(a).format == OutFormat::kE2M1) != (recipe(b).format == OutFormat::kE2M1)) continue;
+      HostCase ca = c, cb = c;
+      ca.recipe = a;
+      cb.recipe = b;
+      const iqtest::Comparison cmp = iqtest::compare(run_on(ref, cb), model_outputs(ca), c.H);
+      EXPECT_FALSE(cmp.exact()) << recipe_name(a) << " vs " << recipe_name(b);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// FP4 by hand: rows whose expected bytes are written out here, through every backend.
+// ---------------------------------------------------------------------------------------
+// One token (position 0: cos 1, sin 0, RoPE changes nothing), fp32 rows, weight 1, weight_scale 1.
+HostCase fp4_rows(const std::vector<std::vector<float>>& rows) {
+  HostCase c = iqtest::blank_case(1, std::int64_t(rows.size()), DType::kFloat32, DType::kInt64,
+                                  std::int64_t(rows.size()), 4, RecipeId::kV4Fp4);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    for (int i = 0; i < 128; ++i) iqtest::store_as(c.q_input, c.dtype, r * 128 + i, rows[r][i]);
+    iqtest::store_as(c.weight, c.dtype, r, -1.5f);
+  }
+  c.weight_scale = 0.5f;
+  return c;
+}
+
+// x[0] = a, x[j] = b: after the Hadamard y[i] = (a + s_ij b) k with s_ij = (-1)^popcount(i & j);
+// a, b chosen so that bf16((a + b) k) = P and bf16((a - b) k) = N.
+std::vector<float> two_spikes(double P, double N, int j) {
+  const double k = double(iqtest::float_of(0x3db504f3u));
+  std::vector<float> row(128, 0.0f);
+  row[0] = float(0.5 * (P + N) / k);
+  row[j] = float(0.5 * (P - N) / k);
+  return row;
+}
+
+TEST(Fp4ByHand, ThresholdsNibblesScalesAndSigns) {
+  std::vector<std::vector<float>> rows;
+  // row 0: even dims 3.5 * 2^-3, odd dims -1.25 * 2^-3 (j = 1: s = (-1)^(i & 1)). amax 0.4375:
+  //   s = 0.4375 / 6 -> 2^-3 (e = 124), v = 3.5 and -1.25: both ties, to the smaller magnitude:
+  //   codes 5 (3.0) and 8 | 2 (-1.0); byte = 0x5 | 0xA << 4 = 0xA5. Every block the same.
+  rows.push_back(two_spikes(3.5 / 8, -1.25 / 8, 1));
+  // row 1: the same, a hair above the thresholds in the odd dims (-1.25 -> one bf16 step more).
+  rows.push_back(two_spikes(3.5 / 8, -(1.25 + 1.0 / 128) / 8, 1));
+  // row 2: even dims 6 * 2^4 (amax / 6 is exactly 2^4: e = 131, no rounding up), odd dims
+  //   -0.1 * 2^4 (code 0, no sign bit): v = 6 -> 7; byte 0x07.
+  rows.push_back(two_spikes(96.0, -1.6, 1));
+  // row 3: a single +Inf at dim 0: every y = +Inf, amax = Inf, e = 255, inv = -Inf, v = -Inf:
+  //   code 7 | 8 on every nibble (0xff), q_sf = 0xffffffff.
+  {
+    std::vector<float> r(128, 0.0f);
+    r[0] = INFINITY;
+    rows.push_back(r);
+  }
+  // row 4: a single -Inf: v = +Inf: code 7 everywhere (0x77), q_sf 0xffffffff.
+  {
+    std::vector<float> r(128, 0.0f);
+    r[0] = -INFINITY;
+    rows.push_back(r);
+  }
+  // row 5: zeros (dim 5 = -0): scale floor 1e-4 / 6 -> 2^-15 (e = 112); codes 0, no sign.
+  {
+    std::vector<float> r(128, 0.0f);
+    r[5] = -0.0f;
+    rows.push_back(r);
+  }
+  // row 6: a NaN at dim 3: every y NaN, amax ignores NaN (0, floor: e = 112), v NaN -> 6, code 7, no sign.
+  {
+    std::vector<float> r(128, 1.0f);
+    r[3] = NAN;
+    rows.push_back(r);
+  }
+  // row 7: j = 32: s = +1 for blocks 0 (dims 0..31) and 2 (64..95), -1 for blocks 1 and 3:
+  //   block values 5 * 2^2 and -0.75 * 2^2: blocks 0, 2 -> e = 127 + 2 (s = 20/6 -> 4), v = 5.0
+  //   is a tie: six thresholds strictly below, code 6 (4.0), not 7 (6.0) -> byte 0x66; blocks 1, 3 -> amax 3: s = 0.5 -> e = 126, inv = 2:
+  //   v = -6 -> 8 | 7 -> byte 0xff.
+  rows.push_back(two_spikes(20.0, -3.0, 32));
+  const HostCase c = fp4_rows(rows);
+  for (const auto& be : iqtest::backends_under_test({1, 2})) {
+    SCOPED_TRACE(be.name);
+    const iqtest::Outputs o = run_on(be, c);
+    ASSERT_EQ(o.q_out.size(), rows.size() * 64);
+    ASSERT_EQ(o.q_sf.size(), rows.size() * 4);
+    auto sf = [&](std::size_t r) {  // q_sf as the int32 it is (little-endian bytes)
+      return std::uint32_t(o.q_sf[r * 4]) | std::uint32_t(o.q_sf[r * 4 + 1]) << 8 |
+             std::uint32_t(o.q_sf[r * 4 + 2]) << 16 | std::uint32_t(o.q_sf[r * 4 + 3]) << 24;
+    };
+    auto row_bytes = [&](std::size_t r, std::uint8_t want_lo_blocks, std::uint8_t want_hi_blocks, bool alt) {
+      for (int m = 0; m < 64; ++m) {
+        const bool odd_block = (m / 16) & 1;
+        const std::uint8_t want = alt && odd_block ? want_hi_blocks : want_lo_blocks;
+        ASSERT_EQ(int(o.q_out[r * 64 + m]), int(want)) << "row " << r << " byte " << m;
+      }
+    };
+    row_bytes(0, 0xA5, 0xA5, false);
+    EXPECT_EQ(sf(0), 0x7c7c7c7cu);
+    row_bytes(1, 0xB5, 0xB5, false);  // -1.2578 > 1.25: code 3 (1.5), sign: 0xB
+    EXPECT_EQ(sf(1), 0x7c7c7c7cu);
+    row_bytes(2, 0x07, 0x07, false);
+    EXPECT_EQ(sf(2), 0x83838383u);
+    row_bytes(3, 0xff, 0xff, false);
+    EXPECT_EQ(sf(3), 0xffffffffu);
+    row_bytes(4, 0x77, 0x77, false);
+    EXPECT_EQ(sf(4), 0xffffffffu);
+    row_bytes(5, 0x00, 0x00, false);
+    EXPECT_EQ(sf(5), 0x70707070u);
+    row_bytes(6, 0x77, 0x77, false);
+    EXPECT_EQ(sf(6), 0x70707070u);
+    row_bytes(7, 0x66, 0xff, true);
+    EXPECT_EQ(sf(7), 0x7e817e81u);
+    for (std::size_t r = 0; r < rows.size(); ++r)  // weights_out = weight * weight_scale, no scale
+      EXPECT_EQ(o.weights_out[r], -0.75f) << r;
+    // and the model agrees
+    EXPECT_TRUE(iqtest::compare(o, model_outputs(c), c.H).exact()) << iqtest::compare(o, model_outputs(c), c.H).summary();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// FNUZ: the FN result re-encoded (0x80 -> 0x00, weights_out x 2), so dequant(q) * weights_out
+// is unchanged (SGLang's check: q_fnuz.float() * w_fnuz == q_fn.float() * w_fn exactly).
+// ---------------------------------------------------------------------------------------
+// float8_e4m3fnuz, by its own definition: bias 8, no infinities, 0x80 is NaN; e = 0 -> m * 2^-10.
+double e4m3fnuz_value(int code) {
+  if (code == 0x80) return NAN;
+  const int e = (code >> 3) & 15, m = code & 7;
+  const double mag = e == 0 ? std::ldexp(double(m), -10) : std::ldexp(1.0 + m / 8.0, e - 8);
+  return (code & 0x80) ? -mag : mag;
+}
+
+TEST(Fnuz, SameProductsAsFn) {
+  const std::pair<RecipeId, RecipeId> pairs[] = {{RecipeId::kV4Fp8, RecipeId::kV4Fp8Fnuz},
+                                                 {RecipeId::kV32Fp8, RecipeId::kV32Fp8Fnuz},
+                                                 {RecipeId::kRopeFirstFp8, RecipeId::kRopeFirstFp8Fnuz}};
+  for (const auto& pr : pairs) {
+    for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
+      const HostCase fn_case = iqtest::random_case(37, 16, dt, DType::kInt64, 16, 4000 + int(pr.first), pr.first);
+      HostCase fnuz_case = fn_case;
+      fnuz_case.recipe = pr.second;
+      for (const auto& be : iqtest::backends_under_test({1, 3})) {
+        SCOPED_TRACE(std::string(recipe_name(pr.second)) + " " + dtype_name(dt) + " " + be.name);
+        const iqtest::Outputs fn = run_on(be, fn_case), fz = run_on(be, fnuz_case);
+        ASSERT_EQ(fn.q_out.size(), fz.q_out.size());
+        std::int64_t zeros = 0, bad = 0;
+        for (std::size_t i = 0; i < fn.q_out.size(); ++i) {
+          zeros += fn.q_out[i] == 0x80;
+          const std::uint8_t want = fn.q_out[i] == 0x80 ? 0x00 : fn.q_out[i];
+          if (fz.q_out[i] != want && bad++ < 3) ADD_FAILURE() << "byte " << i;
+          ASSERT_NE(fz.q_out[i], 0x80) << "NaN code in fnuz output";
+        }
+        EXPECT_EQ(bad, 0);
+        EXPECT_GT(zeros, 0) << "the case should hold negative zeros";
+        for (std::size_t r = 0; r < fn.weights_out.size(); ++r) {
+          const float wfn = fn.weights_out[r], wfz = fz.weights_out[r];
+          if (std::isnan(wfn)) {
+            EXPECT_TRUE(std::isnan(wfz)) << r;
+            continue;
+          }
+          ASSERT_EQ(iqtest::bits_of(wfz), iqtest::bits_of(wfn * 2.0f)) << r;
+          // dequant(q) * w, exactly equal, in float32 (SGLang's check) and in double
+          for (int i = 0; i < 128; ++i) {
+            const std::size_t at = r * 128 + i;
+            const float dfn = float(e4m3_value(fn.q_out[at])), dfz = float(e4m3fnuz_value(fz.q_out[at]));
+            // == as in SGLang's check (-0 == +0: the one code that changes); 0 * Inf is NaN on both sides
+            const float fz32 = dfz * wfz, fn32 = dfn * wfn;
+            ASSERT_TRUE(fz32 == fn32 || (std::isnan(fz32) && std::isnan(fn32))) << "row " << r << " i " << i;
+            const double pz = double(dfz) * double(wfz), pn = double(dfn) * double(wfn);
+            ASSERT_TRUE(pz == pn || (std::isnan(pz) && std::isnan(pn))) << "row " << r << " i " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace

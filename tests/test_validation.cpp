@@ -491,4 +491,383 @@ TEST_F(Validation, EmptyBatchIsValidAndWritesNothing) {
   EXPECT_TRUE(arena_ == before);
 }
 
+
+// ---------------------------------------------------------------------------------------
+// Every recipe through OpArgs: validate(OpArgs) / run(OpArgs). The output tensors are the
+// recipe's: q_fp8 (B, H, 128) fp8_e4m3fn | fp8_e4m3fnuz | uint8 | int8 and an empty q_scale for
+// FP8 recipes; q_fp4 (B, H, 64) uint8 | int8 and q_sf (B, H) int32 contiguous for FP4. Same rules
+// as above: the code, a message naming the argument, validate() agreeing with run(), and not one
+// byte of the arena changed on an error.
+// ---------------------------------------------------------------------------------------
+namespace rv {
+
+constexpr std::size_t kQ = 0;              // q_input: 3072 bytes; region 4096
+constexpr std::size_t kO = kQ + 4096;      // q_out: up to 1536 bytes; region 3072
+constexpr std::size_t kS = kO + 3072;      // q_sf: 48 bytes; region 256
+constexpr std::size_t kW = kS + 256;       // weight: 24 bytes; region 256
+constexpr std::size_t kWO = kW + 256;      // weights_out: 48 bytes; region 256
+constexpr std::size_t kFR = kWO + 256;     // freqs: 4096 bytes; region 4096
+constexpr std::size_t kP = kFR + 4096;     // positions: region 64
+constexpr std::size_t kSpare = kP + 64;    // 4096
+constexpr std::size_t kArena = kSpare + 4096;
+
+struct RArgs {
+  OpArgs a;
+  Options opt;
+};
+
+class RecipeValidation : public testing::TestWithParam<RecipeId> {
+ protected:
+  void SetUp() override {
+    arena_.assign(kArena / 8 + 1, 0);
+    reset();
+  }
+  std::uint8_t* at(std::size_t off) { return reinterpret_cast<std::uint8_t*>(arena_.data()) + off; }
+  RecipeId rid() const { return GetParam(); }
+  const Recipe& rec() const { return recipe(rid()); }
+  bool fp4() const { return rec().format == OutFormat::kE2M1; }
+  bool fnuz() const { return rec().format == OutFormat::kE4M3FNUZ; }
+  std::int64_t od() const { return fp4() ? 64 : 128; }
+  std::string out_name() const { return fp4() ? "q_fp4" : "q_fp8"; }
+  DType own_dtype() const {
+    return fp4() ? DType::kUInt8 : fnuz() ? DType::kFloat8E4M3FNUZ : DType::kFloat8E4M3;
+  }
+
+  void reset() {
+    std::memset(at(0), 0, kArena);
+    for (std::int64_t i = 0; i < kB * kH * 128; ++i) {
+      const std::uint16_t v = iqtest::to_bf16(float((i * 37) % 11) - 5.0f);
+      std::memcpy(at(kQ) + 2 * i, &v, 2);
+    }
+    for (std::int64_t i = 0; i < 64; ++i) {
+      const std::uint16_t v = iqtest::to_bf16(0.25f * float(i + 1));
+      std::memcpy(at(kW) + 2 * i, &v, 2);
+    }
+    const std::vector<float> fr = iqtest::rope_freqs(kMaxPos, 10000.0, rec().freqs_layout);
+    std::memcpy(at(kFR), fr.data(), fr.size() * 4);
+    const std::int64_t p[3] = {0, 7, kMaxPos - 1};
+    std::memcpy(at(kP), p, sizeof p);
+    std::memset(at(kQ + 3072), kSentinel, 4096 - 3072);
+    std::memset(at(kO), kSentinel, 3072);
+    std::memset(at(kS), kSentinel, 256);
+    std::memset(at(kWO), kSentinel, 256);
+    std::memset(at(kSpare), kSentinel, 4096);
+  }
+
+  RArgs valid() {
+    RArgs r;
+    OpArgs& a = r.a;
+    a.recipe = rid();
+    a.q_input = TensorView::contiguous(at(kQ), DType::kBFloat16, {kB, kH, 128});
+    a.q_out = TensorView::contiguous(at(kO), own_dtype(), {kB, kH, od()});
+    if (fp4()) a.q_scale = TensorView::contiguous(at(kS), DType::kInt32, {kB, kH});
+    a.weight = TensorView::contiguous(at(kW), DType::kBFloat16, {kB, kH});
+    a.weights_out = TensorView::contiguous(at(kWO), DType::kFloat32, {kB, kH, 1});
+    a.weight_scale = 0.5f;
+    a.freqs = TensorView::contiguous(at(kFR), DType::kFloat32, {kMaxPos, 64});
+    a.positions = TensorView::contiguous(at(kP), DType::kInt64, {kB});
+    r.opt.backend = Backend::kReference;
+    return r;
+  }
+
+  void expect_error(const std::string& what, const std::function<void(RArgs&)>& mutate,
+                    std::vector<std::string> needles, StatusCode code = StatusCode::kInvalidArgument) {
+    SCOPED_TRACE(std::string(rec().name) + ": " + what);
+    reset();
+    RArgs r = valid();
+    mutate(r);
+    const std::vector<std::uint64_t> before = arena_;
+    const Status sv = validate(r.a, r.opt);
+    EXPECT_TRUE(arena_ == before) << "validate() changed memory";
+    for (Backend b : {Backend::kReference, Backend::kCpu}) {
+      r.opt.backend = b;
+      const Status so = run(r.a, r.opt);
+      EXPECT_TRUE(arena_ == before) << "run() changed memory although it failed (" << backend_name(b) << ")";
+      EXPECT_EQ(int(so.code()), int(code)) << so.message();
+      EXPECT_EQ(so.message().rfind("indexer_q: ", 0), 0u) << so.message();
+      for (const std::string& n : needles)
+        EXPECT_NE(so.message().find(n), std::string::npos) << "message '" << so.message() << "' lacks '" << n << "'";
+      EXPECT_EQ(int(sv.code()), int(so.code()));
+      EXPECT_EQ(sv.message(), so.message());
+    }
+  }
+
+  // A valid call: validate() and run() say ok; run() writes q_out, q_sf (FP4) and weights_out.
+  // Returns the bytes written to q_out, q_sf and weights_out.
+  std::vector<std::uint8_t> expect_ok(const std::string& what, const std::function<void(RArgs&)>& mutate,
+                                      Backend backend = Backend::kReference) {
+    SCOPED_TRACE(std::string(rec().name) + ": " + what);
+    reset();
+    RArgs r = valid();
+    r.opt.backend = backend;
+    mutate(r);
+    const Status sv = validate(r.a, r.opt);
+    EXPECT_TRUE(sv.ok()) << sv.message();
+    const Status so = run(r.a, r.opt);
+    EXPECT_TRUE(so.ok()) << so.message();
+    std::vector<std::uint8_t> out;
+    auto grab = [&](const TensorView& t, std::size_t n) {
+      const std::uint8_t* p = static_cast<const std::uint8_t*>(t.data);
+      int written = 0;
+      for (std::size_t i = 0; i < n; ++i) written += p[i] != kSentinel;
+      EXPECT_GT(written, 0) << "output not written";
+      out.insert(out.end(), p, p + n);
+    };
+    grab(r.a.q_out, std::size_t(kB * kH * od()));
+    if (fp4()) grab(r.a.q_scale, std::size_t(kB * kH * 4));
+    grab(r.a.weights_out, std::size_t(kB * kH * 4));
+    // nothing beyond the outputs: the rest of the output regions keeps the sentinel
+    for (std::size_t i = std::size_t(kB * kH * od()); i < 3072; ++i)
+      if (static_cast<std::uint8_t*>(r.a.q_out.data) == at(kO)) EXPECT_EQ(at(kO)[i], kSentinel) << i;
+    for (std::size_t i = 48; i < 256; ++i) EXPECT_EQ(at(kS)[i], kSentinel) << i;
+    return out;
+  }
+
+  std::vector<std::uint64_t> arena_;
+};
+
+TEST_P(RecipeValidation, ValidCallsAndRawCodeDtypes) {
+  const std::vector<std::uint8_t> ref = expect_ok("baseline", [](RArgs&) {});
+  EXPECT_EQ(expect_ok("cpu backend", [](RArgs&) {}, Backend::kCpu), ref);
+  EXPECT_EQ(expect_ok("int32 positions", [&](RArgs& r) {
+    const std::int32_t p[3] = {0, 7, kMaxPos - 1};
+    std::memcpy(at(kP), p, sizeof p);
+    r.a.positions = TensorView::contiguous(at(kP), DType::kInt32, {kB});
+  }), ref);
+  // uint8 / int8 raw codes: accepted, and the same bytes as the recipe's own dtype
+  for (DType dt : {DType::kUInt8, DType::kInt8}) {
+    EXPECT_EQ(expect_ok(std::string("q_out ") + dtype_name(dt), [&](RArgs& r) { r.a.q_out.dtype = dt; }), ref);
+    EXPECT_EQ(expect_ok(std::string("q_out ") + dtype_name(dt) + " cpu", [&](RArgs& r) { r.a.q_out.dtype = dt; },
+                        Backend::kCpu),
+              ref);
+  }
+  if (!fp4()) {
+    // an FP8 recipe with q_sf explicitly empty (default-constructed) is what valid() builds
+    reset();
+    RArgs r = valid();
+    EXPECT_EQ(r.a.q_scale.ndim, 0);
+    EXPECT_EQ(r.a.q_scale.data, nullptr);
+  }
+  EXPECT_EQ(expect_ok("weight row stride H + 5", [&](RArgs& r) {
+    r.a.weight = TensorView::strided(at(kW), DType::kBFloat16, {kB, kH}, {kH + 5, 1});
+  }).size(), ref.size());
+}
+
+TEST_P(RecipeValidation, OutputDtypes) {
+  std::vector<DType> bad = {DType::kBFloat16, DType::kFloat32, DType::kInt32, DType::kInt64};
+  if (fp4()) {
+    bad.push_back(DType::kFloat8E4M3);
+    bad.push_back(DType::kFloat8E4M3FNUZ);
+  } else {
+    bad.push_back(fnuz() ? DType::kFloat8E4M3 : DType::kFloat8E4M3FNUZ);  // fn / fnuz mismatch
+  }
+  for (DType dt : bad) {
+    std::vector<std::string> needles = {out_name(), std::string("got ") + dtype_name(dt)};
+    if (fp4()) {
+      needles.push_back("uint8 or int8");
+    } else {
+      needles.push_back(std::string("expected dtype ") + (fnuz() ? "fp8_e4m3fnuz" : "fp8_e4m3fn "));
+      needles.push_back(rec().name);
+    }
+    expect_error(std::string("q_out ") + dtype_name(dt), [&](RArgs& r) { r.a.q_out.dtype = dt; }, needles);
+  }
+}
+
+TEST_P(RecipeValidation, OutputShapesAndStrides) {
+  const std::string want = fp4() ? "(3, 4, 64)" : "(3, 4, 128)";
+  const std::int64_t other = fp4() ? 128 : 64;
+  for (auto sizes : {std::vector<std::int64_t>{kB, kH, other}, {kB, kH, 32}, {kB - 1, kH, od()}, {kB, kH + 1, od()}}) {
+    expect_error("q_out shape", [&](RArgs& r) {
+      r.a.q_out = TensorView::contiguous(at(kO), own_dtype(), {sizes[0], sizes[1], sizes[2]});
+    }, {out_name(), "expected shape " + want});
+  }
+  expect_error("q_out rank 2", [&](RArgs& r) {
+    r.a.q_out = TensorView::contiguous(at(kO), own_dtype(), {kB * kH, od()});
+  }, {out_name(), "expected shape " + want});
+  for (auto st : {std::vector<std::int64_t>{kH * od(), od(), 2}, {kH * 2 * od(), 2 * od(), 1},
+                  {kH * od() + od(), od(), 1}}) {
+    expect_error("q_out strides", [&](RArgs& r) {
+      r.a.q_out = TensorView::strided(at(kO), own_dtype(), {kB, kH, od()}, {st[0], st[1], st[2]});
+    }, {out_name(), "unsupported strides"});
+  }
+  expect_error("q_out null", [&](RArgs& r) { r.a.q_out.data = nullptr; }, {out_name(), "null"});
+  expect_error("q_out on cuda", [&](RArgs& r) { r.a.q_out.device = Device{DeviceType::kCUDA, 0}; },
+               {out_name(), "expected the device of q_input"});
+  expect_error("q_out over q_input", [&](RArgs& r) { r.a.q_out.data = at(kQ + 100); },
+               {out_name(), "overlaps q_input"});
+  expect_error("q_out over weights_out", [&](RArgs& r) { r.a.q_out.data = at(kWO - 10); },
+               {out_name(), "overlaps weights_out"});
+}
+
+TEST_P(RecipeValidation, BlockScales) {
+  const Device cuda0{DeviceType::kCUDA, 0};
+  if (!fp4()) {
+    // FP8 recipes have no q_sf: anything but an empty view is refused, naming q_sf
+    expect_error("q_sf given", [&](RArgs& r) {
+      r.a.q_scale = TensorView::contiguous(at(kS), DType::kInt32, {kB, kH});
+    }, {"q_sf", rec().name, "empty view"});
+    expect_error("q_sf data without dims", [&](RArgs& r) { r.a.q_scale.data = at(kS); }, {"q_sf", "empty"});
+    expect_error("q_sf dims without data", [&](RArgs& r) {
+      r.a.q_scale = TensorView::contiguous(nullptr, DType::kInt32, {kB, kH});
+    }, {"q_sf", "empty"});
+    return;
+  }
+  expect_error("q_sf missing", [&](RArgs& r) { r.a.q_scale = TensorView{}; }, {"q_sf", "(3, 4)"});
+  for (DType dt : {DType::kUInt8, DType::kInt8, DType::kInt64, DType::kFloat32, DType::kFloat8E4M3}) {
+    expect_error(std::string("q_sf ") + dtype_name(dt), [&](RArgs& r) { r.a.q_scale.dtype = dt; },
+                 {"q_sf", "expected dtype int32", std::string("got ") + dtype_name(dt)});
+  }
+  for (auto sizes : {std::vector<std::int64_t>{kB, kH, 4}, {kB, kH + 1}, {kB + 1, kH}, {kB * kH}, {kB, 1}}) {
+    expect_error("q_sf shape", [&](RArgs& r) {
+      TensorView& t = r.a.q_scale;
+      t = sizes.size() == 3 ? TensorView::contiguous(at(kS), DType::kInt32, {sizes[0], sizes[1], sizes[2]})
+          : sizes.size() == 2 ? TensorView::contiguous(at(kS), DType::kInt32, {sizes[0], sizes[1]})
+                              : TensorView::contiguous(at(kS), DType::kInt32, {sizes[0]});
+    }, {"q_sf", "expected shape (3, 4)"});
+  }
+  for (auto st : {std::vector<std::int64_t>{kH + 1, 1}, {2 * kH, 2}, {1, kB}}) {
+    expect_error("q_sf strides", [&](RArgs& r) {
+      r.a.q_scale = TensorView::strided(at(kS), DType::kInt32, {kB, kH}, {st[0], st[1]});
+    }, {"q_sf", "unsupported strides"});
+  }
+  expect_error("q_sf null", [&](RArgs& r) { r.a.q_scale.data = nullptr; }, {"q_sf", "null"});
+  expect_error("q_sf on cuda", [&](RArgs& r) { r.a.q_scale.device = cuda0; },
+               {"q_sf", "expected the device of q_input (cpu), got cuda:0"});
+  expect_error("q_sf over q_fp4", [&](RArgs& r) { r.a.q_scale.data = at(kO + 16); }, {"overlaps", "q_sf"});
+  expect_error("q_sf over q_input", [&](RArgs& r) { r.a.q_scale.data = at(kQ + 8); }, {"q_sf", "overlaps q_input"});
+  expect_error("q_sf over weights_out", [&](RArgs& r) { r.a.q_scale.data = at(kWO + 4); },
+               {"q_sf", "overlaps weights_out"});
+  expect_error("q_sf over positions", [&](RArgs& r) { r.a.q_scale.data = at(kP); }, {"q_sf", "overlaps positions"});
+  expect_error("q_sf over freqs", [&](RArgs& r) { r.a.q_scale.data = at(kFR + 64); }, {"q_sf", "overlaps freqs"});
+}
+
+// The shared checks still name their arguments under every recipe.
+TEST_P(RecipeValidation, SharedChecks) {
+  expect_error("position out of range", [&](RArgs&) {
+    const std::int64_t p[3] = {0, kMaxPos, 1};
+    std::memcpy(at(kP), p, sizeof p);
+  }, {"positions", "positions[1] = 16"});
+  expect_error("weight dtype", [&](RArgs& r) { r.a.weight.dtype = DType::kFloat16; }, {"weight", "dtype of q_input"});
+  expect_error("freqs shape", [&](RArgs& r) {
+    r.a.freqs = TensorView::contiguous(at(kFR), DType::kFloat32, {kMaxPos, 32});
+  }, {"freqs", "(max_pos, 64)", rec().name});
+  expect_error("q_input head dim", [&](RArgs& r) {
+    r.a.q_input = TensorView::contiguous(at(kQ), DType::kBFloat16, {kB, kH, 64});
+  }, {"q_input", "head dim must be 128"});
+  expect_error("weights_out dtype", [&](RArgs& r) { r.a.weights_out.dtype = DType::kBFloat16; },
+               {"weights_out", "fp32"});
+  expect_error("num_threads -1", [&](RArgs& r) { r.opt.num_threads = -1; }, {"options.num_threads"});
+}
+
+TEST_P(RecipeValidation, EmptyBatchIsValidAndWritesNothing) {
+  reset();
+  RArgs r = valid();
+  r.a.q_input = TensorView::contiguous(at(kQ), DType::kBFloat16, {0, kH, 128});
+  r.a.q_out = TensorView::contiguous(at(kO), own_dtype(), {0, kH, od()});
+  if (fp4()) r.a.q_scale = TensorView::contiguous(at(kS), DType::kInt32, {0, kH});
+  r.a.weight = TensorView::contiguous(at(kW), DType::kBFloat16, {0, kH});
+  r.a.weights_out = TensorView::contiguous(at(kWO), DType::kFloat32, {0, kH, 1});
+  r.a.positions = TensorView::contiguous(at(kP), DType::kInt64, {0});
+  const std::vector<std::uint64_t> before = arena_;
+  for (Backend b : {Backend::kReference, Backend::kCpu, Backend::kAuto}) {
+    r.opt.backend = b;
+    EXPECT_TRUE(validate(r.a, r.opt).ok()) << validate(r.a, r.opt).message();
+    EXPECT_TRUE(run(r.a, r.opt).ok()) << run(r.a, r.opt).message();
+    EXPECT_TRUE(arena_ == before);
+  }
+  RArgs n = r;  // null pointers everywhere
+  for (TensorView* v : {&n.a.q_input, &n.a.q_out, &n.a.weight, &n.a.weights_out, &n.a.freqs, &n.a.positions})
+    v->data = nullptr;
+  if (fp4()) n.a.q_scale.data = nullptr;
+  EXPECT_TRUE(run(n.a, n.opt).ok()) << run(n.a, n.opt).message();
+  // ... but B = 0 does not excuse a wrong q_sf
+  if (fp4()) {
+    RArgs bad = r;
+    bad.a.q_scale = TensorView::contiguous(at(kS), DType::kInt32, {0, kH + 1});
+    EXPECT_EQ(run(bad.a, bad.opt).code(), StatusCode::kInvalidArgument);
+    bad.a.q_scale = TensorView{};
+    EXPECT_EQ(run(bad.a, bad.opt).code(), StatusCode::kInvalidArgument);
+  } else {
+    RArgs bad = r;
+    bad.a.q_scale = TensorView::contiguous(at(kS), DType::kInt32, {0, kH});
+    EXPECT_EQ(run(bad.a, bad.opt).code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(arena_ == before);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, RecipeValidation, testing::ValuesIn(all_recipes()),
+                         [](const testing::TestParamInfo<RecipeId>& i) { return std::string(recipe_name(i.param)); });
+
+// Unknown recipe ids (an int cast by a binding): an argument error naming "recipe" that lists the
+// known names; nothing written, whatever the other arguments say.
+TEST(RecipeValidationIds, UnknownRecipeId) {
+  std::vector<int> ids = {-1, 99, 1 << 20};
+  ids.push_back(int(all_recipes().size()));  // one past the list
+  for (int id : ids) {
+    SCOPED_TRACE(id);
+    std::vector<std::uint8_t> q(kB * kH * 128 * 2, 0), out(kB * kH * 128, kSentinel), w(kB * kH * 2, 0),
+        wo(kB * kH * 4, kSentinel);
+    const std::vector<float> fr = iqtest::rope_freqs(kMaxPos);
+    const std::int64_t pos[3] = {0, 1, 2};
+    OpArgs a;
+    a.recipe = static_cast<RecipeId>(id);
+    a.q_input = TensorView::contiguous(q.data(), DType::kBFloat16, {kB, kH, 128});
+    a.q_out = TensorView::contiguous(out.data(), DType::kFloat8E4M3, {kB, kH, 128});
+    a.weight = TensorView::contiguous(w.data(), DType::kBFloat16, {kB, kH});
+    a.weights_out = TensorView::contiguous(wo.data(), DType::kFloat32, {kB, kH, 1});
+    a.freqs = TensorView::contiguous(fr.data(), DType::kFloat32, {kMaxPos, 64});
+    a.positions = TensorView::contiguous(pos, DType::kInt64, {kB});
+    const Status sv = validate(a);
+    const Status so = run(a);
+    EXPECT_EQ(so.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(sv.message(), so.message());
+    EXPECT_NE(so.message().find("recipe"), std::string::npos) << so.message();
+    EXPECT_NE(so.message().find("unknown recipe id " + std::to_string(id)), std::string::npos) << so.message();
+    for (RecipeId r : all_recipes())
+      EXPECT_NE(so.message().find(recipe_name(r)), std::string::npos) << so.message();
+    EXPECT_EQ(out, std::vector<std::uint8_t>(out.size(), kSentinel));
+    EXPECT_EQ(wo, std::vector<std::uint8_t>(wo.size(), kSentinel));
+  }
+}
+
+// The historical signature is the v4_fp8 recipe: same verdicts and messages as OpArgs.
+TEST(RecipeValidationIds, LegacySignatureIsV4Fp8) {
+  std::vector<std::uint8_t> q(kB * kH * 128 * 2, 0), out(kB * kH * 128, kSentinel), w(kB * kH * 2, 0),
+      wo(kB * kH * 4, kSentinel);
+  const std::vector<float> fr = iqtest::rope_freqs(kMaxPos);
+  std::int64_t pos[3] = {0, 1, 2};
+  OpArgs a;
+  a.q_input = TensorView::contiguous(q.data(), DType::kBFloat16, {kB, kH, 128});
+  a.q_out = TensorView::contiguous(out.data(), DType::kFloat8E4M3, {kB, kH, 128});
+  a.weight = TensorView::contiguous(w.data(), DType::kBFloat16, {kB, kH});
+  a.weights_out = TensorView::contiguous(wo.data(), DType::kFloat32, {kB, kH, 1});
+  a.weight_scale = 0.25f;
+  a.freqs = TensorView::contiguous(fr.data(), DType::kFloat32, {kMaxPos, 64});
+  a.positions = TensorView::contiguous(pos, DType::kInt64, {kB});
+  EXPECT_EQ(a.recipe, RecipeId::kV4Fp8);
+  auto legacy = [&](const OpArgs& x) {
+    return validate(x.q_input, x.q_out, x.weight, x.weights_out, x.weight_scale, x.freqs, x.positions);
+  };
+  EXPECT_TRUE(legacy(a).ok());
+  EXPECT_TRUE(validate(a).ok());
+  OpArgs b = a;
+  b.q_out.dtype = DType::kFloat8E4M3FNUZ;
+  EXPECT_FALSE(legacy(b).ok());
+  EXPECT_EQ(legacy(b).message(), validate(b).message());
+  EXPECT_NE(legacy(b).message().find("q_fp8"), std::string::npos);
+  b = a;
+  pos[2] = kMaxPos;
+  EXPECT_EQ(legacy(b).message(), validate(b).message());
+  EXPECT_NE(legacy(b).message().find("positions[2]"), std::string::npos);
+  pos[2] = 2;
+  // raw codes through the legacy signature too
+  b.q_out.dtype = DType::kUInt8;
+  EXPECT_TRUE(legacy(b).ok()) << legacy(b).message();
+  EXPECT_TRUE(fused_q_indexer_rope_hadamard_quant(b.q_input, b.q_out, b.weight, b.weights_out, b.weight_scale,
+                                                  b.freqs, b.positions).ok());
+  EXPECT_NE(out, std::vector<std::uint8_t>(out.size(), kSentinel));
+}
+
+}  // namespace rv
+
 }  // namespace
