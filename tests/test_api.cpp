@@ -187,3 +187,112 @@ TEST(Api, VersionIsMajorMinorPatch) {
 }
 
 }  // namespace
+
+namespace {
+
+using namespace indexer_q;
+
+TEST(Api, NewDtypesSizesAndNames) {
+  EXPECT_EQ(dtype_size(DType::kFloat8E4M3FNUZ), 1u);
+  EXPECT_EQ(dtype_size(DType::kUInt8), 1u);
+  EXPECT_EQ(dtype_size(DType::kInt8), 1u);
+  EXPECT_STREQ(dtype_name(DType::kFloat8E4M3FNUZ), "fp8_e4m3fnuz");
+  EXPECT_STREQ(dtype_name(DType::kUInt8), "uint8");
+  EXPECT_STREQ(dtype_name(DType::kInt8), "int8");
+  EXPECT_STREQ(dtype_name(static_cast<DType>(9)), "unknown");
+  EXPECT_EQ(dtype_size(static_cast<DType>(9)), 0u);
+}
+
+// The list, counted from recipes.inc itself (no retyped list here).
+constexpr int kRecipesInList = 0
+#define IQ_RECIPE(...) +1
+#include "indexer_q/recipes.inc"
+#undef IQ_RECIPE
+    ;
+
+TEST(Api, AllRecipesIsTheList) {
+  const std::vector<RecipeId> all = all_recipes();
+  ASSERT_EQ(int(all.size()), kRecipesInList);
+  EXPECT_GE(all.size(), 7u);
+  EXPECT_EQ(all.front(), RecipeId::kV4Fp8);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(int(all[i]), int(i)) << "list order";
+    for (std::size_t j = 0; j < i; ++j) EXPECT_NE(all[i], all[j]);
+  }
+  // the names the spec and the golden files use are all there
+  for (const char* n : {"v4_fp8", "v32_fp8", "rope_first_fp8", "v4_fp4", "v4_fp8_fnuz", "v32_fp8_fnuz",
+                        "rope_first_fp8_fnuz"}) {
+    RecipeId id;
+    EXPECT_TRUE(parse_recipe(n, &id)) << n;
+  }
+}
+
+TEST(Api, RecipeNamesRoundTrip) {
+  std::vector<std::string> names;
+  for (RecipeId r : all_recipes()) {
+    const Recipe& d = recipe(r);
+    EXPECT_EQ(d.id, r);
+    EXPECT_STREQ(d.name, recipe_name(r));
+    RecipeId parsed = RecipeId::kV4Fp8;
+    ASSERT_TRUE(parse_recipe(recipe_name(r), &parsed)) << recipe_name(r);
+    EXPECT_EQ(parsed, r);
+    const std::string n = recipe_name(r);
+    EXPECT_FALSE(n.empty());
+    for (char c : n) EXPECT_TRUE(std::islower(static_cast<unsigned char>(c)) || std::isdigit(c) || c == '_') << n;
+    EXPECT_EQ(std::count(names.begin(), names.end(), n), 0) << "duplicate name " << n;
+    names.push_back(n);
+  }
+  for (const char* bad : {"", "V4_FP8", "v4", "v4_fp8 ", " v4_fp8", "v4_fp6", "fnuz", "v4_fp4_fnuz", "unknown"}) {
+    RecipeId out = RecipeId::kV32Fp8;
+    EXPECT_FALSE(parse_recipe(bad, &out)) << "'" << bad << "'";
+  }
+}
+
+TEST(Api, RecipeDescriptors) {
+  // The form of each recipe (SPEC.md / SPEC-variants.md); the reference model test checks every
+  // column against its own table too.
+  const Recipe& v4 = recipe(RecipeId::kV4Fp8);
+  EXPECT_EQ(v4.rope_dims, RopeDims::kLast64);
+  EXPECT_EQ(v4.freqs_layout, FreqsLayout::kInterleaved);
+  EXPECT_TRUE(v4.hadamard);
+  EXPECT_FALSE(v4.bf16_after_rope);
+  EXPECT_FALSE(v4.bf16_after_hadamard);
+  EXPECT_EQ(v4.format, OutFormat::kE4M3FN);
+  EXPECT_EQ(v4.fold, WeightFold::kTimesScale);
+  const Recipe& v32 = recipe(RecipeId::kV32Fp8);
+  EXPECT_EQ(v32.rope_dims, RopeDims::kFirst64);
+  EXPECT_EQ(v32.freqs_layout, FreqsLayout::kHalves);
+  EXPECT_FALSE(v32.hadamard);
+  const Recipe& fp4 = recipe(RecipeId::kV4Fp4);
+  EXPECT_EQ(fp4.format, OutFormat::kE2M1);
+  EXPECT_EQ(fp4.fold, WeightFold::kNoScale);
+  EXPECT_TRUE(fp4.bf16_after_rope);
+  EXPECT_TRUE(fp4.bf16_after_hadamard);
+  // Each FNUZ recipe is its FN recipe with the format changed, nothing else.
+  for (RecipeId r : all_recipes()) {
+    const Recipe& d = recipe(r);
+    if (d.format != OutFormat::kE4M3FNUZ) continue;
+    std::string n = d.name;
+    ASSERT_GT(n.size(), 5u);
+    ASSERT_EQ(n.substr(n.size() - 5), "_fnuz") << n;
+    RecipeId fn_id;
+    ASSERT_TRUE(parse_recipe(n.substr(0, n.size() - 5), &fn_id)) << n;
+    const Recipe& fn = recipe(fn_id);
+    EXPECT_EQ(fn.format, OutFormat::kE4M3FN);
+    EXPECT_EQ(fn.rope_dims, d.rope_dims);
+    EXPECT_EQ(fn.freqs_layout, d.freqs_layout);
+    EXPECT_EQ(fn.hadamard, d.hadamard);
+    EXPECT_EQ(fn.bf16_after_rope, d.bf16_after_rope);
+    EXPECT_EQ(fn.bf16_after_hadamard, d.bf16_after_hadamard);
+    EXPECT_EQ(fn.fold, d.fold);
+  }
+  // An unknown id gives the v4_fp8 descriptor, with id kV4Fp8 (documented).
+  for (int bad : {-1, 99, kRecipesInList}) {
+    const Recipe& d = recipe(static_cast<RecipeId>(bad));
+    EXPECT_EQ(d.id, RecipeId::kV4Fp8) << bad;
+    EXPECT_STREQ(d.name, "v4_fp8") << bad;
+    EXPECT_NE(recipe_name(static_cast<RecipeId>(bad)), nullptr);
+  }
+}
+
+}  // namespace
