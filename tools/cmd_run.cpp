@@ -280,25 +280,24 @@ int cmd_run(int argc, char** argv) {
   std::printf(" and %lld of %lld weights differ)\n", (long long)d.weights, (long long)rows);
 
   const std::string tog = toggled_recipe_name(c.recipe);
-  const std::string tog_note = tog.empty() ? "" : " (= " + tog + ")";
-  std::printf("  quantization error, relative L2 vs float64 (||dequant(q) - y64|| / ||y64||, y64 = RoPE%s):\n",
-              rc.hadamard ? " + Hadamard / sqrt(128)" : "");
-  auto line = [](std::string label, double v) {
+  const std::string tog_note = tog.empty() ? "" : "  (= recipe " + tog + ")";
+  std::printf("  quantization error, relative L2 vs float64 (||dequant(q) - y64|| / ||y64||, y64 = RoPE [+ Hadamard]):\n");
+  auto line = [](std::string label, double v, const std::string& note) {
     if (label.size() < 26) label.append(26 - label.size(), ' ');
     else label += " ";
-    std::printf("    %s%.4e\n", label.c_str(), v);
+    std::printf("    %s%.4e%s\n", label.c_str(), v, note.c_str());
   };
   double e_with, e_without;
   if (rc.hadamard) {
     e_with = e_op;
     e_without = e_tog;
-    line("with Hadamard (this op)", e_op);
-    line("without Hadamard" + tog_note, e_tog);
+    line("with Hadamard (this op)", e_op, "");
+    line("without Hadamard", e_tog, tog_note);
   } else {
     e_with = e_tog;
     e_without = e_op;
-    line("without Hadamard (this op)", e_op);
-    line("with Hadamard" + tog_note, e_tog);
+    line("without Hadamard (this op)", e_op, "");
+    line("with Hadamard", e_tog, tog_note);
   }
   const double ratio = e_without / e_with;
   std::printf("    ratio without / with      %.2fx (%s)\n", ratio,

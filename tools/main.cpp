@@ -13,16 +13,18 @@ const char* kHelp =
     "\n"
     "fused_q_indexer_rope_hadamard_quant (DeepSeek-V4 indexer, query side): RoPE on the last 64\n"
     "of 128 dims, a 128-point Hadamard transform, FP8 E4M3 quantization with the per-row scale\n"
-    "folded into the head weight. One numeric contract, bit-identical on every backend.\n"
+    "folded into the head weight. One numeric contract, bit-identical on every backend. The\n"
+    "other forms engines run (DeepSeek-V3.2 layout, RoPE first, FP4, FNUZ FP8) are recipes of the\n"
+    "same op: --recipe NAME on run and bench ('indexer-q run --help' lists them).\n"
     "\n"
     "commands:\n"
     "  run       one DeepSeek-V4-shaped call on the best backend, checked byte for byte against\n"
     "            the scalar reference, timed, with the quantization error it buys\n"
-    "  verify    conformance files (safetensors) through every available backend\n"
-    "  bench     a tokens x heads sweep beside a plain copy and the device's baselines\n"
+    "  verify    conformance files (safetensors, any recipe) through every available backend\n"
+    "  bench     a recipes x tokens x heads sweep beside a plain copy on the same device\n"
     "\n"
     "  indexer-q <command> --help   options of a command\n"
-    "  indexer-q --version          version, backends and CPU instruction sets of this build\n"
+    "  indexer-q --version          version, backends, CPU instruction sets and recipes of this build\n"
     "\n"
     "Exit status: 0 success, 1 failure (a mismatch, an unreadable file, a library error),\n"
     "2 bad command line.\n";
@@ -30,8 +32,11 @@ const char* kHelp =
 void print_version() {
   using namespace indexer_q;
   std::printf("indexer-q %s\n", version());
-  std::printf("backends: reference, cpu");
-  if (backend_available(Backend::kCuda)) std::printf(", cuda");
+  std::printf("backends:");
+  for (int i = int(Backend::kAuto) + 1; std::string(backend_name(Backend(i))) != "unknown"; ++i)
+    if (backend_available(Backend(i))) std::printf(" %s", backend_name(Backend(i)));
+  std::printf("\nrecipes:");
+  for (RecipeId r : all_recipes()) std::printf(" %s", recipe_name(r));
   std::printf("\ncpu isas:");
   for (CpuIsa i : supported_cpu_isas()) std::printf(" %s", cpu_isa_name(i));
   CpuIsa active;
