@@ -98,6 +98,15 @@ IQ_HD float e4m3fn_decode(std::uint8_t c) {
   return f32_from_bits(sign | ((e + 120u) << 23) | (m << 20));
 }
 
+// ---- the running absolute maximum (steps 5 / FP4 block amax) ----
+// max(amax, |y|) ignoring a NaN y, quiet or signaling. (libm's fmaxf returns NaN for a
+// signaling NaN operand, which a recipe without arithmetic before this step - no Hadamard -
+// can pass through unchanged; the reference kernels' fmax ignores it.) amax is never NaN.
+IQ_HD float amax_step(float amax, float y) {
+  const float a = ::fabsf(y);
+  return a > amax ? a : amax;
+}
+
 // ---- bf16 rounding point (FP4 recipes) ----
 // Rounds to the nearest bf16 (ties to even) and back; Inf stays Inf, finite values past the
 // largest bf16 become Inf, NaN stays NaN (quieted).
@@ -167,7 +176,7 @@ IQ_HD float scale_and_amax_row(float* y) {
   float amax = 0.0f;
   for (int i = 0; i < kHeadDim; ++i) {
     if (R::kHadamard) y[i] = y[i] * kHadamardScale;
-    amax = ::fmaxf(amax, ::fabsf(y[i]));
+    amax = amax_step(amax, y[i]);
   }
   // amax starts at 0 rather than NaN: with step 6's fmax(1e-4, .) both give the same scale.
   return ::fmaxf(kScaleFloor, amax) / kFp8Max;
@@ -204,7 +213,7 @@ IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_s
     }
     for (int k = 0; k < 4; ++k) {  // blocks of 32 dims
       float amax = 0.0f;
-      for (int i = 32 * k; i < 32 * k + 32; ++i) amax = ::fmaxf(amax, ::fabsf(x[i]));
+      for (int i = 32 * k; i < 32 * k + 32; ++i) amax = amax_step(amax, x[i]);
       const std::uint8_t e = ue8m0_of_amax(amax);
       const float inv = ue8m0_inverse(e);
       sf[k] = e;
