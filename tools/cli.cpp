@@ -263,7 +263,7 @@ std::string recipes_help() {
 }
 
 CpuIsa parse_isa_option(const Args& a) {
-  const std::string v = a.str("isa", "auto");
+  const std::string v = a.str("isa", cpu_isa_name(CpuIsa::kAuto));
   CpuIsa isa;
   if (!parse_cpu_isa(v, &isa)) throw UsageError("option --isa: expected " + isa_names() + ", got '" + v + "'");
   if (isa != CpuIsa::kAuto && !cpu_isa_supported(isa)) {
@@ -303,39 +303,43 @@ DeviceRuntime* Runtimes::get_cuda() {
 }
 
 Target select_target(const Args& a, Runtimes* rts) {
-  const std::string b = a.choice("backend", "auto", backend_name_list());
+  Backend b = Backend::kAuto;
+  parse_backend(a.choice("backend", backend_name(Backend::kAuto), backend_name_list()), &b);
   const bool explicit_isa = a.has("isa"), explicit_threads = a.has("threads");
   const CpuIsa isa = parse_isa_option(a);
   const int threads = int(a.integer("threads", 0, 1, 4096));
+  // auto: cuda when a device is usable, unless --isa / --threads ask for the cpu backend.
+  if (b == Backend::kAuto) b = (!explicit_isa && !explicit_threads && rts->get_cuda()) ? Backend::kCuda : Backend::kCpu;
   Target t;
-  if (b == "cuda" || (b == "auto" && rts->get_cuda())) {
-    if (b == "cuda" && (explicit_isa || explicit_threads))
-      throw UsageError(std::string("option --") + (explicit_isa ? "isa" : "threads") +
-                       " applies to the cpu backend only, not to --backend cuda");
-    DeviceRuntime* rt = rts->get_cuda();
-    if (!rt) throw std::runtime_error("--backend cuda: not available: " + rts->cuda_why);
-    t.backend = Backend::kCuda;
-    t.threads = 0;
-    t.label = "cuda";
-    t.rt = rt;
-    return t;
+  t.backend = b;
+  switch (b) {
+    case Backend::kCuda: {
+      if (explicit_isa || explicit_threads)
+        throw UsageError(std::string("option --") + (explicit_isa ? "isa" : "threads") +
+                         " applies to the cpu backend only, not to --backend " + backend_name(b));
+      DeviceRuntime* rt = rts->get_cuda();
+      if (!rt) throw std::runtime_error(std::string("--backend ") + backend_name(b) + ": not available: " + rts->cuda_why);
+      t.threads = 0;
+      t.label = backend_name(b);
+      t.rt = rt;
+      return t;
+    }
+    case Backend::kReference:
+      if (explicit_isa || explicit_threads)
+        throw UsageError(std::string("option --") + (explicit_isa ? "isa" : "threads") +
+                         " applies to the cpu backend only; the reference is scalar and single-threaded");
+      t.threads = 1;
+      t.label = backend_name(b);
+      t.rt = rts->get_cpu(1);
+      return t;
+    default:
+      t.backend = Backend::kCpu;
+      t.isa = resolve_isa(isa);
+      t.threads = threads > 0 ? threads : cpu_num_threads();
+      t.label = std::string(backend_name(Backend::kCpu)) + "/" + cpu_isa_name(t.isa);
+      t.rt = rts->get_cpu(t.threads);
+      return t;
   }
-  if (b == "reference") {
-    if (explicit_isa || explicit_threads)
-      throw UsageError(std::string("option --") + (explicit_isa ? "isa" : "threads") +
-                       " applies to the cpu backend only; the reference is scalar and single-threaded");
-    t.backend = Backend::kReference;
-    t.threads = 1;
-    t.label = "reference";
-    t.rt = rts->get_cpu(1);
-    return t;
-  }
-  t.backend = Backend::kCpu;
-  t.isa = resolve_isa(isa);
-  t.threads = threads > 0 ? threads : cpu_num_threads();
-  t.label = std::string("cpu/") + cpu_isa_name(t.isa);
-  t.rt = rts->get_cpu(t.threads);
-  return t;
 }
 
 Options Target::options() const {

@@ -20,7 +20,7 @@ std::vector<OptionSpec> bench_options() {
   return {
       {"recipe", "LIST", "recipes to time: NAME[,NAME...] or all (default v4_fp8; see 'recipes'\n"
                          "below)"},
-      {"backend", "B", backend_names() + " (default auto: cuda when a device is usable, else cpu)"},
+      {"backend", "B", backend_names() + " (default auto: cuda when a device is usable and\nneither --isa nor --threads is given, else cpu)"},
       {"isa", "I", "cpu backend instruction set: " + isa_names() + " (default auto)"},
       {"threads", "N", "cpu backend threads, >= 1 (default: the library default); the copy is\n"
                        "split over the same number of threads when it is 1 MiB or more"},

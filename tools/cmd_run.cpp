@@ -20,7 +20,7 @@ namespace {
 std::vector<OptionSpec> run_options() {
   return {
       {"recipe", "NAME", "the form of the op (default v4_fp8; see 'recipes' below)"},
-      {"backend", "B", backend_names() + " (default auto: cuda when a device is usable, else cpu)"},
+      {"backend", "B", backend_names() + " (default auto: cuda when a device is usable and\nneither --isa nor --threads is given, else cpu)"},
       {"isa", "I", "cpu backend instruction set: " + isa_names() + " (default auto: the best\n"
                    "supported one, or INDEXER_Q_CPU_ISA)"},
       {"threads", "N", "cpu backend threads, >= 1 (default: the library default, cpu_num_threads())"},
