@@ -30,16 +30,19 @@ __host__ __device__ __forceinline__ std::uint32_t ue8m0_of_amax_fast(float amax)
   return (b >> 23) - 2u + ((b & 0x7fffffu) > 0x400000u ? 1u : 0u);
 }
 
-// e2m1_encode(v) for every v except signalling NaNs (which the kernels never produce: v is a
-// product). Magnitude: for a = fmin(|v|, 6) >= 1, round the float's mantissa to one bit with
-// ties down: (bits + 2^21 - 1) >> 22, re-biased; below 1 the codes 0, 1, 2 come from the two
-// thresholds 0.25 and 0.75 (the larger of the two counts is the right one everywhere).
-__host__ __device__ __forceinline__ std::uint32_t e2m1_code(float v) {
-  const float a = ::fminf(::fabsf(v), kFp4Max);
-  const int hi = int(f32_bits(a) + 0x1fffffu - 0x3f000000u) >> 22;
-  const int lo = (a > 0.75f ? 1 : 0) + (a > 0.25f ? 1 : 0);
-  const int m = hi > lo ? hi : lo;
-  return std::uint32_t(m) | ((v < 0.0f && m != 0) ? 8u : 0u);
+// e2m1_encode(v) for every v (a signalling NaN aside: v is a product, never one). With
+// a = fmin(|v|, 6) and hi(x) = the e2m1 code of a float x >= 1 (round its mantissa to one bit
+// with ties down: (bits + 2^21 - 1) >> 22, re-biased), code = max(hi(a), hi(a + 1) - 2): below
+// 1 the e2m1 grid {0, 0.5, 1} is the 1-bit grid of [1, 2) shifted by one (thresholds 0.25 and
+// 0.75 become 1.25 and 1.75), and above 1 the second term never exceeds the first. a + 1 is
+// rounded upwards so that an a just above a threshold stays above it. The sign bit goes with
+// every nonzero code of a negative v, i.e. exactly when v < -0.25. Checked against e2m1_encode
+// for every float32 by tests/test_cuda.cu.
+__device__ __forceinline__ std::uint32_t e2m1_code(float v) {
+  const float a = fminf(fabsf(v), kFp4Max);
+  const int h1 = int(__float_as_uint(a) + 0x1fffffu - 0x3f000000u) >> 22;
+  const int h2 = int(__float_as_uint(__fadd_ru(a, 1.0f)) + 0x1fffffu - 0x3f800000u) >> 22;  // hi(a + 1) - 2
+  return std::uint32_t(h1 > h2 ? h1 : h2) | (v < -0.25f ? 8u : 0u);
 }
 
 // Four e4m3fn codes -> their e4m3fnuz codes: byte 0x80 (-0) becomes 0x00, every other byte is
