@@ -215,7 +215,7 @@ struct Options {
 //   q_input     (B, H, 128)  bf16|fp16|fp32, contiguous
 //   q_out       FP8 recipes: (B, H, 128) fp8_e4m3fn (kE4M3FN) or fp8_e4m3fnuz (kE4M3FNUZ),
 //               uint8 or int8 taken as raw codes; FP4: (B, H, 64) uint8|int8; contiguous [written]
-//   q_scale     FP4 only: (B, H) int32, stride(1) = 1, stride(0) >= H              [written]
+//   q_scale     FP4 only: (B, H) int32, contiguous                                  [written]
 //               FP8 recipes: must be empty (ndim 0, no data)
 //   weight      (B, H)       same dtype as q_input, stride(1) = 1, stride(0) >= H
 //   weights_out (B, H, 1)    fp32, contiguous                                      [written]
