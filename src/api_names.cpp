@@ -156,9 +156,9 @@ const char* version() noexcept { return INDEXER_Q_VERSION; }
 // ---------------------------------------------------------------------------------------
 namespace {
 constexpr Recipe kRecipes[] = {
-#define IQ_RECIPE(Id, Name, Rope, Freqs, Had, Bf16Rope, Bf16Had, Fmt, Fold)                      \
+#define IQ_RECIPE(Id, Name, Rope, Freqs, Had, Bf16Rope, Bf16Had, Fmt, Quant, Fold)               \
   Recipe{RecipeId::Id, Name, RopeDims::Rope, FreqsLayout::Freqs, Had, Bf16Rope, Bf16Had, OutFormat::Fmt, \
-         WeightFold::Fold},
+         Quantizer::Quant, WeightFold::Fold},
 #include "indexer_q/recipes.inc"
 #undef IQ_RECIPE
 };
@@ -183,6 +183,45 @@ bool parse_recipe(const std::string& name, RecipeId* out) noexcept {
     }
   }
   return false;
+}
+
+const char* rope_dims_name(RopeDims v) noexcept {
+  switch (v) {
+    case RopeDims::kLast64: return "last64";
+    case RopeDims::kFirst64: return "first64";
+  }
+  return "unknown";
+}
+const char* freqs_layout_name(FreqsLayout v) noexcept {
+  switch (v) {
+    case FreqsLayout::kInterleaved: return "interleaved";
+    case FreqsLayout::kHalves: return "halves";
+  }
+  return "unknown";
+}
+const char* out_format_name(OutFormat v) noexcept {
+  switch (v) {
+    case OutFormat::kE4M3FN: return "e4m3fn";
+    case OutFormat::kE4M3FNUZ: return "e4m3fnuz";
+    case OutFormat::kE2M1: return "e2m1";
+  }
+  return "unknown";
+}
+const char* quantizer_name(Quantizer v) noexcept {
+  switch (v) {
+    case Quantizer::kSglang: return "sglang";
+    case Quantizer::kVllm: return "vllm";
+  }
+  return "unknown";
+}
+const char* weight_fold_name(WeightFold v) noexcept {
+  switch (v) {
+    case WeightFold::kTimesScale: return "times_scale";
+    case WeightFold::kNoScale: return "no_scale";
+    case WeightFold::kScaleThenTwoFactors: return "scale_then_two_factors";
+    case WeightFold::kTwoFactors: return "two_factors";
+  }
+  return "unknown";
 }
 
 std::vector<RecipeId> all_recipes() {

@@ -200,13 +200,20 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   s = check_strides("weight", weight, {H, 1}, "stride(1) = 1 and stride(0) >= H", true);
   if (!s.ok()) return s;
 
-  // --- weights_out ---
-  const std::string bh1 = "(" + std::to_string(B) + ", " + std::to_string(H) + ", 1) = (B, H, 1)";
-  s = check_shape("weights_out", weights_out, {B, H, 1}, bh1.c_str());
+  // --- weights_out: (B, H, 1) as SGLang allocates it, or (B, H) as vLLM does ---
+  const std::string bh1 = "(" + std::to_string(B) + ", " + std::to_string(H) + ", 1) = (B, H, 1) or (" +
+                          std::to_string(B) + ", " + std::to_string(H) + ") = (B, H)";
+  if (weights_out.ndim == 2) {
+    s = check_shape("weights_out", weights_out, {B, H}, bh1.c_str());
+    if (!s.ok()) return s;
+    s = check_strides("weights_out", weights_out, {H, 1}, "contiguous (H, 1)");
+  } else {
+    s = check_shape("weights_out", weights_out, {B, H, 1}, bh1.c_str());
+    if (!s.ok()) return s;
+    s = check_strides("weights_out", weights_out, {H, 1, 1}, "contiguous (H, 1, 1)");
+  }
   if (!s.ok()) return s;
   s = check_dtype("weights_out", weights_out, {DType::kFloat32}, "fp32");
-  if (!s.ok()) return s;
-  s = check_strides("weights_out", weights_out, {H, 1, 1}, "contiguous (H, 1, 1)");
   if (!s.ok()) return s;
 
   // --- freqs ---
@@ -318,6 +325,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
     p.q_out = static_cast<std::uint8_t*>(q_out.data);
     p.q_sf = fp4 ? static_cast<std::uint8_t*>(q_scale.data) : nullptr;
     p.weight_scale = args.weight_scale;
+    p.head_scale = args.head_scale;
     p.weight = weight.data;
     p.weight_stride_b = B > 1 ? weight.strides[0] : H;
     p.weights_out = static_cast<float*>(weights_out.data);

@@ -149,7 +149,7 @@ QuantError quant_error(const io::ConformanceCase& c, const Outputs& o) {
       float wo1 = 0.0f;
       // The op: its own codes (and block scales); the row factor from the pipeline at weight 1.
       std::memcpy(scratch, x, sizeof x);
-      process_row<R>(scratch, f, 1.0f, 1.0f, q, sf, &wo1);
+      process_row<R>(scratch, f, 1.0f, 1.0f, 1.0f, q, sf, &wo1);
       const std::uint8_t* oq = o.q_out.data() + r * R::kOutBytes;
       const std::uint8_t* osf = R::kFp4 ? o.q_sf.data() + 4 * r : nullptr;
       dequant_row<R>(oq, osf, wo1, dq);
@@ -160,7 +160,7 @@ QuantError quant_error(const io::ConformanceCase& c, const Outputs& o) {
       }
       // The same recipe with the Hadamard toggled.
       std::memcpy(scratch, x, sizeof x);
-      process_row<Toggled>(scratch, f, 1.0f, 1.0f, q, sf, &wo1);
+      process_row<Toggled>(scratch, f, 1.0f, 1.0f, 1.0f, q, sf, &wo1);
       dequant_row<Toggled>(q, sf, wo1, dq);
       exact_row<R>(x, f, Toggled::kHadamard, y);
       for (int i = 0; i < kHeadDim; ++i) {

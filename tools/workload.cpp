@@ -117,6 +117,11 @@ Workload make_workload(const WorkloadSpec& spec) {
   c.max_pos = spec.max_pos > 0 ? spec.max_pos : workload_max_pos(spec.tokens);
   if (c.max_pos < spec.tokens) throw std::runtime_error("workload: max_pos smaller than the token count");
   c.weight_scale = float(1.0 / std::sqrt(double(spec.heads) * 128.0));
+  const WeightFold fold = recipe(spec.recipe).fold;
+  if (fold == WeightFold::kScaleThenTwoFactors || fold == WeightFold::kTwoFactors) {
+    c.weight_scale = float(1.0 / std::sqrt(128.0));              // vLLM's softmax_scale
+    c.head_scale = float(1.0 / std::sqrt(double(spec.heads)));  // and head_scale
+  }
   Rng rng(spec.seed);
 
   // Outlier channels: distinct, seed-chosen.
@@ -184,6 +189,7 @@ OpArgs make_op_args(const io::ConformanceCase& c, const CasePointers& p, Device 
   a.weight = TensorView::contiguous(p.weight, c.dtype, {c.B, c.H}, dev);
   a.weights_out = TensorView::contiguous(p.weights_out, DType::kFloat32, {c.B, c.H, 1}, dev);
   a.weight_scale = c.weight_scale;
+  a.head_scale = c.head_scale;
   a.freqs = TensorView::contiguous(p.freqs, DType::kFloat32, {c.max_pos, 64}, dev);
   a.positions = TensorView::contiguous(p.positions, c.pos_dtype, {c.B}, dev);
   return a;
@@ -201,6 +207,7 @@ DeviceCase::DeviceCase(DeviceRuntime& rt, const io::ConformanceCase& c, const fl
   shape_.dtype = c.dtype;
   shape_.pos_dtype = c.pos_dtype;
   shape_.weight_scale = c.weight_scale;
+  shape_.head_scale = c.head_scale;
   try {
     p_.q_input = alloc_copy(c.q_input);
     p_.weight = alloc_copy(c.weight);

@@ -167,9 +167,20 @@ enum class OutFormat : int {
   kE2M1 = 2,      // (B, H, 64) e2m1 code pairs (low nibble = even dim) + (B, H) int32 holding
                   // four UE8M0 scale bytes (one per 32 dims, little-endian)
 };
+// The scale and rounding conventions of the quantization step (docs/RECIPES.md).
+enum class Quantizer : int {
+  kSglang = 0,  // FP8: scale = fmax(1e-4, amax) / 448, codes of clamp(y * (1 / scale)) (NaN -> 448);
+                // FP4: s = fmax(1e-4, amax) / 6 rounded up to 2^k, e2m1 ties to the smaller
+                // magnitude, sign only on nonzero codes
+  kVllm = 1,    // FP8: the same quotient rounded up to a power of two, codes of x / scale with
+                // saturation (NaN stays NaN); FP4: amax floored at 6 * 2^-126, times fl(1/6),
+                // rounded up to 2^k, e2m1 ties to even, sign kept on zero
+};
 enum class WeightFold : int {
-  kTimesScale = 0,  // weights_out = (weight * weight_scale) * scale
-  kNoScale = 1,     // weights_out = weight * weight_scale (the scales travel in q_scale)
+  kTimesScale = 0,           // weights_out = (weight * weight_scale) * scale
+  kNoScale = 1,              // weights_out = weight * weight_scale (the scales travel in q_scale)
+  kScaleThenTwoFactors = 2,  // weights_out = ((weight * scale) * weight_scale) * head_scale
+  kTwoFactors = 3,           // weights_out = (weight * weight_scale) * head_scale
 };
 
 enum class RecipeId : int {
@@ -187,12 +198,20 @@ struct Recipe {
   bool bf16_after_rope;      // rotated dims rounded to bf16 (nearest even) after RoPE
   bool bf16_after_hadamard;  // all values rounded to bf16 after the Hadamard multiply
   OutFormat format;
+  Quantizer quant;
   WeightFold fold;
 };
 
 // The descriptor of a recipe; an unknown id returns the v4_fp8 descriptor with id kV4Fp8.
 const Recipe& recipe(RecipeId id) noexcept;
 const char* recipe_name(RecipeId id) noexcept;
+// Names of the descriptor's enumerators ("last64", "interleaved", "e4m3fn", "sglang",
+// "times_scale", ...), for tools and bindings.
+const char* rope_dims_name(RopeDims v) noexcept;
+const char* freqs_layout_name(FreqsLayout v) noexcept;
+const char* out_format_name(OutFormat v) noexcept;
+const char* quantizer_name(Quantizer v) noexcept;
+const char* weight_fold_name(WeightFold v) noexcept;
 // Parses a recipe name ("v4_fp8", ...); false if unknown.
 bool parse_recipe(const std::string& name, RecipeId* out) noexcept;
 // Every recipe, in list order (v4_fp8 first).
@@ -218,7 +237,9 @@ struct Options {
 //   q_scale     FP4 only: (B, H) int32, contiguous                                  [written]
 //               FP8 recipes: must be empty (ndim 0, no data)
 //   weight      (B, H)       same dtype as q_input, stride(1) = 1, stride(0) >= H
-//   weights_out (B, H, 1)    fp32, contiguous                                      [written]
+//   weights_out (B, H, 1) or (B, H)  fp32, contiguous                              [written]
+//   weight_scale, head_scale  float32 factors of weights_out as the recipe's fold says (head_scale
+//               is used by the two-factor folds of the vllm_* recipes: softmax_scale = weight_scale)
 //   freqs       (max_pos, 64) fp32, contiguous, laid out as the recipe says
 //   positions   (B,)         int32|int64, contiguous, values in [0, max_pos)
 struct OpArgs {
@@ -229,6 +250,7 @@ struct OpArgs {
   TensorView weight;
   TensorView weights_out;
   float weight_scale = 1.0f;
+  float head_scale = 1.0f;
   TensorView freqs;
   TensorView positions;
 };

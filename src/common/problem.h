@@ -34,6 +34,7 @@ struct Problem {
   std::int64_t weight_stride_b = 0;  // elements
   float* weights_out = nullptr;
   float weight_scale = 1.0f;
+  float head_scale = 1.0f;  // the second factor of the two-factor folds (vllm_* recipes)
   const float* freqs = nullptr;
   std::int64_t max_pos = 0;
   const void* positions = nullptr;

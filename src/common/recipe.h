@@ -12,7 +12,7 @@ namespace detail {
 template <RecipeId kId>
 struct RecipeT;
 
-#define IQ_RECIPE(Id, Name, Rope, Freqs, Had, Bf16Rope, Bf16Had, Fmt, Fold)      \
+#define IQ_RECIPE(Id, Name, Rope, Freqs, Had, Bf16Rope, Bf16Had, Fmt, Quant, Fold) \
   template <>                                                                   \
   struct RecipeT<RecipeId::Id> {                                                \
     static constexpr RecipeId kId = RecipeId::Id;                               \
@@ -22,6 +22,8 @@ struct RecipeT;
     static constexpr bool kBf16AfterRope = Bf16Rope;                            \
     static constexpr bool kBf16AfterHadamard = Bf16Had;                         \
     static constexpr OutFormat kFormat = OutFormat::Fmt;                        \
+    static constexpr Quantizer kQuant = Quantizer::Quant;                       \
+    static constexpr bool kVllm = Quantizer::Quant == Quantizer::kVllm;         \
     static constexpr WeightFold kFold = WeightFold::Fold;                       \
     static constexpr bool kFp4 = OutFormat::Fmt == OutFormat::kE2M1;            \
     static constexpr bool kFnuz = OutFormat::Fmt == OutFormat::kE4M3FNUZ;       \

@@ -190,18 +190,61 @@ IQ_HD std::uint8_t quantize_value(float y, float inv) {
 // The e4m3fnuz code of the same value (OutFormat::kE4M3FNUZ): -0 becomes +0.
 IQ_HD std::uint8_t fnuz_from_fn(std::uint8_t c) { return c == 0x80u ? std::uint8_t(0) : c; }
 
-// Step 10.
+// ---- vLLM's quantizer (Quantizer::kVllm, SPEC-vllm.md) ----
+// A positive float rounded up to a power of two, from its bits: finite s -> 2^ceil(log2 s)
+// (exponent byte ((bits + 0x7fffff) >> 23) & 0xff), +Inf stays +Inf.
+IQ_HD float pow2_ceil(float s) { return f32_from_bits((((f32_bits(s) + 0x7fffffu) >> 23) & 0xffu) << 23); }
+// The fp8 code of x / q_scale: e4m3fn, nearest even, saturating to +-448 (Inf too), any NaN
+// -> 0x7f, the sign of zero kept (no clamp before: a NaN product stays NaN).
+IQ_HD std::uint8_t vllm_fp8_code(float x, float q_scale) {
+  const float v = x / q_scale;
+  if (v != v) return 0x7fu;
+  return e4m3fn_encode(v);
+}
+// The UE8M0 byte of an MXFP4 block: amax floored at 6 * 2^-126, times fl(1/6), rounded up to a
+// power of two (an infinite amax gives 254).
+constexpr float kMxAmaxFloor = 0x1.8p-124f;   // 6 * 2^-126, bits 0x01c00000
+constexpr float kMxSixth = 0x1.555556p-3f;    // the float32 nearest 1/6
+IQ_HD std::uint8_t mx_ue8m0_of_amax(float amax) {
+  const float ratio = ::fmaxf(amax, kMxAmaxFloor) * kMxSixth;
+  const std::uint32_t b = f32_bits(ratio);
+  if ((b & 0x7f800000u) == 0x7f800000u) return 254u;
+  return std::uint8_t(((b + 0x7fffffu) >> 23) & 0xffu);
+}
+// E2M1 code with round to nearest, ties to even, saturating at 6 (NaN -> 6, our choice: the
+// spec leaves it open), the sign bit of v on every code (zero included).
+IQ_HD std::uint8_t mx_e2m1_encode(float v) {
+  const float a = ::fminf(::fabsf(v), kFp4Max);
+  // Boundary between codes k and k+1 goes to the even code: strict above 0.25, 1.25, 2.5, 5;
+  // inclusive at 0.75, 1.75, 3.5.
+  const std::uint8_t m = std::uint8_t((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) +
+                                      (a > 2.5f) + (a >= 3.5f) + (a > 5.0f));
+  return std::uint8_t(m | ((f32_bits(v) >> 28) & 8u));
+}
+
+// Step 10 and its variants: weights_out as the recipe's fold says (scale: the row's fp8 scale).
 IQ_HD float fold_weight(float w, float weight_scale, float scale) {
   return (w * weight_scale) * scale;
+}
+template <class R>
+IQ_HD float weights_out_of(float w, float weight_scale, float head_scale, float scale) {
+  switch (R::kFold) {
+    case WeightFold::kTimesScale: return fold_weight(w, weight_scale, scale);
+    case WeightFold::kNoScale: return w * weight_scale;
+    case WeightFold::kScaleThenTwoFactors: return ((w * scale) * weight_scale) * head_scale;
+    case WeightFold::kTwoFactors: return (w * weight_scale) * head_scale;
+  }
+  return 0.0f;
 }
 
 // The whole row for recipe R: x (128 floats, already decoded) is consumed as scratch.
 // out: 128 fp8 codes, or 64 fp4 code pairs and sf = 4 UE8M0 bytes (FP4 recipes; else unused).
 template <class R>
-IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_scale,
+IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_scale, float head_scale,
                        std::uint8_t* out, std::uint8_t* sf, float* weight_out) {
-  static_assert(!R::kFp4 || R::kFold == WeightFold::kNoScale,
+  static_assert(!R::kFp4 || R::kFold == WeightFold::kNoScale || R::kFold == WeightFold::kTwoFactors,
                 "FP4 has one scale per 32 values: it cannot be folded into weights_out");
+  static_assert(!R::kVllm || !R::kFnuz, "vLLM's quantizer is defined for e4m3fn / e2m1 only");
   rope_row<R>(x, freqs_row);
   if (R::kBf16AfterRope)
     for (int i = 0; i < kRopeDim; ++i) x[R::kRopeOffset + i] = round_bf16(x[R::kRopeOffset + i]);
@@ -214,13 +257,27 @@ IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_s
     for (int k = 0; k < 4; ++k) {  // blocks of 32 dims
       float amax = 0.0f;
       for (int i = 32 * k; i < 32 * k + 32; ++i) amax = amax_step(amax, x[i]);
-      const std::uint8_t e = ue8m0_of_amax(amax);
+      const std::uint8_t e = R::kVllm ? mx_ue8m0_of_amax(amax) : ue8m0_of_amax(amax);
       const float inv = ue8m0_inverse(e);
       sf[k] = e;
-      for (int m = 16 * k; m < 16 * k + 16; ++m)
-        out[m] = std::uint8_t(e2m1_encode(x[2 * m] * inv) | (e2m1_encode(x[2 * m + 1] * inv) << 4));
+      for (int m = 16 * k; m < 16 * k + 16; ++m) {
+        const float v0 = x[2 * m] * inv, v1 = x[2 * m + 1] * inv;
+        out[m] = R::kVllm ? std::uint8_t(mx_e2m1_encode(v0) | (mx_e2m1_encode(v1) << 4))
+                          : std::uint8_t(e2m1_encode(v0) | (e2m1_encode(v1) << 4));
+      }
     }
-    *weight_out = w * weight_scale;
+    *weight_out = weights_out_of<R>(w, weight_scale, head_scale, 0.0f);
+    return;
+  }
+  if (R::kVllm) {
+    float amax = 0.0f;
+    for (int i = 0; i < kHeadDim; ++i) {
+      if (R::kHadamard) x[i] = x[i] * kHadamardScale;
+      amax = amax_step(amax, x[i]);
+    }
+    const float q_scale = pow2_ceil(::fmaxf(amax, kScaleFloor) / kFp8Max);
+    for (int i = 0; i < kHeadDim; ++i) out[i] = vllm_fp8_code(x[i], q_scale);
+    *weight_out = weights_out_of<R>(w, weight_scale, head_scale, q_scale);
     return;
   }
   const float scale = scale_and_amax_row<R>(x);
@@ -229,8 +286,7 @@ IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_s
     const std::uint8_t c = quantize_value(x[i], inv);
     out[i] = R::kFnuz ? fnuz_from_fn(c) : c;
   }
-  const float wo = R::kFold == WeightFold::kTimesScale ? fold_weight(w, weight_scale, scale)
-                                                       : w * weight_scale;
+  const float wo = weights_out_of<R>(w, weight_scale, head_scale, scale);
   *weight_out = R::kFnuz ? wo * 2.0f : wo;
 }
 

@@ -23,7 +23,7 @@ void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end, De
                                  : static_cast<const std::int64_t*>(p.positions)[b];
     for (int i = 0; i < kHeadDim; ++i) x[i] = decode(p.q_input, r * kHeadDim + i);
     const float w = decode(p.weight, b * p.weight_stride_b + h);
-    process_row<R>(x, p.freqs + pos * kFreqsDim, w, p.weight_scale, p.q_out + r * R::kOutBytes,
+    process_row<R>(x, p.freqs + pos * kFreqsDim, w, p.weight_scale, p.head_scale, p.q_out + r * R::kOutBytes,
                    R::kFp4 ? p.q_sf + 4 * r : nullptr, p.weights_out + r);
   }
 }

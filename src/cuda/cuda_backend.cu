@@ -455,7 +455,7 @@ __global__ void __launch_bounds__(128) scalar_kernel(const Problem p) {
     p.weights_out[row] = __uint_as_float(0x7fc00000u);
     return;
   }
-  process_row<R>(x, f, w, p.weight_scale, o, sf, p.weights_out + row);
+  process_row<R>(x, f, w, p.weight_scale, p.head_scale, o, sf, p.weights_out + row);
 }
 
 // ---- per-device facts, read once per device (relaxed atomics: every writer stores the same value) ----

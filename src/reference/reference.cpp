@@ -33,7 +33,7 @@ void run_recipe(const Problem& p) {
       const std::int64_t r = b * p.H + h;
       for (int i = 0; i < kHeadDim; ++i) x[i] = load_element(p.q_input, p.dtype, r * kHeadDim + i);
       const float w = load_element(p.weight, p.dtype, b * p.weight_stride_b + h);
-      process_row<R>(x, f, w, p.weight_scale, p.q_out + r * R::kOutBytes,
+      process_row<R>(x, f, w, p.weight_scale, p.head_scale, p.q_out + r * R::kOutBytes,
                      R::kFp4 ? p.q_sf + 4 * r : nullptr, p.weights_out + r);
     }
   }

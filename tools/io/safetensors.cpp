@@ -395,7 +395,9 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
     if (!expect_shape(out_name, *q8, {B, H, 128}, "[B, H, 128]", error)) return false;
   }
   if (!expect_dtype("weights_out", *wo, {"F32"}, error)) return false;
-  if (!expect_shape("weights_out", *wo, {B, H, 1}, "[B, H, 1]", error)) return false;
+  if (wo->shape.size() == 2 ? !expect_shape("weights_out", *wo, {B, H}, "[B, H, 1] or [B, H]", error)
+                            : !expect_shape("weights_out", *wo, {B, H, 1}, "[B, H, 1] or [B, H]", error))
+    return false;
 
   // Positions in range (the op would refuse them; here it is the file that is wrong).
   for (std::int64_t b = 0; b < B; ++b) {
@@ -412,17 +414,29 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
                                   " is outside [0, max_pos) = [0, " + std::to_string(c.max_pos) + ")");
   }
 
-  auto it = file.metadata.find("weight_scale");
-  if (it == file.metadata.end()) return set_error(error, "metadata lacks \"weight_scale\"");
-  const std::string& ws = it->second;
-  errno = 0;
-  char* end = nullptr;
-  const double d = std::strtod(ws.c_str(), &end);
-  if (ws.empty() || end == ws.c_str() || *end != '\0' || std::isspace(static_cast<unsigned char>(ws[0])))
-    return set_error(error, "metadata \"weight_scale\" = \"" + ws + "\" is not a number");
-  if (errno == ERANGE && std::fabs(d) > 1.0)
-    return set_error(error, "metadata \"weight_scale\" = \"" + ws + "\" is out of range");
-  c.weight_scale = static_cast<float>(d);
+  // The weights_out factors: weight_scale (SGLang's forms); for the two-factor folds (vLLM's
+  // forms) softmax_scale and head_scale, weight_scale being informational there.
+  auto metadata_float = [&](const char* key, float* v) -> bool {
+    auto it = file.metadata.find(key);
+    if (it == file.metadata.end()) return set_error(error, std::string("metadata lacks \"") + key + "\"");
+    const std::string& ws = it->second;
+    errno = 0;
+    char* end = nullptr;
+    const double d = std::strtod(ws.c_str(), &end);
+    if (ws.empty() || end == ws.c_str() || *end != '\0' || std::isspace(static_cast<unsigned char>(ws[0])))
+      return set_error(error, std::string("metadata \"") + key + "\" = \"" + ws + "\" is not a number");
+    if (errno == ERANGE && std::fabs(d) > 1.0)
+      return set_error(error, std::string("metadata \"") + key + "\" = \"" + ws + "\" is out of range");
+    *v = static_cast<float>(d);
+    return true;
+  };
+  const WeightFold fold = recipe(recipe_id).fold;
+  if (fold == WeightFold::kScaleThenTwoFactors || fold == WeightFold::kTwoFactors) {
+    if (!metadata_float("softmax_scale", &c.weight_scale) || !metadata_float("head_scale", &c.head_scale))
+      return false;
+  } else if (!metadata_float("weight_scale", &c.weight_scale)) {
+    return false;
+  }
 
   c.q_input = q->data;
   c.weight = w->data;

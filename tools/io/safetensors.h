@@ -43,7 +43,9 @@ struct ConformanceCase {
   std::int64_t B = 0, H = 0, max_pos = 0;
   DType dtype = DType::kBFloat16;     // q_input and weight
   DType pos_dtype = DType::kInt64;
-  float weight_scale = 1.0f;          // metadata string -> double (strtod) -> float32
+  float weight_scale = 1.0f;          // metadata string -> double (strtod) -> float32 (vllm_*:
+                                      // metadata "softmax_scale")
+  float head_scale = 1.0f;            // vllm_* recipes: metadata "head_scale"
   std::vector<std::uint8_t> q_input, weight, freqs, positions;  // raw bytes, contiguous
   std::vector<std::uint8_t> q_out;   // expected codes: B*H*128 (q_fp8) or B*H*64 (q_fp4) bytes
   std::vector<std::uint8_t> q_sf;    // expected FP4 block scales: B*H*4 bytes (q_sf int32, LE); else empty
