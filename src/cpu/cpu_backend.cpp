@@ -201,7 +201,9 @@ void set_inline_row_threshold(std::int64_t rows) {
 }  // namespace cpu
 
 Status cpu_run(const Problem& p, CpuIsa isa, int num_threads) {
-  const cpu::KernelFn kernel = cpu::kernel_for(isa);  // every variant runs every recipe
+  // TEMPORARY (vLLM recipes in progress): the SIMD kernels do not run Quantizer::kVllm yet.
+  const cpu::KernelFn kernel = recipe(p.recipe).quant == Quantizer::kVllm ? cpu::kernel_for(CpuIsa::kScalar)
+                                                                          : cpu::kernel_for(isa);
   if (kernel == nullptr || !cpu_isa_supported(isa))
     return Status::Unavailable(std::string("indexer_q: cpu_isa: '") + cpu_isa_name(isa) +
                                "' is not supported by this build or processor");
