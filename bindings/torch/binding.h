@@ -43,6 +43,7 @@ struct TorchArgs {
   double weight_scale;
   const Tensor& freqs;
   const Tensor& positions;
+  double head_scale = 1.0;  // the two-factor folds' second factor (vllm_* recipes)
 };
 
 // Throws (a torch error: RuntimeError in Python) carrying the Status message, which names the
@@ -64,7 +65,7 @@ indexer_q::OpArgs make_args(const TorchArgs& a);
 void validate_or_throw(const indexer_q::OpArgs& args);
 
 // The composed ATen implementation (composed.cpp): validates, then computes the recipe's steps
-// (SPEC.md / SPEC-variants.md) with ATen operations on the tensors' device and writes the
+// (SPEC.md / SPEC-variants.md / SPEC-vllm.md) with ATen operations on the tensors' device and writes the
 // outputs.
 void composed_forward(const TorchArgs& a);
 

@@ -1,9 +1,10 @@
-// The composed implementation: the arithmetic of every recipe (SPEC.md, SPEC-variants.md; the
-// executable spec is src/common/row.h) as a sequence of ATen operations, so the operators run on
+// The composed implementation: the arithmetic of every recipe (SPEC.md, SPEC-variants.md,
+// SPEC-vllm.md; the executable spec is src/common/row.h) as a sequence of ATen operations, so the operators run on
 // any device torch supports (XPU, and whatever else reaches the CompositeExplicitAutograd
 // fallback). It must give the same bytes as the native kernels. The per-recipe choices (which 64
 // dims are rotated, the freqs layout, Hadamard on/off, the bf16 rounding points, the output
-// format, the weight fold) are read from the library's descriptor, indexer_q::recipe(id).
+// format, the quantizer, the weight fold) are read from the library's descriptor,
+// indexer_q::recipe(id).
 //
 // Every ATen call goes through the dispatcher by the stable C shim (torch_call_dispatcher /
 // the generated AOTI shims behind torch::stable::*), so this file is stable-ABI too. The shim
@@ -52,6 +53,25 @@
 //     a; + 8 where v < 0 and the code is not 0; byte m = code(y[2m]) | code(y[2m+1]) << 4.
 //  7. q_sf: the four e bytes of a row, in block order, are the int32's little-endian bytes.
 //  8. weights_out = float(weight) * float(weight_scale).
+//  vLLM's quantizer (Quantizer::kVllm, SPEC-vllm.md; row.h pow2_ceil, vllm_fp8_code,
+//  mx_ue8m0_of_amax, mx_e2m1_encode, weights_out_of):
+//  FP8 5. amax as above; s = fmax(amax, 1e-4) / 448 (true division); q_scale = s rounded up to a
+//     power of two from its bits: e = exponent bits + (mantissa bits != 0) (== ((bits + 0x7fffff)
+//     >> 23) & 0xff for a positive float; +Inf gives 255), q_scale = the float with bits e << 23
+//     (+Inf for e = 255).
+//  6. v = x / q_scale (true division by the (B, H, 1) device tensor, exact: a power of two); codes of fmax(fmin(v, 448), -448)
+//     by ATen's e4m3fn conversion (nearest even, sign of zero kept: -0 and negative values that
+//     round to 0 give 0x80; Inf saturates to 0x7e / 0xfe), then 0x7f where v is NaN (any sign).
+//  7. weights_out = ((w * q_scale) * weight_scale) * head_scale: three float32 multiplies in that
+//     order (kScaleThenTwoFactors); the two factors are never multiplied together first.
+//  MXFP4 5. per block: amax as above, fmax(amax, 6 * 2^-126), ratio = amax * 0x1.555556p-3f (one
+//     multiply); e = exponent bits + (mantissa bits != 0) for a finite ratio, 254 for an infinite
+//     one; inv = the float with bits (254 - e) << 23 (+0 for e = 254).
+//  6. v = x * inv; a = fmin(|v|, 6) (NaN -> 6); code = #{a > 0.25} + #{a >= 0.75} + #{a > 1.25} +
+//     #{a >= 1.75} + #{a > 2.5} + #{a >= 3.5} + #{a > 5} (ties to even), + 8 where the sign bit of
+//     v is set (its int32 bits are negative), zero and NaN codes included.
+//  7. weights_out = (w * weight_scale) * head_scale (kTwoFactors), two float32 multiplies.
+//  weights_out is written in the shape it has, (B, H, 1) or (B, H).
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -191,6 +211,22 @@ Tensor round_bf16(const Tensor& x, const Consts& k) {
   return where(isnan(x), quiet, r);
 }
 
+// The UE8M0-style exponent byte of positive float32 values rounded up to a power of two, from
+// their bits: exponent bits + (mantissa bits != 0), as float64 integers (0..255; +Inf gives 255).
+// Equals ((bits + 0x7fffff) >> 23) & 0xff of row.h's pow2_ceil / mx_ue8m0_of_amax for s > 0.
+Tensor exponent_rounded_up(const Tensor& s, const Consts& k) {
+  const ScalarType I = ScalarType::Int, D = ScalarType::Double;
+  const Tensor bits = view_as_dtype(s, I);  // s > 0: sign bit clear
+  const Tensor expo = bitwise_and(bitwise_right_shift(bits, k.scalar(23.0, I)), k.scalar(255.0, I));
+  const Tensor mant_nz = ne(bitwise_and(bits, k.scalar(double(0x7fffff), I)), k.scalar(0.0, I));
+  return add(to_dtype(expo, D), to_dtype(mant_nz, D));
+}
+
+// The float32 whose bits are the float64 integers bits_d (in the int32 range).
+Tensor float_from_bits(const Tensor& bits_d) {
+  return view_as_dtype(to_dtype(bits_d, ScalarType::Int), ScalarType::Float);
+}
+
 // Writes byte codes (uint8, shape of `out`) into `out`, whatever its 1-byte dtype: fp8 codes,
 // uint8 or int8 raw codes. Same-size dtype views, so every byte lands unchanged.
 void write_bytes(const Tensor& out, const Tensor& bytes_u8) {
@@ -270,7 +306,18 @@ void composed_forward(const TorchArgs& a) {
   const Shape bh1{B, H, 1};
   const Tensor w = reshape(to_dtype(a.weight, F), bh1);  // handles weight row stride > H
   const Tensor ws = k.scalar(double(float(a.weight_scale)), F);
+  const Tensor hs = k.scalar(double(float(a.head_scale)), F);
   const Tensor nan = k.scalar(std::numeric_limits<double>::quiet_NaN(), F);
+  const bool vllm = rec.quant == Quantizer::kVllm;
+  const ScalarType I = ScalarType::Int;
+  const ScalarType D = ScalarType::Double;
+  const ScalarType L = ScalarType::Long;
+  // weights_out in the shape the caller gave it: (B, H, 1) or (B, H)
+  const auto wo_sizes = a.weights_out.sizes();
+  const Shape wo_shape(wo_sizes.begin(), wo_sizes.end());
+  auto write_weights = [&](const Tensor& folded_bh1) {
+    copy_into(a.weights_out, reshape(where(valid_rows, folded_bh1, nan), wo_shape));
+  };
 
   if (fp4) {
     // 5. UE8M0 exponent per block of 32
@@ -279,30 +326,46 @@ void composed_forward(const TorchArgs& a) {
     const Tensor ay = fmax(abs(yb), k.scalar(0.0, F));
     const Tensor amax = torch::stable::amax(ay, 3, /*keepdim=*/true);  // (B, H, 4, 1)
     const Shape bh41{B, H, 4, 1};
-    const Tensor sc = div(fmax(k.filled(bh41, double(1e-4f), F), amax), k.filled(bh41, 6.0, F));
-    const ScalarType I = ScalarType::Int;
-    const Tensor bits = view_as_dtype(sc, I);  // sc > 0: sign bit clear
-    const Tensor expo = bitwise_and(bitwise_right_shift(bits, k.scalar(23.0, I)), k.scalar(255.0, I));
-    const Tensor mant_nz = ne(bitwise_and(bits, k.scalar(double(0x7fffff), I)), k.scalar(0.0, I));
-    // e = exponent + (mantissa != 0) and inv's bits (254 - e) * 2^23, as exact float64 integers
-    // (see round_bf16 on integer additions); e = 255 (s = Inf) gives -2^23 = the bits of -Inf.
-    const ScalarType D = ScalarType::Double;
-    const Tensor e = add(to_dtype(expo, D), to_dtype(mant_nz, D));  // 0..255
-    const Tensor inv_bits = mul(sub(k.scalar(254.0, D), e), k.scalar(8388608.0, D));
-    const Tensor inv = view_as_dtype(to_dtype(inv_bits, I), F);
+    Tensor e;  // 0..255 as float64 integers
+    if (vllm) {
+      // amax floored at 6 * 2^-126, times fl(1/6), rounded up (Inf: 254)
+      const Tensor ratio = mul(fmax(amax, k.scalar(0x1.8p-124, F)), k.scalar(0x1.555556p-3, F));
+      const Tensor inf = k.scalar(std::numeric_limits<double>::infinity(), F);
+      e = where(eq(ratio, inf), k.scalar(254.0, D), exponent_rounded_up(ratio, k));
+    } else {
+      const Tensor sc =
+          div(fmax(k.filled(bh41, double(1e-4f), F), amax), k.filled(bh41, 6.0, F));
+      e = exponent_rounded_up(sc, k);
+    }
+    // inv's bits (254 - e) * 2^23, as exact float64 integers (see round_bf16 on integer
+    // additions); e = 255 (SGLang, s = Inf) gives -2^23 = the bits of -Inf, e = 254 gives +0.
+    const Tensor inv = float_from_bits(mul(sub(k.scalar(254.0, D), e), k.scalar(8388608.0, D)));
 
-    // 6. E2M1 codes: count of thresholds strictly below min(|v|, 6)
+    // 6. E2M1 codes: count of thresholds below min(|v|, 6)
     const Tensor v = mul(yb, inv);                            // (B, H, 4, 32)
     const Tensor av = fmin(abs(v), k.scalar(6.0, F));         // NaN -> 6
-    // the seven thresholds {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5} as a (7,) device tensor
-    const Tensor thresholds = k.filled(Shape{7}, 0.0, F);
-    const double th[7] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
-    for (int t = 0; t < 7; ++t) copy_into(pick(thresholds, 0, t), k.scalar(th[t], F));
-    const Tensor above = gt(view(av, Shape{B, H, 4, 32, 1}), thresholds);  // (B, H, 4, 32, 7)
-    const Tensor mag = count_nonzero(above, 4);                             // int64 (B, H, 4, 32)
-    const ScalarType L = ScalarType::Long;
-    const Tensor negative = logical_and(lt(v, k.scalar(0.0, F)), ne(mag, k.scalar(0.0, L)));
-    const Tensor code = where(negative, bitwise_or(mag, k.scalar(8.0, L)), mag);
+    const Tensor av5 = view(av, Shape{B, H, 4, 32, 1});
+    auto thresholds = [&](std::initializer_list<double> th) {  // a (n,) device tensor
+      const Tensor t = k.filled(Shape{std::int64_t(th.size())}, 0.0, F);
+      std::int64_t i = 0;
+      for (double x : th) copy_into(pick(t, 0, i++), k.scalar(x, F));
+      return t;
+    };
+    Tensor mag, negative;
+    if (vllm) {
+      // ties to even: strictly above 0.25, 1.25, 2.5, 5; at or above 0.75, 1.75, 3.5
+      // (the two int64 counts added through float64, exact: see round_bf16 on integer additions)
+      mag = to_dtype(add(to_dtype(count_nonzero(gt(av5, thresholds({0.25, 1.25, 2.5, 5.0})), 4), D),
+                         to_dtype(count_nonzero(ge(av5, thresholds({0.75, 1.75, 3.5})), 4), D)),
+                     L);
+      // the sign bit of v on every code (zero and NaN included)
+      negative = lt(view_as_dtype(v, I), k.scalar(0.0, I));
+    } else {
+      // ties to the smaller magnitude: strictly above every threshold; sign on nonzero codes
+      mag = count_nonzero(gt(av5, thresholds({0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0})), 4);
+      negative = logical_and(lt(v, k.scalar(0.0, F)), ne(mag, k.scalar(0.0, L)));
+    }
+    const Tensor code = where(negative, bitwise_or(mag, k.scalar(8.0, L)), mag);  // int64
     const Tensor pairs = view(code, Shape{B, H, 64, 2});
     const Tensor packed =
         bitwise_or(pick(pairs, 3, 0), mul(pick(pairs, 3, 1), k.scalar(16.0, L)));  // (B, H, 64)
@@ -315,8 +378,10 @@ void composed_forward(const TorchArgs& a) {
     const Tensor sf = view(view_as_dtype(view(e_bytes, Shape{B, H, 4}), I), Shape{B, H});
     copy_into(*a.q_sf, sf);
 
-    // 8. weights_out = weight * weight_scale (no scale folded in)
-    copy_into(a.weights_out, where(valid_rows, mul(w, ws), nan));
+    // 8. weights_out: w * weight_scale (no scale folded in), or (w * weight_scale) * head_scale
+    Tensor folded = mul(w, ws);
+    if (rec.fold == WeightFold::kTwoFactors) folded = mul(folded, hs);
+    write_weights(folded);
     return;
   }
 
@@ -324,8 +389,31 @@ void composed_forward(const TorchArgs& a) {
   const Tensor ay = fmax(abs(y), k.scalar(0.0, F));
   const Tensor amax = torch::stable::amax(ay, 2, /*keepdim=*/true);  // (B, H, 1)
 
-  // 6-7. scale and its inverse: IEEE divisions by full-shape device tensors
-  const Tensor scale = div(fmax(k.filled(bh1, double(1e-4f), F), amax), k.filled(bh1, 448.0, F));
+  // 6-7. scale: an IEEE division by a full-shape device tensor
+  const Tensor quotient =
+      div(fmax(k.filled(bh1, double(1e-4f), F), amax), k.filled(bh1, 448.0, F));
+
+  if (vllm) {
+    // q_scale: the quotient rounded up to a power of two from its bits (+Inf stays +Inf)
+    const Tensor q_scale =
+        float_from_bits(mul(exponent_rounded_up(quotient, k), k.scalar(8388608.0, D)));
+    // codes of x / q_scale: saturating (fmin/fmax keep +-Inf at +-448), sign of zero kept by
+    // the e4m3fn conversion, NaN -> 0x7f
+    // (a power of two, so even a reciprocal multiply would give the same bytes)
+    const Tensor v = div(y, q_scale);
+    const Tensor sat = fmax(fmin(v, k.scalar(448.0, F)), k.scalar(-448.0, F));
+    Tensor bytes = view_as_dtype(to_dtype(sat, ScalarType::Float8_e4m3fn), U8);
+    bytes = where(isnan(v), k.scalar(127.0, U8), bytes);
+    bytes = where(valid_rows, bytes, k.scalar(0.0, U8));
+    write_bytes(a.q_out, bytes);
+    // ((w * q_scale) * weight_scale) * head_scale: three multiplies, left to right
+    Tensor folded = mul(mul(w, q_scale), ws);
+    if (rec.fold == WeightFold::kScaleThenTwoFactors) folded = mul(folded, hs);
+    write_weights(folded);
+    return;
+  }
+
+  const Tensor& scale = quotient;
   const Tensor inv = div(k.filled(bh1, 1.0, F), scale);
 
   // 8. clamp with fmin/fmax (NaN -> +448), 9. encode
@@ -338,7 +426,7 @@ void composed_forward(const TorchArgs& a) {
   // 10. fold the scale into the head weight: (w * weight_scale) * scale (times 2 for e4m3fnuz)
   Tensor folded = rec.fold == WeightFold::kTimesScale ? mul(mul(w, ws), scale) : mul(w, ws);
   if (fnuz) folded = mul(folded, k.scalar(2.0, F));
-  copy_into(a.weights_out, where(valid_rows, folded, nan));
+  write_weights(folded);
 }
 
 }  // namespace torch_binding

@@ -14,7 +14,8 @@
 // Each has a `_composed` twin (same schema) that runs the composed implementation on every
 // device, CPU included, so it can be tested against the native kernels and the golden files.
 // Two small operators describe the library's recipe list to Python (no second table there):
-// indexer_q::recipes() -> str[] and indexer_q::recipe_info(str recipe) -> int[].
+// indexer_q::recipes() -> str[] and indexer_q::recipe_info(str recipe) -> str[] (the descriptor's
+// columns as "column=value", values named by the library's *_name functions).
 //
 // Everything here uses the LibTorch stable ABI (STABLE_TORCH_LIBRARY*, torch::stable::Tensor,
 // the AOTI / stable C shims), built with TORCH_TARGET_VERSION = 2.11 (see CMakeLists.txt):
@@ -202,7 +203,8 @@ indexer_q::OpArgs make_args(const TorchArgs& a) {
   if (a.q_sf) o.q_scale = view_of(*a.q_sf, "q_sf", rec);  // else: the empty view (ndim 0, no data)
   o.weight = view_of(a.weight, "weight", rec);
   o.weights_out = view_of(a.weights_out, "weights_out", rec);
-  o.weight_scale = float(a.weight_scale);
+  o.weight_scale = float(a.weight_scale);  // the Python float, rounded to float32 once
+  o.head_scale = float(a.head_scale);
   o.freqs = view_of(a.freqs, "freqs", rec);
   o.positions = view_of(a.positions, "positions", rec);
   return o;
@@ -275,33 +277,35 @@ void composed_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights
 TorchArgs general_args(const std::string& recipe, const Tensor& q_input, const Tensor& q_out,
                        const std::optional<Tensor>& q_sf, const Tensor& weight,
                        const Tensor& weights_out, double weight_scale, const Tensor& freqs,
-                       const Tensor& positions) {
-  return TorchArgs{recipe_or_throw(recipe), q_input,   q_out,  q_sf ? &*q_sf : nullptr,
-                   weight,                  weights_out, weight_scale, freqs, positions};
+                       const Tensor& positions, double head_scale) {
+  return TorchArgs{recipe_or_throw(recipe), q_input,     q_out,        q_sf ? &*q_sf : nullptr,
+                   weight,                  weights_out, weight_scale, freqs,
+                   positions,               head_scale};
 }
 
 void quant_q_cpu(std::string recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
                  Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
-                 Tensor positions, bool /*enable_pdl*/) {
+                 Tensor positions, bool /*enable_pdl*/, double head_scale) {
   run_cpu(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
-                       positions));
+                       positions, head_scale));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 void quant_q_cuda(std::string recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
                   Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
-                  Tensor positions, bool enable_pdl) {
+                  Tensor positions, bool enable_pdl, double head_scale) {
   run_cuda(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
-                        positions),
+                        positions, head_scale),
            enable_pdl);
 }
 #endif
 
 void quant_q_composed(std::string recipe, Tensor q_input, Tensor q_out,
                       std::optional<Tensor> q_sf, Tensor weight, Tensor weights_out,
-                      double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/) {
+                      double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/,
+                      double head_scale) {
   composed_forward(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale,
-                                freqs, positions));
+                                freqs, positions, head_scale));
 }
 
 // ---- the recipe list, for Python -------------------------------------------------------------
@@ -311,15 +315,24 @@ std::vector<std::string> recipes_op() {
   return out;
 }
 
-// The descriptor's columns as integers, in the order of recipes.inc:
-// [rope_dims, freqs_layout, hadamard, bf16_after_rope, bf16_after_hadamard, format, fold]
-// (enum values of include/indexer_q/indexer_q.h).
-std::vector<std::int64_t> recipe_info_op(std::string name) {
+// The descriptor's columns as "column=value" strings, in the order of recipes.inc, the values
+// being the library's own names of the enumerators (rope_dims_name, freqs_layout_name,
+// out_format_name, quantizer_name, weight_fold_name) and "true" / "false":
+// ["rope_dims=last64", "freqs_layout=interleaved", "hadamard=true", "bf16_after_rope=false",
+//  "bf16_after_hadamard=false", "format=e4m3fn", "quant=sglang", "fold=times_scale"].
+// Python builds its RecipeInfo from these by column name and checks the column set at import,
+// so a column added to the library cannot be silently dropped or misread there.
+std::vector<std::string> recipe_info_op(std::string name) {
   const Recipe& r = recipe(recipe_or_throw(name));
-  return {std::int64_t(r.rope_dims),       std::int64_t(r.freqs_layout),
-          std::int64_t(r.hadamard),        std::int64_t(r.bf16_after_rope),
-          std::int64_t(r.bf16_after_hadamard), std::int64_t(r.format),
-          std::int64_t(r.fold)};
+  auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+  return {std::string("rope_dims=") + rope_dims_name(r.rope_dims),
+          std::string("freqs_layout=") + freqs_layout_name(r.freqs_layout),
+          "hadamard=" + flag(r.hadamard),
+          "bf16_after_rope=" + flag(r.bf16_after_rope),
+          "bf16_after_hadamard=" + flag(r.bf16_after_hadamard),
+          std::string("format=") + out_format_name(r.format),
+          std::string("quant=") + quantizer_name(r.quant),
+          std::string("fold=") + weight_fold_name(r.fold)};
 }
 
 }  // namespace
@@ -327,11 +340,13 @@ std::vector<std::int64_t> recipe_info_op(std::string name) {
 }  // namespace indexer_q
 
 // The schemas, each defined once. enable_pdl is used by the CUDA backend only (programmatic
-// dependent launch, sm_90+); other devices ignore it.
+// dependent launch, sm_90+); other devices ignore it. head_scale (the second factor of the
+// two-factor weight folds of the vllm_* recipes, OpArgs::head_scale; the other recipes ignore it)
+// is a defaulted trailing argument, so calls written for the schema without it keep working.
 #define IQ_QUANT_Q_ARGS                                                                      \
   "(str recipe, Tensor q_input, Tensor(a!) q_out, Tensor(b!)? q_sf, Tensor weight, "         \
   "Tensor(c!) weights_out, float weight_scale, Tensor freqs, Tensor positions, "             \
-  "bool enable_pdl=False) -> ()"
+  "bool enable_pdl=False, float head_scale=1.0) -> ()"
 STABLE_TORCH_LIBRARY(indexer_q, m) {
   m.def(
       "fused_q_indexer_rope_hadamard_quant(Tensor q_input, Tensor(a!) q_fp8, Tensor weight, "
@@ -344,7 +359,7 @@ STABLE_TORCH_LIBRARY(indexer_q, m) {
   m.def("quant_q" IQ_QUANT_Q_ARGS);
   m.def("quant_q_composed" IQ_QUANT_Q_ARGS);
   m.def("recipes() -> str[]");
-  m.def("recipe_info(str recipe) -> int[]");
+  m.def("recipe_info(str recipe) -> str[]");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CPU, m) {

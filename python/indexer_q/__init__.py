@@ -9,7 +9,9 @@ when built with it), a composed ATen implementation everywhere else. All give th
 Every form of the op (a recipe of the library, listed in ``indexer_q.RECIPES``) is
 ``torch.ops.indexer_q.quant_q(recipe, ...)``; the Python functions ``quant_q``,
 ``fused_q_indexer_rope_first_quant`` (v32_fp8) and ``fused_q_indexer_rope_hadamard_fp4_quant``
-(v4_fp4) allocate the outputs. FNUZ output: ``out_dtype=torch.float8_e4m3fnuz``.
+(v4_fp4) allocate the outputs. FNUZ output: ``out_dtype=torch.float8_e4m3fnuz``. vLLM's call
+``fused_indexer_q_rope_quant(positions, index_q, cos_sin_cache, index_weights, softmax_scale,
+head_scale, use_fp4=False)`` runs the recipes ``vllm_v4_fp8`` / ``vllm_v4_mxfp4``.
 """
 
 from ._ops import (
@@ -18,6 +20,7 @@ from ._ops import (
     available_backends,
     composed_fused_q_indexer_rope_hadamard_quant,
     composed_quant_q,
+    fused_indexer_q_rope_quant,
     fused_q_indexer_rope_first_quant,
     fused_q_indexer_rope_hadamard_fp4_quant,
     fused_q_indexer_rope_hadamard_quant,
@@ -34,6 +37,7 @@ __all__ = [
     "available_backends",
     "composed_fused_q_indexer_rope_hadamard_quant",
     "composed_quant_q",
+    "fused_indexer_q_rope_quant",
     "fused_q_indexer_rope_first_quant",
     "fused_q_indexer_rope_hadamard_fp4_quant",
     "fused_q_indexer_rope_hadamard_quant",

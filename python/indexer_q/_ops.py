@@ -53,19 +53,22 @@ def _fake_composed(
 
 @torch.library.register_fake(_QUANT_Q)
 def _fake_quant_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
-                  positions, enable_pdl=False):
+                  positions, enable_pdl=False, head_scale=1.0):
     return None
 
 
 @torch.library.register_fake(_QUANT_Q_COMPOSED)
 def _fake_quant_q_composed(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale,
-                           freqs, positions, enable_pdl=False):
+                           freqs, positions, enable_pdl=False, head_scale=1.0):
     return None
 
 
 # ---- the recipes: the library's list (include/indexer_q/recipes.inc), read from the library ------
 class RecipeInfo(NamedTuple):
-    """The library's descriptor of one recipe (``indexer_q::Recipe``)."""
+    """The library's descriptor of one recipe (``indexer_q::Recipe``). The values are the
+    library's own names (``rope_dims_name``, ``freqs_layout_name``, ``out_format_name``,
+    ``quantizer_name``, ``weight_fold_name`` of include/indexer_q/indexer_q.h), read through
+    ``torch.ops.indexer_q.recipe_info``; nothing here retypes them."""
 
     name: str
     rope_dims: str  # "last64" (dims 64..127 rotated) or "first64" (dims 0..63)
@@ -74,33 +77,33 @@ class RecipeInfo(NamedTuple):
     bf16_after_rope: bool  # rotated dims rounded to bf16 after RoPE
     bf16_after_hadamard: bool  # all values rounded to bf16 after the Hadamard
     format: str  # "e4m3fn", "e4m3fnuz" (q_fp8 (B, H, 128)) or "e2m1" (q_fp4 (B, H, 64) + q_sf)
-    fold: str  # "times_scale" (weights_out = w * weight_scale * scale) or "no_scale"
+    quant: str  # the quantizer's conventions: "sglang" or "vllm" (docs/RECIPES.md)
+    fold: str  # how weights_out is formed: "times_scale", "no_scale", "scale_then_two_factors",
+    #            "two_factors"
 
     @property
     def fp4(self) -> bool:
         return self.format == "e2m1"
 
+    @property
+    def vllm(self) -> bool:
+        """vLLM's form: weights_out (B, H) by default, the head_scale factor used."""
+        return self.quant == "vllm"
 
-# Names of the values of the C++ enums RopeDims, FreqsLayout, OutFormat, WeightFold
-# (include/indexer_q/indexer_q.h), indexed by their integer value.
-_ENUMS = {
-    "rope_dims": ("last64", "first64"),
-    "freqs_layout": ("interleaved", "halves"),
-    "format": ("e4m3fn", "e4m3fnuz", "e2m1"),
-    "fold": ("times_scale", "no_scale"),
-}
+
+_BOOLS = {"true": True, "false": False}
 
 
 def _load_recipes() -> Dict[str, RecipeInfo]:
     out: Dict[str, RecipeInfo] = {}
+    fields = RecipeInfo._fields[1:]
     for name in torch.ops.indexer_q.recipes():
-        cols = list(torch.ops.indexer_q.recipe_info(name))
-        fields = RecipeInfo._fields[1:]
-        if len(cols) != len(fields):
-            raise ImportError(f"indexer_q: recipe_info({name!r}) returned {cols}")
-        vals = {}
-        for f, v in zip(fields, cols):
-            vals[f] = _ENUMS[f][v] if f in _ENUMS else bool(v)
+        cols = dict(c.split("=", 1) for c in torch.ops.indexer_q.recipe_info(name))
+        if tuple(sorted(cols)) != tuple(sorted(fields)):
+            raise ImportError(
+                f"indexer_q: recipe_info({name!r}) has the columns {sorted(cols)}, this Python "
+                f"package knows {sorted(fields)}: the package and its library do not match")
+        vals = {f: _BOOLS.get(v, v) for f, v in cols.items()}  # "true" / "false": the flags
         out[name] = RecipeInfo(name=name, **vals)
     return out
 
@@ -236,7 +239,7 @@ QOut = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]
 
 
 def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dtype, q_out, q_sf,
-             weights_out, enable_pdl):
+             weights_out, enable_pdl, head_scale=1.0):
     if q_out is not None:
         if not isinstance(q_out, torch.Tensor):
             raise TypeError(f"indexer_q: q_out: expected a tensor, got {type(q_out).__name__}")
@@ -268,10 +271,12 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
                 q_out = torch.empty((b, h, 128), dtype=out_dtype or default, device=dev)
         if info.fp4 and q_sf is None:
             q_sf = torch.empty((b, h), dtype=torch.int32, device=dev)
-        if weights_out is None:
-            weights_out = torch.empty((b, h, 1), dtype=torch.float32, device=dev)
+        if weights_out is None:  # SGLang's forms: (B, H, 1); vLLM's: (B, H)
+            shape = (b, h) if info.vllm else (b, h, 1)
+            weights_out = torch.empty(shape, dtype=torch.float32, device=dev)
+    # weight_scale / head_scale: Python floats (doubles); the binding rounds each to float32 once
     op(recipe, q_input, q_out, q_sf, weight, weights_out, float(weight_scale),
-       _freqs_table(freqs), positions, enable_pdl)
+       _freqs_table(freqs), positions, enable_pdl, float(head_scale))
     if info.fp4:
         return (q_out, q_sf), weights_out
     return q_out, weights_out
@@ -290,22 +295,27 @@ def quant_q(
     q_sf: Optional[torch.Tensor] = None,
     weights_out: Optional[torch.Tensor] = None,
     enable_pdl: bool = False,
+    head_scale: float = 1.0,
 ) -> Tuple[QOut, torch.Tensor]:
-    """Any recipe of the library by name (see :data:`RECIPES`); returns what SGLang's entry
-    point of that form returns.
+    """Any recipe of the library by name (see :data:`RECIPES`); returns what the engine's entry
+    point of that form returns (SGLang's, or vLLM's for the ``vllm_*`` recipes).
 
     FP8 recipes: ``(q_fp8, weights_out)``, q_fp8 (B, H, 128) float8_e4m3fn (``*_fnuz`` recipes:
     float8_e4m3fnuz). ``out_dtype=torch.float8_e4m3fnuz`` (or a passed-in ``q_out`` of that
     dtype) selects the recipe's ``_fnuz`` twin; ``torch.uint8`` / ``torch.int8`` take raw codes.
     FP4 recipes: ``((q_fp4, q_sf), weights_out)``, q_fp4 (B, H, 64) uint8 (two e2m1 codes per
     byte, low nibble = even dim), q_sf (B, H) int32 (four UE8M0 exponent bytes, little-endian).
-    weights_out (B, H, 1) float32. Outputs passed in (``q_out``, ``q_sf``, ``weights_out``) are
-    written in place; the others are allocated on q_input's device. ``freqs`` is the recipe's
+    weights_out (B, H, 1) float32; for the ``vllm_*`` recipes (B, H), as vLLM returns it (a
+    passed-in weights_out may have either shape for every recipe). The ``vllm_*`` recipes form
+    weights_out with two factors: ``weight_scale`` (vLLM's softmax_scale) and ``head_scale``,
+    two float32 multiplies in that order; the other recipes ignore ``head_scale``. Outputs passed
+    in (``q_out``, ``q_sf``, ``weights_out``) are written in place; the others are allocated on
+    q_input's device. ``freqs`` is the recipe's
     (max_pos, 64) float32 table (interleaved recipes also take the complex64 (max_pos, 32)
     freqs_cis). ``enable_pdl`` is used by the CUDA kernel only.
     """
     return _quant_q(torch.ops.indexer_q.quant_q, recipe, q_input, weight, weight_scale, freqs,
-                    positions, out_dtype, q_out, q_sf, weights_out, enable_pdl)
+                    positions, out_dtype, q_out, q_sf, weights_out, enable_pdl, head_scale)
 
 
 def composed_quant_q(
@@ -320,11 +330,12 @@ def composed_quant_q(
     q_out: Optional[torch.Tensor] = None,
     q_sf: Optional[torch.Tensor] = None,
     weights_out: Optional[torch.Tensor] = None,
+    head_scale: float = 1.0,
 ) -> Tuple[QOut, torch.Tensor]:
     """Same as :func:`quant_q`, always through the composed ATen implementation (operator
     ``indexer_q::quant_q_composed``), on any device, CPU included."""
     return _quant_q(torch.ops.indexer_q.quant_q_composed, recipe, q_input, weight, weight_scale,
-                    freqs, positions, out_dtype, q_out, q_sf, weights_out, False)
+                    freqs, positions, out_dtype, q_out, q_sf, weights_out, False, head_scale)
 
 
 def fused_q_indexer_rope_first_quant(
@@ -359,6 +370,39 @@ def fused_q_indexer_rope_hadamard_fp4_quant(
     uint8, q_sf (B, H) int32, weights_out (B, H, 1) float32 = weight * weight_scale."""
     return quant_q("v4_fp4", q_input, weight, weight_scale, freqs_cis, positions,
                    enable_pdl=enable_pdl)
+
+
+def fused_indexer_q_rope_quant(
+    positions: torch.Tensor,
+    index_q: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    index_weights: torch.Tensor,
+    softmax_scale: float,
+    head_scale: float,
+    use_fp4: bool = False,
+    *,
+    enable_pdl: bool = False,
+) -> Tuple[QOut, torch.Tensor]:
+    """vLLM's call (``vllm/models/deepseek_v4/common/ops/fused_indexer_q.py``), same arguments,
+    same results, same bytes (docs/SPEC-vllm.md): recipe ``vllm_v4_fp8``, or ``vllm_v4_mxfp4``
+    with ``use_fp4=True``.
+
+    positions (T,) int64 / int32; index_q (T, H, 128) bf16 (fp16 / fp32 work too), RoPE on dims
+    64..127 (interleaved pairs); cos_sin_cache (max_pos, 64) float32 in halves
+    [cos x32 | sin x32]; index_weights (T, H), index_q's dtype; softmax_scale, head_scale Python
+    floats, each rounded to float32 once and applied as two separate multiplies
+    (``fl(softmax_scale * head_scale)`` would be a different number).
+
+    Returns ``(q_fp8, weights_out)``: q_fp8 (T, H, 128) float8_e4m3fn, weights_out (T, H)
+    float32 = ``((w * q_scale) * softmax_scale) * head_scale``; with ``use_fp4=True``
+    ``((q_fp4, q_sf), weights_out)``: q_fp4 (T, H, 64) uint8 (two e2m1 codes per byte, low
+    nibble = even dim), q_sf (T, H) int32 (four UE8M0 bytes, little-endian), weights_out (T, H)
+    float32 = ``(w * softmax_scale) * head_scale``. For CUDA graphs / torch.compile with
+    preallocated buffers call ``torch.ops.indexer_q.quant_q`` directly (docs/TORCH.md).
+    """
+    recipe = "vllm_v4_mxfp4" if use_fp4 else "vllm_v4_fp8"
+    return quant_q(recipe, index_q, index_weights, softmax_scale, cos_sin_cache, positions,
+                   head_scale=head_scale, enable_pdl=enable_pdl)
 
 
 def _has_kernel(key: str) -> Optional[bool]:
