@@ -30,9 +30,10 @@ namespace {
 
 struct Consts {
   __m512 sg0, sg1, sg2, sg3;  // +1 where the lane bit is clear, -1 where set
-  __m512 hadamard, c448, cm448, c2p20, c6, cm025;
-  __m512i even, odd, hi16, absmask, expmask, min_normal, c56, cff, c0f, c8;
-  __m512i x7fff, one, fp4_base, fp4_lo, fp4_hi;
+  __m512 hadamard, c448, c2p20, c6, cm025;
+  __m512i even, odd, hi16, absmask, expmask, min_normal, cff, c0f, c8;
+  __m512i fp4_base, fp4_lo, fp4_hi;
+  __m512i c1ffff, c8000, c80_32, enc_k;
   __m256i c80;
   Consts() {
     sg0 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
@@ -41,7 +42,6 @@ struct Consts {
     sg3 = _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1);
     hadamard = _mm512_set1_ps(kHadamardK);
     c448 = _mm512_set1_ps(kFp8MaxK);
-    cm448 = _mm512_set1_ps(-kFp8MaxK);
     c2p20 = _mm512_set1_ps(0x1p20f);
     c6 = _mm512_set1_ps(kFp4MaxK);
     cm025 = _mm512_set1_ps(-0.25f);
@@ -51,18 +51,23 @@ struct Consts {
     absmask = _mm512_set1_epi32(0x7fffffff);
     expmask = _mm512_set1_epi32(0x7f800000);
     min_normal = _mm512_set1_epi32(0x3c800000);  // 2^-6
-    c56 = _mm512_set1_epi32(56);                 // (8 * 6 - 8 * 127) mod 256
     cff = _mm512_set1_epi32(0xff);
     c0f = _mm512_set1_epi32(0x0f);
     c8 = _mm512_set1_epi32(8);
-    x7fff = _mm512_set1_epi32(0x7fff);
-    one = _mm512_set1_epi32(1);
     fp4_base = _mm512_set1_epi32(0x3e000000 + 1);  // bits(0.125) + 1
     // E2M1 magnitude by (exponent, top 2 mantissa bits) of the float just below a, from 0.125
     // up (see e2m1_encode).
     fp4_lo = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 3, 3, 4);
     fp4_hi = _mm512_setr_epi32(4, 5, 5, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7);
     c80 = _mm256_set1_epi8(char(0x80));
+    c1ffff = _mm512_set1_epi32(0x1ffff);
+    c8000 = _mm512_set1_epi32(0x8000);
+    c80_32 = _mm512_set1_epi32(0x80);
+    // clamp_encode: entry e & 15 (e = biased exponent of m, 121..135: 15 distinct residues) is
+    // (e << 3) + 56 - (e << 23) mod 2^32, i.e. (bits(m) >> 20) + 56 - bits(m).
+    alignas(64) std::uint32_t k[16] = {};
+    for (std::uint32_t e = 121; e <= 135; ++e) k[e & 15u] = (e << 3) + 56u - (e << 23);
+    enc_k = _mm512_load_si512(k);
   }
 };
 
@@ -113,11 +118,13 @@ inline __m512 abs_ps(__m512 v, const Consts& c) {
 }
 
 // round_bf16 of row.h (see kernel_avx2.cpp: NaNs are kept as they are; bf16 inputs need no care).
+// Nearest even as "add half, drop 16 bits", except on an exact tie with an even kept part (low 17
+// bits == 0x8000), which stays where it is: one masked add instead of computing the lsb.
 template <DType kDt>
 inline __m512 round_bf16(__m512 x, const Consts& c) {
   const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), c.one);
-  const __m512 r = _mm512_castsi512_ps(_mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(lsb, c.x7fff)), c.hi16));
+  const __mmask16 up = _mm512_cmpneq_epi32_mask(_mm512_and_si512(u, c.c1ffff), c.c8000);
+  const __m512 r = _mm512_castsi512_ps(_mm512_and_si512(_mm512_mask_add_epi32(u, up, u, c.c8000), c.hi16));
   if (kDt == DType::kBFloat16) return r;
   return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
@@ -127,16 +134,16 @@ inline __m512 round_bf16(__m512 x, const Consts& c) {
 // The integer-from-fma encoder of kernel_avx2.cpp (see there): with a = |v| <= 448 after the
 // clamp, m = 2^max(E, -6), the fma t = a + 2^(Ec+20) is the one rounding (nearest even onto the
 // e4m3 grid) and the code is the low byte of bits(t) - bits(m) + (bits(m) >> 20) + 56; no
-// float32 subnormal is produced. The sign comes from v (hi keeps it through the clamp).
+// float32 subnormal is produced. Here a = min(|v|, 448) directly (minps returns its 2nd operand for a NaN: 448, positive), the
+// sign is the class "negative finite, -Inf or -0" of v (never a NaN: fmin(NaN, 448) = +448), and
+// (bits(m) >> 20) + 56 - bits(m) comes from a 16-entry table on m's exponent (enc_k).
 inline __m512i clamp_encode(__m512 q, const Consts& c) {
-  const __m512 hi = _mm512_min_ps(q, c.c448);  // minps returns its 2nd operand for a NaN: 448
-  q = _mm512_max_ps(hi, c.cm448);
-  const __m512i u = _mm512_castps_si512(q);
-  const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(u, c.absmask));
-  const __m512i m = _mm512_max_epi32(_mm512_and_si512(u, c.expmask), c.min_normal);
+  const __mmask16 neg = _mm512_fpclass_ps_mask(q, 0x54);  // 0x40 negative finite, 0x10 -Inf, 0x04 -0
+  const __m512 a = _mm512_min_ps(abs_ps(q, c), c.c448);
+  const __m512i m = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), c.expmask), c.min_normal);
   const __m512i t = _mm512_castps_si512(_mm512_fmadd_ps(_mm512_castsi512_ps(m), c.c2p20, a));  // the one rounding
-  const __m512i raw = _mm512_add_epi32(_mm512_sub_epi32(t, m), _mm512_add_epi32(_mm512_srli_epi32(m, 20), c.c56));
-  return _mm512_mask_or_epi32(raw, _mm512_movepi32_mask(_mm512_castps_si512(hi)), raw, _mm512_set1_epi32(0x80));
+  const __m512i raw = _mm512_add_epi32(t, _mm512_permutexvar_epi32(_mm512_srli_epi32(m, 23), c.enc_k));
+  return _mm512_mask_or_epi32(raw, neg, raw, c.c80_32);
 }
 
 // E2M1 code (0..15, clean 32-bit lanes) of v, any float. a = min(|v|, 6) (NaN -> 6). The
