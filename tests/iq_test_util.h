@@ -79,7 +79,9 @@ struct HostCase {
   std::int64_t weight_stride = 0;  // elements between weight rows (>= H)
   DType dtype = DType::kBFloat16;
   DType pos_dtype = DType::kInt64;
-  float weight_scale = 1.0f;
+  float weight_scale = 1.0f;       // vllm_* recipes: softmax_scale
+  float head_scale = 1.0f;         // vllm_* recipes (the two-factor folds); ignored by the others
+  bool weights_out_2d = false;     // weights_out passed as (B, H) (vLLM's shape) instead of (B, H, 1)
   std::vector<std::uint8_t> q_input;    // B*H*128 elements
   std::vector<std::uint8_t> weight;     // B*weight_stride elements (padding between rows)
   std::vector<float> freqs;             // max_pos*64
@@ -96,7 +98,8 @@ struct HostCase {
   std::string describe() const {
     std::ostringstream os;
     os << "recipe=" << recipe_name(recipe) << " q_out=" << dtype_name(out_dtype()) << " B=" << B << " H=" << H << " dtype=" << dtype_name(dtype) << " positions=" << dtype_name(pos_dtype)
-       << " weight_stride=" << weight_stride << " weight_scale=" << weight_scale << " max_pos=" << max_pos;
+       << " weight_stride=" << weight_stride << " weight_scale=" << weight_scale << " head_scale=" << head_scale
+       << " weights_out=" << (weights_out_2d ? "(B,H)" : "(B,H,1)") << " max_pos=" << max_pos;
     return os.str();
   }
 };
@@ -188,6 +191,13 @@ inline HostCase random_case(std::int64_t B, std::int64_t H, DType dtype, DType p
   {
     std::uniform_real_distribution<float> ls(-2.0f, 1.0f);
     c.weight_scale = std::pow(10.0f, ls(rng)) * ((rng() & 1) ? -1.0f : 1.0f);
+    // Two-factor folds (vllm_*): a head_scale != 1 too, so that a backend ignoring it (or
+    // multiplying in another order) shows.
+    const WeightFold fold = indexer_q::recipe(recipe_id).fold;
+    if (fold == WeightFold::kScaleThenTwoFactors || fold == WeightFold::kTwoFactors)
+      c.head_scale = std::pow(10.0f, ls(rng)) * ((rng() & 1) ? -1.0f : 1.0f);
+    else
+      c.head_scale = 0.75f;  // the other folds ignore it: a backend that does not would show
   }
   const bool f16 = dtype == DType::kFloat16;
   // decades of row magnitude: fp16 has a narrow range (6e-8 .. 65504)
@@ -314,8 +324,10 @@ inline OpArgs op_args(const HostCase& c, const void* q_input, void* q_out, void*
   a.q_out = TensorView::contiguous(q_out, c.out_dtype(), {c.B, c.H, c.out_bytes_per_row()}, dev);
   if (c.fp4()) a.q_scale = TensorView::contiguous(q_sf, DType::kInt32, {c.B, c.H}, dev);
   a.weight = TensorView::strided(weight, c.dtype, {c.B, c.H}, {c.weight_stride, 1}, dev);
-  a.weights_out = TensorView::contiguous(weights_out, DType::kFloat32, {c.B, c.H, 1}, dev);
+  a.weights_out = c.weights_out_2d ? TensorView::contiguous(weights_out, DType::kFloat32, {c.B, c.H}, dev)
+                                   : TensorView::contiguous(weights_out, DType::kFloat32, {c.B, c.H, 1}, dev);
   a.weight_scale = c.weight_scale;
+  a.head_scale = c.head_scale;
   a.freqs = TensorView::contiguous(freqs, DType::kFloat32, {c.max_pos, 64}, dev);
   a.positions = TensorView::contiguous(positions, c.pos_dtype, {c.B}, dev);
   return a;

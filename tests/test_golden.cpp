@@ -1,6 +1,8 @@
-// Golden conformance, per recipe: every tests/data/golden/*.safetensors (v4_fp8) and
+// Golden conformance, per recipe: every tests/data/golden/*.safetensors (v4_fp8),
 // tests/data/golden/variants/*.safetensors (metadata "variant": v32_fp8, rope_first_fp8, v4_fp4),
-// produced by the reference CUDA kernels on an H200, plus the FNUZ case derived from each FN file
+// produced by the reference CUDA kernels on an H200, and tests/data/golden/vllm/*.safetensors
+// (vllm_v4_fp8, vllm_v4_mxfp4: vLLM's own Triton kernels on an H200, SPEC-vllm.md; metadata
+// softmax_scale and head_scale, weights_out stored (B, H)), plus the FNUZ case derived from each FN file
 // (SPEC-variants.md: same bytes except 0x80 -> 0x00, weights_out times 2), through every backend
 // this build and machine can run: the reference, the CPU backend for each supported ISA with 1, 2
 // and many threads, and CUDA when a device is usable. Every byte is compared: q_out codes, q_sf
@@ -8,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -34,7 +37,8 @@ std::vector<std::string> files_in(const fs::path& dir) {
 std::vector<std::string> golden_files() {
   const fs::path dir = fs::path(INDEXER_Q_TEST_DATA_DIR) / "golden";
   std::vector<std::string> files = files_in(dir);
-  for (const std::string& f : files_in(dir / "variants")) files.push_back(f);
+  for (const char* sub : {"variants", "vllm"})
+    for (const std::string& f : files_in(dir / sub)) files.push_back(f);
   return files;
 }
 
@@ -76,6 +80,7 @@ iqtest::HostCase to_host_case(const io::ConformanceCase& k) {
   c.dtype = k.dtype;
   c.pos_dtype = k.pos_dtype;
   c.weight_scale = k.weight_scale;
+  c.head_scale = k.head_scale;
   c.q_input = k.q_input;
   c.weight = k.weight;
   c.freqs.resize(k.freqs.size() / 4);
@@ -125,6 +130,17 @@ TEST(Golden, CasesAreConsistent) {
     EXPECT_EQ(k.weights_out.size(), std::size_t(k.B * k.H));
     if (c.name.find("/variants/") != std::string::npos && c.name.find("(derived") == std::string::npos)
       EXPECT_NE(k.recipe, RecipeId::kV4Fp8) << "a variants file without \"variant\" metadata";
+    if (c.name.find("/vllm/") != std::string::npos) {
+      // vLLM's files: a vLLM recipe, and the factors the files were made with (128^-0.5 and
+      // H^-0.5 as float32), read from softmax_scale / head_scale (not weight_scale, which is
+      // informational there and differs from their product's rounding on purpose).
+      EXPECT_EQ(recipe(k.recipe).quant, Quantizer::kVllm) << "a vllm file of recipe " << recipe_name(k.recipe);
+      EXPECT_EQ(k.weight_scale, float(1.0 / std::sqrt(128.0)));
+      EXPECT_EQ(k.head_scale, float(1.0 / std::sqrt(double(k.H))));
+    } else {
+      EXPECT_EQ(recipe(k.recipe).quant, Quantizer::kSglang) << "an SGLang-form file of a vLLM recipe";
+      EXPECT_EQ(k.head_scale, 1.0f);
+    }
     if (recipe(k.recipe).format == OutFormat::kE4M3FNUZ)
       for (std::uint8_t q : k.q_out) ASSERT_NE(q, 0x80) << "0x80 is NaN in e4m3fnuz";
   }
@@ -160,6 +176,8 @@ void check_all_golden(bool cuda_only) {
         // the raw-code dtypes once (poison 0xA5); the recipe's own dtype under two poisons
         for (std::uint8_t poison : {std::uint8_t(0xA5), std::uint8_t(0x7f)}) {
           if (od >= 0 && poison != 0xA5) continue;
+          // weights_out as (B, H) (vLLM's shape) in the second poison run, (B, H, 1) otherwise
+          c.weights_out_2d = poison == 0x7f;
           iqtest::Outputs got;
           const Status s = iqtest::run_case(be, c, &got, poison);
           ASSERT_TRUE(s.ok()) << be.name << " " << c.describe() << ": " << s.message();

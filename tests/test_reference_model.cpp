@@ -325,13 +325,15 @@ TEST(ReferenceModelCheck, CatchesAWrongRope) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Every recipe: an exact scalar model written from SPEC.md and SPEC-variants.md's text, with its
-// own table of the forms (not recipes.inc, not src/common/row.h), compared with the reference
-// byte for byte. The model's float32 steps are the spec's (explicit fma, ordinary products,
+// Every recipe: an exact scalar model written from SPEC.md, SPEC-variants.md and SPEC-vllm.md's
+// text, with its own table of the forms (not recipes.inc, not src/common/row.h), compared with the
+// reference byte for byte. The model's float32 steps are the spec's (explicit fma, ordinary products,
 // butterflies in the stated order); the codecs are written differently from row.h: the bf16
 // rounding point by scaling to an integer in double and nearbyint (ties to even), e4m3fn by the
 // nearest of the 127 values (brute force in double, ties to the even code), UE8M0 by frexp
-// (the smallest power of two >= s), e2m1 by walking the seven thresholds from the top.
+// (the smallest power of two >= s), e2m1 by walking the seven thresholds from the top (SGLang's
+// ties to the smaller magnitude) or by the nearest of the eight magnitudes (vLLM's ties to even),
+// vLLM's power-of-two scales by frexp.
 // ---------------------------------------------------------------------------------------
 struct SpecForm {
   const char* name;
@@ -340,13 +342,19 @@ struct SpecForm {
   bool hadamard;
   bool fp4;
   bool fnuz;
+  bool vllm;          // SPEC-vllm.md: bf16 after RoPE, pow2 FP8 scale / MX FP4, two weight factors
 };
-// SPEC.md (v4_fp8) and SPEC-variants.md, one line per form.
+// SPEC.md (v4_fp8), SPEC-variants.md and SPEC-vllm.md, one line per form.
 const SpecForm kSpecForms[] = {
-    {"v4_fp8", false, false, true, false, false},         {"v32_fp8", true, true, false, false, false},
-    {"rope_first_fp8", true, true, true, false, false},   {"v4_fp4", false, false, true, true, false},
-    {"v4_fp8_fnuz", false, false, true, false, true},     {"v32_fp8_fnuz", true, true, false, false, true},
-    {"rope_first_fp8_fnuz", true, true, true, false, true},
+    {"v4_fp8", false, false, true, false, false, false},
+    {"v32_fp8", true, true, false, false, false, false},
+    {"rope_first_fp8", true, true, true, false, false, false},
+    {"v4_fp4", false, false, true, true, false, false},
+    {"v4_fp8_fnuz", false, false, true, false, true, false},
+    {"v32_fp8_fnuz", true, true, false, false, true, false},
+    {"rope_first_fp8_fnuz", true, true, true, false, true, false},
+    {"vllm_v4_fp8", false, true, false, false, false, true},
+    {"vllm_v4_mxfp4", false, true, false, true, false, true},
 };
 
 const SpecForm* spec_form(RecipeId r) {
@@ -407,6 +415,42 @@ int model_e2m1(float v) {
   return (v < 0.0f && code != 0) ? code | 8 : code;
 }
 
+// ---- SPEC-vllm.md's codecs ----
+// FP8 step 5: s rounded up to a power of two (the smallest 2^p >= s); +Inf stays +Inf.
+float model_pow2_ceil(float s) {
+  if (std::isinf(s)) return INFINITY;
+  int e = 0;
+  const double fr = std::frexp(double(s), &e);  // s = fr * 2^e, fr in [0.5, 1)
+  return float(std::ldexp(1.0, fr == 0.5 ? e - 1 : e));
+}
+// FP8 step 6: the code of v = x / q_scale: NaN -> 0x7f, beyond +-448 (Inf too) -> +-448, else the
+// nearest e4m3fn value (ties to even), the sign of zero kept.
+int model_vllm_fp8(float v) {
+  if (std::isnan(v)) return 0x7f;
+  if (std::fabs(v) > 448.0f) return std::signbit(v) ? 0xfe : 0x7e;
+  return model_e4m3(v);
+}
+// MXFP4 steps 1-3: the UE8M0 byte of a block's amax (NaN already ignored).
+int model_mx_ue8m0(float amax) {
+  const float floored = std::fmax(amax, std::ldexp(6.0f, -126));
+  const float ratio = floored * iqtest::float_of(0x3e2aaaabu);  // 0x1.555556p-3, the float nearest 1/6
+  if (std::isinf(ratio)) return 254;
+  return model_ue8m0(ratio);
+}
+// MXFP4 step 4: the nearest of the eight e2m1 magnitudes, ties to the even code, |v| > 6 -> 6;
+// NaN -> 6 (the library's choice: SPEC-vllm.md leaves it open); bit 3 = the sign bit of v always.
+int model_mx_e2m1(float v) {
+  static const double mag[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+  const double a = std::isnan(v) ? 6.0 : std::fabs(double(v));
+  if (a > 6.0) return 7 | (std::signbit(v) ? 8 : 0);  // Inf included
+  int best = 0;
+  for (int k = 1; k < 8; ++k) {
+    const double d = std::fabs(a - mag[k]), bd = std::fabs(a - mag[best]);
+    if (d < bd || (d == bd && (k & 1) == 0)) best = k;
+  }
+  return best | (std::signbit(v) ? 8 : 0);
+}
+
 // Inputs by their bit definitions, Inf and NaN included (decode_input above is for finite data).
 float decode_f32(const HostCase& c, const std::vector<std::uint8_t>& buf, std::size_t i) {
   if (c.dtype != DType::kFloat32) {
@@ -423,8 +467,19 @@ float decode_f32(const HostCase& c, const std::vector<std::uint8_t>& buf, std::s
   return float(decode_input(c, buf, i));  // exact: every finite input value is a float
 }
 
+// Deliberate departures from the spec, for the control tests: the model must then disagree with
+// the reference on the test data (each vLLM-specific step is observable).
+enum class Perturb {
+  kNone,
+  kNoBf16AfterRope,   // vLLM forms: skip step 3 (bf16 rounding of the rotated dims)
+  kOneHeadFactor,     // vLLM forms: weights_out with fl(softmax_scale * head_scale) in one multiply
+  kExactFp8Scale,     // vllm_v4_fp8: q_scale not rounded up to a power of two
+  kSglangTies,        // vllm_v4_mxfp4: e2m1 ties to the smaller magnitude, no sign on zero codes
+  kSglangFloor,       // vllm_v4_mxfp4: amax floor 1e-4 and / 6 instead of 6 * 2^-126 and * fl(1/6)
+};
+
 // The model's outputs for a whole case (same layout as iqtest::Outputs).
-iqtest::Outputs model_outputs(const HostCase& c) {
+iqtest::Outputs model_outputs(const HostCase& c, Perturb perturb = Perturb::kNone) {
   const SpecForm& F = *spec_form(c.recipe);
   const float k = iqtest::float_of(0x3db504f3u);
   iqtest::Outputs o;
@@ -454,7 +509,7 @@ iqtest::Outputs model_outputs(const HostCase& c) {
         x[off + 2 * j] = std::fma(xr, cs, -p1);
         x[off + 2 * j + 1] = std::fma(xr, sn, p2);
       }
-      if (F.fp4)
+      if (F.vllm ? perturb != Perturb::kNoBf16AfterRope : F.fp4)
         for (int i = off; i < off + 64; ++i) x[i] = model_bf16(x[i]);
       if (F.hadamard) {
         for (int hs = 1; hs < 128; hs *= 2)
@@ -467,6 +522,39 @@ iqtest::Outputs model_outputs(const HostCase& c) {
         for (int i = 0; i < 128; ++i) x[i] = x[i] * k;
       }
       const float w = decode_f32(c, c.weight, std::size_t(b * c.weight_stride + h));
+      const float ws = c.weight_scale, hs = c.head_scale;  // vLLM: softmax_scale, head_scale
+      if (F.vllm && F.fp4) {  // SPEC-vllm.md, MXFP4 form: no Hadamard, no second bf16 rounding
+        std::uint32_t sf = 0;
+        for (int blk = 0; blk < 4; ++blk) {
+          float amax = 0.0f;
+          for (int i = 32 * blk; i < 32 * blk + 32; ++i)
+            if (!std::isnan(x[i])) amax = std::max(amax, std::fabs(x[i]));
+          const int e = perturb == Perturb::kSglangFloor ? model_ue8m0(std::fmax(1e-4f, amax) / 6.0f)
+                                                         : model_mx_ue8m0(amax);
+          // inv = float_from_bits((254 - e) << 23): 2^(127 - e) for e <= 253; for e = 254 (an
+          // infinite amax) the bits are 0, so inv = 0: finite values give +-0, Inf gives NaN.
+          const float inv = e == 254 ? 0.0f : float(std::ldexp(1.0, 127 - e));
+          sf |= std::uint32_t(e) << (8 * blk);
+          for (int i = 32 * blk; i < 32 * blk + 32; i += 2) {
+            auto code = [&](float v) { return perturb == Perturb::kSglangTies ? model_e2m1(v) : model_mx_e2m1(v); };
+            o.q_out[std::size_t(r * 64 + i / 2)] = std::uint8_t(code(x[i] * inv) | (code(x[i + 1] * inv) << 4));
+          }
+        }
+        for (int byte = 0; byte < 4; ++byte) o.q_sf[std::size_t(r * 4 + byte)] = std::uint8_t(sf >> (8 * byte));
+        o.weights_out[std::size_t(r)] = perturb == Perturb::kOneHeadFactor ? w * (ws * hs) : (w * ws) * hs;
+        continue;
+      }
+      if (F.vllm) {  // SPEC-vllm.md, FP8 form
+        float amax = 0.0f;
+        for (int i = 0; i < 128; ++i)
+          if (!std::isnan(x[i])) amax = std::max(amax, std::fabs(x[i]));
+        const float s = std::fmax(amax, 1e-4f) / 448.0f;
+        const float q_scale = perturb == Perturb::kExactFp8Scale ? s : model_pow2_ceil(s);
+        for (int i = 0; i < 128; ++i) o.q_out[std::size_t(r * 128 + i)] = std::uint8_t(model_vllm_fp8(x[i] / q_scale));
+        o.weights_out[std::size_t(r)] =
+            perturb == Perturb::kOneHeadFactor ? (w * q_scale) * (ws * hs) : ((w * q_scale) * ws) * hs;
+        continue;
+      }
       if (F.fp4) {
         for (int i = 0; i < 128; ++i) x[i] = model_bf16(x[i]);
         std::uint32_t sf = 0;
@@ -547,6 +635,60 @@ TEST(RecipeModelCodecs, E2m1AndUe8m0) {
   EXPECT_EQ(model_inv(253), 0x1p-126f);
 }
 
+// SPEC-vllm.md's codecs in the model, against the spec's own examples and bit rules.
+TEST(RecipeModelCodecs, VllmPow2ScaleAndFp8Codes) {
+  EXPECT_EQ(model_pow2_ceil(0.125f), 0.125f);  // a power of two stays
+  EXPECT_EQ(model_pow2_ceil(std::nextafter(0.125f, 1.0f)), 0.25f);
+  EXPECT_EQ(model_pow2_ceil(1e-4f / 448.0f), 0x1p-22f);
+  EXPECT_EQ(model_pow2_ceil(INFINITY), INFINITY);
+  // against the spec's bit rule e = ((bits(s) + 0x7fffff) >> 23) & 0xff on random finite s > 0
+  std::mt19937 rng(5);
+  for (int t = 0; t < 200000; ++t) {
+    const std::uint32_t u = (rng() % 0x7f000000u) + 0x00800000u;  // normal, finite, positive
+    const std::uint32_t e = ((u + 0x7fffffu) >> 23) & 0xffu;
+    ASSERT_EQ(iqtest::bits_of(model_pow2_ceil(iqtest::float_of(u))), e << 23) << std::hex << u;
+  }
+  EXPECT_EQ(model_vllm_fp8(NAN), 0x7f);
+  EXPECT_EQ(model_vllm_fp8(-NAN), 0x7f);
+  EXPECT_EQ(model_vllm_fp8(INFINITY), 0x7e);
+  EXPECT_EQ(model_vllm_fp8(-INFINITY), 0xfe);
+  EXPECT_EQ(model_vllm_fp8(-0.0f), 0x80);
+  EXPECT_EQ(model_vllm_fp8(-0x1p-10f), 0x80);  // a tie between 0 and 2^-9: to 0, sign kept
+  EXPECT_EQ(model_vllm_fp8(3 * 0x1p-10f), 0x02);
+  EXPECT_EQ(model_vllm_fp8(17.0f), 0x58);  // ties to even
+  EXPECT_EQ(model_vllm_fp8(19.0f), 0x5a);
+}
+
+TEST(RecipeModelCodecs, VllmMxE2m1AndUe8m0) {
+  // SPEC-vllm.md step 4's examples: ties to even
+  const float ties[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  const int want[7] = {0, 2, 2, 4, 4, 6, 6};  // codes of 0, 1, 1, 2, 2, 4, 4
+  for (int i = 0; i < 7; ++i) {
+    for (int k : {-20, -3, 0, 4}) {  // times 2^k with inv = 2^-k: the same codes
+      const float v = std::ldexp(ties[i], k) * std::ldexp(1.0f, -k);
+      EXPECT_EQ(model_mx_e2m1(v), want[i]) << ties[i];
+      EXPECT_EQ(model_mx_e2m1(-v), want[i] | 8) << -ties[i];
+    }
+  }
+  EXPECT_EQ(model_mx_e2m1(std::nextafter(0.25f, 1.0f)), 1);
+  EXPECT_EQ(model_mx_e2m1(std::nextafter(0.75f, 0.0f)), 1);
+  EXPECT_EQ(model_mx_e2m1(std::nextafter(5.0f, 6.0f)), 7);
+  EXPECT_EQ(model_mx_e2m1(-0.1f), 8);  // the sign bit also on a zero magnitude
+  EXPECT_EQ(model_mx_e2m1(-0.0f), 8);
+  EXPECT_EQ(model_mx_e2m1(0.0f), 0);
+  EXPECT_EQ(model_mx_e2m1(100.0f), 7);
+  EXPECT_EQ(model_mx_e2m1(-INFINITY), 15);
+  // UE8M0: amax 6 * 2^k gives 127 + k (fl(1/6) * 6 rounds back to 1), just above rounds up;
+  // the floor 6 * 2^-126 gives e = 1; Inf gives 254
+  EXPECT_EQ(model_mx_ue8m0(6.0f), 127);
+  EXPECT_EQ(model_mx_ue8m0(std::ldexp(6.0f, -10)), 117);
+  EXPECT_EQ(model_mx_ue8m0(std::nextafter(6.0f, 7.0f)), 128);
+  EXPECT_EQ(model_mx_ue8m0(0.0f), 1);
+  EXPECT_EQ(model_mx_ue8m0(std::ldexp(1.0f, -130)), 1);
+  EXPECT_EQ(model_mx_ue8m0(INFINITY), 254);
+  EXPECT_EQ(model_mx_ue8m0(3e38f), 253);  // 3e38 * fl(1/6) = 5e37 -> 2^126
+}
+
 // The library's descriptor of each recipe is the spec's form.
 TEST(RecipeModel, DescriptorsMatchTheSpec) {
   EXPECT_EQ(all_recipes().size(), sizeof kSpecForms / sizeof kSpecForms[0]);
@@ -557,11 +699,14 @@ TEST(RecipeModel, DescriptorsMatchTheSpec) {
     EXPECT_EQ(d.rope_dims == RopeDims::kFirst64, f->rope_first64) << f->name;
     EXPECT_EQ(d.freqs_layout == FreqsLayout::kHalves, f->halves) << f->name;
     EXPECT_EQ(d.hadamard, f->hadamard) << f->name;
-    EXPECT_EQ(d.bf16_after_rope, f->fp4) << f->name;
-    EXPECT_EQ(d.bf16_after_hadamard, f->fp4) << f->name;
+    EXPECT_EQ(d.bf16_after_rope, f->fp4 || f->vllm) << f->name;
+    EXPECT_EQ(d.bf16_after_hadamard, f->fp4 && !f->vllm) << f->name;
     EXPECT_EQ(d.format == OutFormat::kE2M1, f->fp4) << f->name;
     EXPECT_EQ(d.format == OutFormat::kE4M3FNUZ, f->fnuz) << f->name;
-    EXPECT_EQ(d.fold == WeightFold::kNoScale, f->fp4) << f->name;
+    EXPECT_EQ(d.quant, f->vllm ? Quantizer::kVllm : Quantizer::kSglang) << f->name;
+    const WeightFold fold = f->vllm ? (f->fp4 ? WeightFold::kTwoFactors : WeightFold::kScaleThenTwoFactors)
+                                    : (f->fp4 ? WeightFold::kNoScale : WeightFold::kTimesScale);
+    EXPECT_EQ(d.fold, fold) << f->name;
   }
 }
 
@@ -612,6 +757,36 @@ TEST(RecipeModelCheck, CatchesTheWrongForm) {
       const iqtest::Comparison cmp = iqtest::compare(run_on(ref, cb), model_outputs(ca), c.H);
       EXPECT_FALSE(cmp.exact()) << recipe_name(a) << " vs " << recipe_name(b);
     }
+  }
+}
+
+// Each vLLM-specific step is observable on the test data: the model with that step done
+// another way (SGLang's way, or a plausible slip) disagrees with the reference.
+TEST(RecipeModelCheck, CatchesEachVllmStepDoneDifferently) {
+  iqtest::BackendUnderTest ref;
+  ref.options.backend = Backend::kReference;
+  const struct {
+    RecipeId r;
+    Perturb p;
+    const char* what;
+  } cases[] = {
+      {RecipeId::kVllmV4Fp8, Perturb::kNoBf16AfterRope, "fp8 without the bf16 rounding after RoPE"},
+      {RecipeId::kVllmV4Fp8, Perturb::kOneHeadFactor, "fp8 with fl(softmax_scale * head_scale)"},
+      {RecipeId::kVllmV4Fp8, Perturb::kExactFp8Scale, "fp8 with the exact (not power-of-two) scale"},
+      {RecipeId::kVllmV4Mxfp4, Perturb::kNoBf16AfterRope, "mxfp4 without the bf16 rounding after RoPE"},
+      {RecipeId::kVllmV4Mxfp4, Perturb::kOneHeadFactor, "mxfp4 with fl(softmax_scale * head_scale)"},
+      {RecipeId::kVllmV4Mxfp4, Perturb::kSglangTies, "mxfp4 with SGLang's e2m1 ties and zero signs"},
+      {RecipeId::kVllmV4Mxfp4, Perturb::kSglangFloor, "mxfp4 with SGLang's amax floor and / 6"},
+  };
+  for (const auto& k : cases) {
+    HostCase c = iqtest::random_case(41, 24, DType::kBFloat16, DType::kInt64, 24, 7100 + int(k.p), k.r);
+    c.weight_scale = float(1.0 / std::sqrt(128.0));  // vLLM's factors (H^-0.5 with H = 24)
+    c.head_scale = float(1.0 / std::sqrt(24.0));
+    const iqtest::Outputs got = run_on(ref, c);
+    EXPECT_TRUE(iqtest::compare(got, model_outputs(c), c.H).exact()) << k.what;
+    const iqtest::Comparison cmp = iqtest::compare(got, model_outputs(c, k.p), c.H);
+    EXPECT_FALSE(cmp.exact()) << "the model " << k.what << " still matches the reference";
+    std::printf("[control %s] %s\n", k.what, cmp.summary().substr(0, cmp.summary().find(';')).c_str());
   }
 }
 
