@@ -117,6 +117,7 @@ Tensor ge(const Tensor& a, const Tensor& b) { return aten("aten::ge", "Tensor", 
 Tensor eq(const Tensor& a, const Tensor& b) { return aten("aten::eq", "Tensor", a, b); }
 Tensor logical_or(const Tensor& a, const Tensor& b) { return aten("aten::logical_or", "", a, b); }
 Tensor logical_and(const Tensor& a, const Tensor& b) { return aten("aten::logical_and", "", a, b); }
+Tensor logical_not(const Tensor& a) { return aten("aten::logical_not", "", a); }
 Tensor bitwise_and(const Tensor& a, const Tensor& b) {
   return aten("aten::bitwise_and", "Tensor", a, b);
 }
@@ -171,7 +172,10 @@ Tensor fma_f32(const Tensor& a, const Tensor& b, const Tensor& c, const Consts& 
   const Tensor Bv = to_dtype(b, ScalarType::Double);
   const Tensor C = to_dtype(c, ScalarType::Double);
   const Tensor P = mul(A, Bv);  // exact
-  const Tensor S = add(P, C);   // rounded once (to double)
+  // rounded once (to double). add() is a - (-b), which would flip the sign of a NaN c: where
+  // only c is NaN the result is c itself, as fmaf returns it (the sign of a NaN matters for
+  // the e2m1 codes of the vllm_* recipes: the sign bit of v is kept on every code).
+  const Tensor S = where(logical_and(isnan(C), logical_not(isnan(P))), C, add(P, C));
   // TwoSum (Knuth): err = (P + C) - S exactly, for any magnitudes (no overflow here).
   const Tensor bv = sub(S, P);
   const Tensor av = sub(S, bv);

@@ -148,10 +148,15 @@ def _check_recipe(recipe) -> str:
 
 def resolve_recipe(recipe: str, out_dtype: Optional[torch.dtype] = None) -> str:
     """The recipe that writes ``out_dtype``: an e4m3fn FP8 recipe with
-    ``out_dtype=torch.float8_e4m3fnuz`` becomes its ``<recipe>_fnuz`` twin; otherwise the
-    recipe itself (uint8 / int8 outputs take the recipe's raw codes)."""
+    ``out_dtype=torch.float8_e4m3fnuz`` becomes its ``<recipe>_fnuz`` twin (ValueError naming
+    out_dtype when the library has none, as for the ``vllm_*`` recipes); otherwise the recipe
+    itself (uint8 / int8 outputs take the recipe's raw codes)."""
     recipe = _check_recipe(recipe)
     if out_dtype == torch.float8_e4m3fnuz and _RECIPES[recipe].format == "e4m3fn":
+        if recipe not in _FNUZ_OF:  # e.g. vLLM's forms: the library has no FNUZ twin of them
+            raise ValueError(
+                f"indexer_q: out_dtype: recipe {recipe} has no float8_e4m3fnuz form in the "
+                f"library (its FNUZ recipes: {', '.join(sorted(_FNUZ_OF.values())) or 'none'})")
         return _FNUZ_OF[recipe]
     return recipe
 

@@ -18,6 +18,7 @@ import indexer_q  # noqa: F401  (loads the operator library)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLDEN_DIR = os.path.join(ROOT, "tests", "data", "golden")
 GOLDEN_VARIANTS_DIR = os.path.join(GOLDEN_DIR, "variants")
+GOLDEN_VLLM_DIR = os.path.join(GOLDEN_DIR, "vllm")  # from vLLM's own kernels (SPEC-vllm.md)
 
 CUDA_OK = torch.cuda.is_available()
 DEVICES = [
@@ -75,17 +76,31 @@ def golden_variant_files():
     return sorted(f for f in os.listdir(GOLDEN_VARIANTS_DIR) if f.endswith(".safetensors"))
 
 
+def golden_vllm_files():
+    return sorted(f for f in os.listdir(GOLDEN_VLLM_DIR) if f.endswith(".safetensors"))
+
+
+def fnuz_twin(recipe):
+    """The recipe's FNUZ twin, or None (FP4, already FNUZ, or none in the library: vllm_*)."""
+    try:
+        twin = indexer_q.resolve_recipe(recipe, torch.float8_e4m3fnuz)
+    except ValueError:
+        return None
+    return twin if twin != recipe else None
+
+
 def golden_recipe_cases():
     """(path relative to GOLDEN_DIR, recipe) for every golden file of every recipe: the file's own
     recipe (metadata `variant`, v4_fp8 when absent) and, for FP8 files, the recipe's FNUZ twin
-    (expected outputs derived from the FN ones, SPEC-variants.md)."""
+    where the library has one (expected outputs derived from the FN ones, SPEC-variants.md)."""
     cases = []
-    for rel in golden_files() + [os.path.join("variants", f) for f in golden_variant_files()]:
+    for rel in (golden_files() + [os.path.join("variants", f) for f in golden_variant_files()]
+                + [os.path.join("vllm", f) for f in golden_vllm_files()]):
         _, meta = read_safetensors_header(os.path.join(GOLDEN_DIR, rel))
         recipe = meta.get("variant", "v4_fp8")
         cases.append((rel, recipe))
-        fnuz = indexer_q.resolve_recipe(recipe, torch.float8_e4m3fnuz)
-        if fnuz != recipe:
+        fnuz = fnuz_twin(recipe)
+        if fnuz:
             cases.append((rel, fnuz))
     return cases
 
@@ -98,25 +113,36 @@ def read_safetensors_header(path):
 
 
 def load_golden(rel, recipe, device="cpu"):
-    """Inputs (dict), weight_scale, and the expected outputs of `recipe` for a golden file:
-    (q bytes as uint8, q_sf or None, weights_out)."""
+    """Inputs (dict), weight_scale, head_scale, and the expected outputs of `recipe` for a golden
+    file: (q bytes as uint8, q_sf or None, weights_out). vLLM's files (metadata softmax_scale /
+    head_scale): weight_scale = softmax_scale and head_scale as the Python floats vLLM passes
+    (`*_arg`; their float32 roundings are the metadata values), weights_out (B, H)."""
     t, meta = read_safetensors(os.path.join(GOLDEN_DIR, rel))
-    ws = float(meta["weight_scale"])
+    if "softmax_scale" in meta:
+        ws = float(meta.get("softmax_scale_arg", meta["softmax_scale"]))
+        hs = float(meta.get("head_scale_arg", meta["head_scale"]))
+        # the float32 values the kernels used
+        assert torch.tensor(ws, dtype=torch.float32).item() == float(meta["softmax_scale"])
+        assert torch.tensor(hs, dtype=torch.float32).item() == float(meta["head_scale"])
+    else:
+        ws, hs = float(meta["weight_scale"]), 1.0
     inputs = {k: t[k].to(device) for k in ("q_input", "weight", "freqs", "positions")}
     info = indexer_q.recipe_info(recipe)
     if info.fp4:
-        return inputs, ws, (t["q_fp4"].view(torch.uint8), t["q_sf"], t["weights_out"])
+        return inputs, ws, hs, (t["q_fp4"].view(torch.uint8), t["q_sf"], t["weights_out"])
     q = t["q_fp8"].view(torch.uint8)
     w = t["weights_out"]
     if info.format == "e4m3fnuz":  # SPEC-variants.md: same bytes except 0x80 -> 0x00, w * 2
         q = torch.where(q == 0x80, torch.zeros_like(q), q)
         w = w * 2.0
-    return inputs, ws, (q, None, w)
+    return inputs, ws, hs, (q, None, w)
 
 
-def new_recipe_outputs(recipe, q_input, raw=False):
+def new_recipe_outputs(recipe, q_input, raw=False, w2d=None):
     """Preallocated outputs of `recipe` filled with a sentinel (0x5a bytes / 0x5a5a5a5a / -7.25):
-    (q_out, q_sf or None, weights_out). raw=True: FP8 codes into a uint8 tensor."""
+    (q_out, q_sf or None, weights_out). raw=True: FP8 codes into a uint8 tensor. weights_out is
+    (B, H) for vLLM's recipes and (B, H, 1) for SGLang's, as quant_q allocates it; w2d=True /
+    False forces (B, H) / (B, H, 1)."""
     info = indexer_q.recipe_info(recipe)
     b, h = q_input.shape[0], q_input.shape[1]
     dev = q_input.device
@@ -128,7 +154,8 @@ def new_recipe_outputs(recipe, q_input, raw=False):
         dt = torch.float8_e4m3fnuz if info.format == "e4m3fnuz" else torch.float8_e4m3fn
         q_out = torch.empty((b, h, 128), dtype=torch.uint8 if raw else dt, device=dev)
     q_out.view(torch.uint8).fill_(0x5A)
-    w_out = torch.full((b, h, 1), -7.25, dtype=torch.float32, device=dev)
+    two_d = info.vllm if w2d is None else w2d
+    w_out = torch.full((b, h) if two_d else (b, h, 1), -7.25, dtype=torch.float32, device=dev)
     return q_out, q_sf, w_out
 
 

@@ -12,7 +12,7 @@ import torch
 import indexer_q
 from conftest import (CUDA_OK, DEVICES, NATIVE, QUANT, QUANT_COMPOSED, QUANT_OPS, RECIPES, ROOT,
                       assert_same_fp8, assert_same_outputs, golden_recipe_cases, halves_table,
-                      load_golden, new_recipe_outputs)
+                      fnuz_twin, load_golden, new_recipe_outputs)
 from test_composed_vs_native import make_case
 
 FP8_RECIPES = [r for r in RECIPES if not indexer_q.recipe_info(r).fp4]
@@ -20,9 +20,17 @@ FP4_RECIPES = [r for r in RECIPES if indexer_q.recipe_info(r).fp4]
 GOLDEN = golden_recipe_cases()
 
 
-def call(op, recipe, x, outs, ws):
+def call(op, recipe, x, outs, ws, hs=None):
+    """The operator; head_scale passed only when given (hs=None: the schema's default, 1.0)."""
     q_out, q_sf, w_out = outs
-    op(recipe, x["q_input"], q_out, q_sf, x["weight"], w_out, ws, x["freqs"], x["positions"])
+    kw = {} if hs is None else {"head_scale": hs}
+    op(recipe, x["q_input"], q_out, q_sf, x["weight"], w_out, ws, x["freqs"], x["positions"],
+       **kw)
+
+
+def head_scale_of(recipe, H):
+    """vLLM passes head_scale = H**-0.5 (a Python float); the other recipes ignore it."""
+    return float(max(H, 1)) ** -0.5 if indexer_q.recipe_info(recipe).vllm else 1.0
 
 
 # ---- the recipe list is the library's ------------------------------------------------------------
@@ -37,10 +45,14 @@ def test_recipe_list_is_the_librarys():
     for name in names:
         info = indexer_q.recipe_info(name)
         assert info.name == name
-        if info.format == "e4m3fn":  # every FN recipe has its FNUZ twin, found from the descriptor
+        if info.format == "e4m3fn" and info.quant == "sglang":
+            # every SGLang FN recipe has its FNUZ twin, found from the descriptor
             twin = indexer_q.resolve_recipe(name, torch.float8_e4m3fnuz)
             assert twin == name + "_fnuz", twin
             assert indexer_q.recipe_info(twin)._replace(name=name, format="e4m3fn") == info
+        elif info.format == "e4m3fn":  # vLLM's: no FNUZ form (SPEC-vllm.md leaves gfx942 open)
+            with pytest.raises(ValueError, match="indexer_q: out_dtype: recipe " + name):
+                indexer_q.resolve_recipe(name, torch.float8_e4m3fnuz)
 
 
 def test_recipe_descriptors():
@@ -51,12 +63,30 @@ def test_recipe_descriptors():
     assert (v32.rope_dims, v32.freqs_layout, v32.hadamard) == ("first64", "halves", False)
     assert (rf.rope_dims, rf.freqs_layout, rf.hadamard) == ("first64", "halves", True)
     assert fp4.fp4 and fp4.bf16_after_rope and fp4.bf16_after_hadamard and fp4.fold == "no_scale"
+    assert v4.quant == v32.quant == rf.quant == fp4.quant == "sglang"
+    vf8, vf4 = indexer_q.recipe_info("vllm_v4_fp8"), indexer_q.recipe_info("vllm_v4_mxfp4")
+    assert vf8 == indexer_q.RecipeInfo(
+        "vllm_v4_fp8", "last64", "halves", False, True, False, "e4m3fn", "vllm",
+        "scale_then_two_factors")
+    assert vf4 == vf8._replace(name="vllm_v4_mxfp4", format="e2m1", fold="two_factors")
+    assert vf8.vllm and vf4.vllm and vf4.fp4 and not v4.vllm
+
+
+def test_recipe_info_op_gives_the_librarys_names():
+    # "column=value" strings, the values named by the library (indexer_q.h *_name functions)
+    cols = list(torch.ops.indexer_q.recipe_info("vllm_v4_mxfp4"))
+    assert cols == ["rope_dims=last64", "freqs_layout=halves", "hadamard=false",
+                    "bf16_after_rope=true", "bf16_after_hadamard=false", "format=e2m1",
+                    "quant=vllm", "fold=two_factors"], cols
+    assert [c.split("=")[0] for c in cols] == list(indexer_q.RecipeInfo._fields[1:])
+    import indexer_q._ops as ops
+    assert not hasattr(ops, "_ENUMS")  # no mirrored table of the C++ enum names
 
 
 def test_schema():
     args = ("(str recipe, Tensor q_input, Tensor(a!) q_out, Tensor(b!)? q_sf, Tensor weight, "
             "Tensor(c!) weights_out, float weight_scale, Tensor freqs, Tensor positions, "
-            "bool enable_pdl=False) -> ()")
+            "bool enable_pdl=False, float head_scale=1.) -> ()")
     assert str(QUANT.default._schema) == "indexer_q::quant_q" + args
     assert str(QUANT_COMPOSED.default._schema) == "indexer_q::quant_q_composed" + args
     has = torch._C._dispatch_has_kernel_for_dispatch_key
@@ -77,13 +107,13 @@ def test_golden_cases_cover_every_recipe():
 @pytest.mark.parametrize("rel,recipe", GOLDEN, ids=[f"{r}-{os.path.basename(f)[:-12]}"
                                                     for f, r in GOLDEN])
 def test_golden_operator(rel, recipe, impl, device):
-    x, ws, want = load_golden(rel, recipe, device)
+    x, ws, hs, want = load_golden(rel, recipe, device)
     outs = new_recipe_outputs(recipe, x["q_input"])
-    call(QUANT_OPS[impl], recipe, x, outs, ws)
+    call(QUANT_OPS[impl], recipe, x, outs, ws, hs)
     assert_same_outputs(outs, want, f"{rel} {recipe} {impl} {device}")
     if not indexer_q.recipe_info(recipe).fp4:  # uint8 raw codes: the same bytes
         raw = new_recipe_outputs(recipe, x["q_input"], raw=True)
-        call(QUANT_OPS[impl], recipe, x, raw, ws)
+        call(QUANT_OPS[impl], recipe, x, raw, ws, hs)
         assert raw[0].dtype == torch.uint8
         assert_same_outputs(raw, want, f"{rel} {recipe} {impl} {device} raw")
 
@@ -92,9 +122,10 @@ def test_golden_operator(rel, recipe, impl, device):
 @pytest.mark.parametrize("rel,recipe", GOLDEN, ids=[f"{r}-{os.path.basename(f)[:-12]}"
                                                     for f, r in GOLDEN])
 def test_golden_python_api(rel, recipe, device):
-    x, ws, want = load_golden(rel, recipe, device)
+    x, ws, hs, want = load_golden(rel, recipe, device)
     info = indexer_q.recipe_info(recipe)
     args = (x["q_input"], x["weight"], ws, x["freqs"], x["positions"])
+    kw = {"head_scale": hs} if info.vllm else {}
     base = recipe[:-5] if recipe.endswith("_fnuz") else recipe
     out_dtype = torch.float8_e4m3fnuz if info.format == "e4m3fnuz" else None
 
@@ -113,9 +144,9 @@ def test_golden_python_api(rel, recipe, device):
         assert_same_outputs((q, sf, w), want, f"{rel} {recipe} {what}")
 
     # the general entry point: by the recipe's own name, and FN name + out_dtype for FNUZ
-    check(indexer_q.quant_q(recipe, *args), "quant_q")
-    check(indexer_q.quant_q(base, *args, out_dtype=out_dtype), "quant_q out_dtype")
-    check(indexer_q.composed_quant_q(base, *args, out_dtype=out_dtype), "composed_quant_q")
+    check(indexer_q.quant_q(recipe, *args, **kw), "quant_q")
+    check(indexer_q.quant_q(base, *args, out_dtype=out_dtype, **kw), "quant_q out_dtype")
+    check(indexer_q.composed_quant_q(base, *args, out_dtype=out_dtype, **kw), "composed_quant_q")
     # SGLang's entry points
     if base == "v4_fp8":
         check(indexer_q.fused_q_indexer_rope_hadamard_quant(*args, out_dtype=out_dtype), "v4 api")
@@ -123,6 +154,11 @@ def test_golden_python_api(rel, recipe, device):
         check(indexer_q.quant_q(recipe, *args[:3], freqs_cis, args[4]), "quant_q freqs_cis")
     elif base == "v32_fp8":
         check(indexer_q.fused_q_indexer_rope_first_quant(*args, out_dtype=out_dtype), "v32 api")
+    elif info.vllm:  # vLLM's call: argument order, Python-float scales, vLLM's result shapes
+        res = indexer_q.fused_indexer_q_rope_quant(
+            x["positions"], x["q_input"], x["freqs"], x["weight"], ws, hs, use_fp4=info.fp4)
+        assert tuple(res[1].shape) == tuple(x["weight"].shape)  # weights_out (T, H)
+        check(res, "vllm api")
     elif base == "v4_fp4":
         check(indexer_q.fused_q_indexer_rope_hadamard_fp4_quant(*args), "fp4 api")
         freqs_cis = torch.view_as_complex(x["freqs"].view(-1, 32, 2))
@@ -139,7 +175,7 @@ def test_golden_python_api(rel, recipe, device):
 def test_fnuz_dequant_equals_fn_dequant():
     # SPEC-variants.md: dequant(q_fnuz) * w_fnuz == dequant(q_fn) * w_fn, exactly
     rel = "b64_h64_i64_outliers.safetensors"
-    x, ws, _ = load_golden(rel, "v4_fp8")
+    x, ws, _, _ = load_golden(rel, "v4_fp8")
     args = (x["q_input"], x["weight"], ws, x["freqs"], x["positions"])
     q_fn, w_fn = indexer_q.fused_q_indexer_rope_hadamard_quant(*args)
     q_nz, w_nz = indexer_q.fused_q_indexer_rope_hadamard_quant(
@@ -162,6 +198,8 @@ _SAMPLES = {
     "v4_fp8_fnuz": [(0, 128, bf), (1, 64, f16), (7, 1, f32), (333, 8, bf)],
     "v32_fp8_fnuz": [(0, 8, f32), (1, 1, bf), (7, 64, f16), (333, 128, f32)],
     "rope_first_fp8_fnuz": [(0, 1, f16), (1, 128, f32), (7, 8, bf), (333, 64, f16)],
+    "vllm_v4_fp8": [(0, 64, bf), (1, 1, f16), (7, 128, f32), (333, 8, bf), (333, 64, bf)],
+    "vllm_v4_mxfp4": [(0, 8, f16), (1, 64, bf), (7, 1, bf), (333, 128, f32), (333, 8, bf)],
 }
 DTYPES = [bf, f16, f32]
 # a recipe added to recipes.inc later gets a default sample until it is listed above
@@ -183,9 +221,9 @@ def to_device(x, device):
     return {k: v.to(device) for k, v in x.items()}
 
 
-def run_op(op, recipe, x, ws, raw=False):
-    outs = new_recipe_outputs(recipe, x["q_input"], raw=raw)
-    call(op, recipe, x, outs, ws)
+def run_op(op, recipe, x, ws, raw=False, hs=None, w2d=None):
+    outs = new_recipe_outputs(recipe, x["q_input"], raw=raw, w2d=w2d)
+    call(op, recipe, x, outs, ws, hs)
     return outs
 
 
@@ -195,14 +233,30 @@ def run_op(op, recipe, x, ws, raw=False):
 def test_composed_equals_native(recipe, B, H, dtype, device):
     seed = 7919 * RECIPES.index(recipe) + B * 1000 + H * 10 + DTYPES.index(dtype)
     x, ws = recipe_case(recipe, B, H, dtype, seed)
+    hs = head_scale_of(recipe, H)
     xd = to_device(x, device)
-    native = run_op(QUANT, recipe, xd, ws)
-    composed = run_op(QUANT_COMPOSED, recipe, xd, ws)
+    native = run_op(QUANT, recipe, xd, ws, hs=hs)
+    composed = run_op(QUANT_COMPOSED, recipe, xd, ws, hs=hs)
     assert_same_outputs(composed, native, f"{recipe} composed vs native")
     if device != "cpu":
-        assert_same_outputs(native, run_op(QUANT, recipe, x, ws), f"{recipe} {device} vs cpu")
+        assert_same_outputs(native, run_op(QUANT, recipe, x, ws, hs=hs),
+                            f"{recipe} {device} vs cpu")
     info = indexer_q.recipe_info(recipe)
-    if B == 333:  # the grid really covers the hard cases
+    if B == 333 and info.vllm:  # the grid really covers the hard cases of vLLM's quantizer
+        codes = native[0].cpu().view(torch.uint8)
+        if info.fp4:
+            nib = torch.cat([codes & 0x0F, codes >> 4])
+            for m in range(16):  # every e2m1 code, the sign bit on zero included (0x8)
+                assert bool((nib == m).any()), m
+            sf = native[1].cpu().view(torch.uint8)
+            assert bool((sf == 254).any())  # an Inf block: e = 254, inv = +0
+            assert int(sf.min()) < 120 and int(sf.max()) >= 130
+        else:
+            assert bool((((codes & 0x78) == 0) & ((codes & 0x07) != 0)).any())  # subnormals
+            assert bool((codes == 0x7F).any())  # NaN (and Inf / Inf) codes
+            assert bool((codes == 0x80).any())  # -0 kept
+            assert bool((~torch.isfinite(native[2].cpu())).any())
+    elif B == 333:  # the grid really covers the hard cases
         codes = native[0].cpu().view(torch.uint8)
         w = native[2].cpu()
         if info.fp4:
@@ -226,7 +280,7 @@ def test_composed_equals_native(recipe, B, H, dtype, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("recipe", FP8_RECIPES)
+@pytest.mark.parametrize("recipe", [r for r in FP8_RECIPES if fnuz_twin(r) or r.endswith("_fnuz")])
 def test_fnuz_is_the_fn_result_reencoded(recipe, device):
     # the FNUZ recipe == the FN recipe with 0x80 -> 0x00 and weights_out * 2 (random inputs)
     fn = recipe[:-5] if recipe.endswith("_fnuz") else recipe
@@ -261,7 +315,7 @@ def test_fp4_block_scale_edges(recipe, device):
         q[b, 2, free], q[b, 2, free + 1] = m, m * 0.25  # two magnitudes per block: 1.25 : 0.75
         q[b, 3, free], q[b, 3, free + 1] = m, m * (1 + 2**-8)  # a difference at bf16's last bit
     freqs = torch.zeros(4, 64)  # cos = 1, sin = 0: RoPE leaves the row as it is
-    freqs[:, 0::2 if info.freqs_layout == "interleaved" else slice(0, 32)] = 1.0
+    freqs[:, slice(0, None, 2) if info.freqs_layout == "interleaved" else slice(0, 32)] = 1.0
     x = {"q_input": q, "weight": torch.ones(B, H), "freqs": freqs,
          "positions": torch.zeros(B, dtype=torch.int64)}
     xd = to_device(x, device)
@@ -300,6 +354,9 @@ def op_args(recipe, device, B=5, H=8, dtype=torch.bfloat16):
 def test_opcheck(recipe, impl, device, fp8_aware_allclose):
     # test_schema, test_autograd_registration, test_faketensor, test_aot_dispatch_dynamic
     torch.library.opcheck(QUANT_OPS[impl].default, op_args(recipe, device))
+    if indexer_q.recipe_info(recipe).vllm:  # the trailing head_scale, by keyword
+        torch.library.opcheck(QUANT_OPS[impl].default, op_args(recipe, device, H=3),
+                              {"head_scale": 3 ** -0.5})
     if impl == "native":
         torch.library.opcheck(QUANT_OPS[impl].default, op_args(recipe, device, B=0),
                               {"enable_pdl": True})
@@ -309,15 +366,21 @@ def test_opcheck(recipe, impl, device, fp8_aware_allclose):
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_torch_compile_fullgraph(recipe, device):
     _, q, _, _, w, _, ws, freqs, pos = op_args(recipe, device, B=7, H=16)
-    fp4 = indexer_q.recipe_info(recipe).fp4
+    info = indexer_q.recipe_info(recipe)
+    fp4 = info.fp4
+    hs = head_scale_of(recipe, 16)
 
     def f(q, w, freqs, pos):
-        out, w_out = indexer_q.quant_q(recipe, q, w, ws, freqs, pos)
+        if info.vllm:  # vLLM's call
+            out, w_out = indexer_q.fused_indexer_q_rope_quant(pos, q, freqs, w, ws, hs,
+                                                              use_fp4=fp4)
+        else:
+            out, w_out = indexer_q.quant_q(recipe, q, w, ws, freqs, pos)
         return out, w_out * 2.0  # something for the compiler to fuse around the op
 
     def g(q, w, freqs, pos):  # the operator itself, writing into buffers allocated in the graph
         q_out, q_sf, w_out = new_recipe_outputs(recipe, q)
-        QUANT(recipe, q, q_out, q_sf, w, w_out, ws, freqs, pos)
+        QUANT(recipe, q, q_out, q_sf, w, w_out, ws, freqs, pos, head_scale=hs)
         return q_out, q_sf, w_out
 
     torch._dynamo.reset()
@@ -342,7 +405,8 @@ def test_meta_tensors(recipe):
         assert tuple(q_sf.shape) == (5, 8) and q_sf.dtype == torch.int32
     else:
         assert out.device.type == "meta" and tuple(out.shape) == (5, 8, 128)
-    assert tuple(w_out.shape) == (5, 8, 1) and w_out.dtype == torch.float32
+    shape = (5, 8) if indexer_q.recipe_info(recipe).vllm else (5, 8, 1)
+    assert tuple(w_out.shape) == shape and w_out.dtype == torch.float32
 
 
 # ---- CUDA graphs (GPU only) -----------------------------------------------------------------------
@@ -543,3 +607,219 @@ def test_general_op_equals_legacy_op():
     wo = torch.empty_like(args[5])
     NATIVE(args[1], q8, args[4], wo, args[6], args[7], args[8])
     assert_same_outputs((q8, None, wo), (args[2], None, args[5]), "legacy vs quant_q")
+
+
+# ---- vLLM's forms (SPEC-vllm.md): hand-made edges, the two weight factors, (T, H) weights_out ----
+VLLM_RECIPES = [r for r in RECIPES if indexer_q.recipe_info(r).vllm]
+NAN = float("nan")
+INF = float("inf")
+
+
+def identity_rope(B, recipe):
+    """cos = 1, sin = 0 (halves table): RoPE and the bf16 point leave bf16-exact values alone."""
+    freqs = torch.zeros(4, 64)
+    freqs[:, :32] = 1.0
+    assert indexer_q.recipe_info(recipe).freqs_layout == "halves"
+    return freqs, torch.zeros(B, dtype=torch.int64)
+
+
+def test_vllm_recipes_listed():
+    assert VLLM_RECIPES == ["vllm_v4_fp8", "vllm_v4_mxfp4"]
+
+
+def pow2_ceil_f32(amax):
+    """q_scale of SPEC-vllm.md step 5 for float32 amax values (a tensor): fmax(amax, 1e-4) / 448
+    rounded up to a power of two from the bits; +Inf stays +Inf."""
+    s = torch.fmax(amax.float(), torch.tensor(1e-4, dtype=torch.float32)) / 448.0
+    b = s.view(torch.int32).long()
+    e = ((b + 0x7FFFFF) >> 23) & 0xFF
+    return (e << 23).to(torch.int32).view(torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_fp8_edges(device):
+    # fp32 input, values in dims 0..63 (no RoPE, no bf16 point); expected codes by hand
+    recipe = "vllm_v4_fp8"
+    rows = [
+        # amax 56 -> q_scale = 56 / 448 = 2^-3 exactly, v = 8 x
+        [(56.0, 0x7E), (-56.0, 0xFE), (NAN, 0x7F), (-NAN, 0x7F), (-1e-30, 0x80), (0.0, 0x00),
+         (-0.0, 0x80),
+         (1.0625 / 8, 0x38),      # v = 1.0625: tie 1 | 1.125 -> even (1.0)
+         (1.1875 / 8, 0x3A),      # v = 1.1875: tie 1.125 | 1.25 -> 1.25
+         (2.0**-12, 0x01),        # v = 2^-9, the smallest subnormal
+         (2.0**-13, 0x00), (-(2.0**-13), 0x80),  # v = 2^-10: tie 0 | 2^-9 -> 0, sign kept
+         (3 * 2.0**-13, 0x02), (-(3 * 2.0**-13), 0x82),  # v = 3 * 2^-10: tie -> 2^-8
+         (54.0, 0x7E),            # v = 432: tie 416 | 448 -> 448
+         (50.0, 0x7C)],           # v = 400: tie 384 | 416 -> 384
+        # amax below the 1e-4 floor -> q_scale = pow2_ceil(1e-4 / 448) = 2^-22
+        [(9e-5, 0x7C), (-3e-5, 0xF0), (2.0**-22, 0x38), (-(2.0**-23), 0xB0)],
+        # an Inf: q_scale = +Inf, finite values become +-0, the Inf Inf / Inf = NaN (0x7f)
+        [(INF, 0x7F), (-5.0, 0x80), (5.0, 0x00), (-INF, 0x7F)],
+        # a large row: q_scale = 2^91 (1e30 / 448 = 2.2e27), v = 403.9 -> 416 (0x7d)
+        [(1e30, 0x7D), (-1e30, 0xFD)],
+    ]
+    B = len(rows)
+    q = torch.zeros(B, 1, 128)
+    want = torch.zeros(B, 1, 128, dtype=torch.uint8)
+    for b, row in enumerate(rows):
+        for i, (x, c) in enumerate(row):
+            q[b, 0, i], want[b, 0, i] = x, c
+    w = torch.tensor([[1.5], [-2.0], [1.0], [0.75]])
+    freqs, pos = identity_rope(B, recipe)
+    x = to_device({"q_input": q, "weight": w, "freqs": freqs, "positions": pos}, device)
+    ws, hs = 128**-0.5, 8**-0.5
+    q_scale = pow2_ceil_f32(q.abs().nan_to_num(0.0, posinf=INF).amax(dim=2))  # (B, 1)
+    assert q_scale[:, 0].tolist() == [2.0**-3, 2.0**-22, INF, 2.0**91]
+    s32, h32 = torch.tensor(ws, dtype=torch.float32), torch.tensor(hs, dtype=torch.float32)
+    want_w = ((w * q_scale) * s32) * h32  # (B, 1): three multiplies, left to right
+    for op in (QUANT, QUANT_COMPOSED):
+        for w2d in (True, False):
+            q_out, _, w_out = run_op(op, recipe, x, ws, hs=hs, w2d=w2d)
+            got = q_out.cpu().view(torch.uint8)
+            for b in range(B):
+                assert got[b].tolist() == want[b].tolist(), (op, b, got[b, 0, :16].tolist())
+            assert_same_outputs((q_out, None, w_out),
+                                (want, None, want_w.view(w_out.shape)), f"{op} fp8 edges")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_mxfp4_edges(device):
+    recipe = "vllm_v4_mxfp4"
+    # block 0 (dims 0..31): amax 5 -> ratio 5 * fl(1/6) = 0.83 -> 2^0 (e = 127), v = x
+    b0 = [(5.0, 6), (3.5, 6), (2.75, 5), (2.5, 4), (1.75, 4), (1.25, 2), (0.75, 2), (0.5, 1),
+          (0.25, 0), (-0.25, 8), (-0.1, 8), (0.0, 0), (-0.0, 8), (-5.0, 14), (NAN, 7),
+          (-NAN, 15), (-2.5, 12), (1.5, 3), (-3.0, 13), (0.7, 1)]
+    # block 1 (dims 32..63): amax 6.5 -> ratio 1.08 -> 2 (e = 128), v = x / 2
+    b1 = [(6.5, 5), (-6.0, 13), (0.5, 0), (1.5, 2), (-1.0, 9)]
+    q = torch.zeros(3, 1, 128)
+    want = torch.zeros(3, 1, 128, dtype=torch.uint8)  # one code per dim, packed below
+    for i, (v, c) in enumerate(b0):
+        q[0, 0, i], want[0, 0, i] = v, c
+    for i, (v, c) in enumerate(b1):
+        q[0, 0, 32 + i], want[0, 0, 32 + i] = v, c
+    want[0, 0, 37:64] = 0  # (+0 codes)
+    want[0, 0, 64:] = 0    # blocks 2, 3: zeros -> amax floored at 6 * 2^-126 (e = 1)
+    # row 1: a tiny block (below the floor) and an Inf block (e = 254, inv = +0: x * 0)
+    q[1, 0, 0], q[1, 0, 1] = 1e-40, -1e-40
+    want[1, 0, 1] = 8
+    want[1, 0, 32:64] = 0
+    q[1, 0, 32], q[1, 0, 33], q[1, 0, 34] = INF, -7.0, 7.0
+    want[1, 0, 33], want[1, 0, 34] = 8, 0  # -7 * 0 = -0 -> 8; +0 -> 0 (INF * 0: NaN, any sign)
+    w = torch.tensor([[1.5], [-2.0], [3.0]])
+    freqs, pos = identity_rope(3, recipe)
+    x = to_device({"q_input": q, "weight": w, "freqs": freqs, "positions": pos}, device)
+    ws, hs = 128**-0.5, 8**-0.5
+    s32, h32 = torch.tensor(ws, dtype=torch.float32), torch.tensor(hs, dtype=torch.float32)
+    want_w = (w * s32) * h32
+    packed = want[:, :, 0::2] | (want[:, :, 1::2] << 4)
+    for op in (QUANT, QUANT_COMPOSED):
+        q_out, q_sf, w_out = run_op(op, recipe, x, ws, hs=hs)
+        got = q_out.cpu()
+        sf = q_sf.cpu().view(torch.uint8).view(3, 1, 4)
+        assert sf[0, 0].tolist()[:2] == [127, 128] and sf[1, 0, 1] == 254, sf
+        # 6 * fl(1/6) rounds to exactly 1: the floor 6 * 2^-126 gives 2^-126 (e = 1)
+        assert sf[2, 0].tolist() == [1, 1, 1, 1] and sf[0, 0, 2:].tolist() == [1, 1]
+        assert sf[1, 0, 0] == 1
+        for b in range(3):
+            g = got[b, 0].tolist()
+            p = packed[b, 0].tolist()
+            if b == 1:  # INF * 0 = NaN: code 7 or 15 by the device's NaN sign
+                assert g[16] & 0x7 == 7
+                g[16] &= 0xF0
+            assert g == p, (op, b, g[:20], p[:20])
+        assert_same_outputs((q_out, q_sf, w_out), (q_out, q_sf, want_w.view(w_out.shape)),
+                            f"{op} mxfp4 edges weights")
+    assert_same_outputs(run_op(QUANT_COMPOSED, recipe, x, ws, hs=hs),
+                        run_op(QUANT, recipe, x, ws, hs=hs), "mxfp4 edges composed vs native")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", VLLM_RECIPES)
+def test_vllm_two_factors_stay_two_multiplies(recipe, device):
+    # rows with amax 448 (q_scale = 1): weights_out = (w * softmax_scale) * head_scale for both
+    # forms; many bf16 weights where fl(fl(w * s) * h) != fl(w * fl(s * h))
+    T, H = 64, 8
+    g = torch.Generator().manual_seed(5)
+    q = torch.zeros(T, H, 128, dtype=torch.bfloat16)
+    q[:, :, 0] = 448.0
+    w = (torch.randn(T, H, generator=g) * 3).to(torch.bfloat16)
+    freqs, pos = identity_rope(T, recipe)
+    ws, hs = 128**-0.5, 8**-0.5  # the Python floats vLLM passes (H = 8)
+    s32, h32 = torch.tensor(ws, dtype=torch.float32), torch.tensor(hs, dtype=torch.float32)
+    two_step = (w.float() * s32) * h32
+    one_step = w.float() * (s32 * h32)
+    assert int((two_step != one_step).sum()) > 10  # the crafted difference is really there
+    x = to_device({"q_input": q, "weight": w, "freqs": freqs, "positions": pos}, device)
+    fp4 = indexer_q.recipe_info(recipe).fp4
+    results = [run_op(op, recipe, x, ws, hs=hs)[2] for op in (QUANT, QUANT_COMPOSED)]
+    results.append(indexer_q.fused_indexer_q_rope_quant(
+        x["positions"], x["q_input"], x["freqs"], x["weight"], ws, hs, use_fp4=fp4)[1])
+    for w_out in results:
+        assert tuple(w_out.shape) == (T, H)
+        assert torch.equal(w_out.cpu().view(torch.int32), two_step.view(torch.int32))
+    # the product given as one factor is a different result: the op does not fold them
+    folded = run_op(QUANT, recipe, x, float(s32 * h32), hs=1.0)[2].cpu()
+    assert torch.equal(folded.view(torch.int32), one_step.view(torch.int32))
+
+
+@pytest.mark.parametrize("impl", ["native", "composed"])
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_weights_out_2d_and_3d(recipe, impl):
+    # every recipe accepts weights_out as (B, H) and (B, H, 1): the same values
+    x, ws = recipe_case(recipe, 7, 8, torch.bfloat16, seed=4)
+    hs = head_scale_of(recipe, 8)
+    a = run_op(QUANT_OPS[impl], recipe, x, ws, hs=hs, w2d=True)
+    b = run_op(QUANT_OPS[impl], recipe, x, ws, hs=hs, w2d=False)
+    assert a[2].shape == (7, 8) and b[2].shape == (7, 8, 1)
+    assert_same_outputs(a, (b[0], b[1], b[2][..., 0]), f"{recipe} (B, H) vs (B, H, 1)")
+    if indexer_q.recipe_info(recipe).vllm:  # the Python entry point writes a passed-in one too
+        out = torch.empty(7, 8, 1)
+        res = indexer_q.quant_q(recipe, x["q_input"], x["weight"], ws, x["freqs"],
+                                x["positions"], head_scale=hs, weights_out=out)
+        assert res[1] is out and torch.equal(out[..., 0], a[2])
+
+
+def test_head_scale_ignored_by_sglang_recipes():
+    x, ws = recipe_case("v4_fp8", 5, 8, torch.bfloat16, seed=6)
+    assert_same_outputs(run_op(QUANT, "v4_fp8", x, ws, hs=0.3), run_op(QUANT, "v4_fp8", x, ws),
+                        "head_scale ignored")
+
+
+VLLM_ERROR_CASES = [
+    ("weights_out_shape_bh2", "vllm_v4_fp8", "weights_out",
+     lambda a: with_arg(a, 5, torch.zeros(*a[5].shape[:2], 2, device=a[5].device))),
+    ("weights_out_shape_hb", "vllm_v4_mxfp4", "weights_out",
+     lambda a: with_arg(a, 5, torch.zeros(a[5].shape[1], a[5].shape[0], device=a[5].device))),
+    ("q_sf_missing", "vllm_v4_mxfp4", "q_sf", lambda a: with_arg(a, 3, None)),
+    ("q_sf_for_fp8", "vllm_v4_fp8", "q_sf",
+     lambda a: with_arg(a, 3, torch.zeros(a[1].shape[:2], dtype=torch.int32, device=a[1].device))),
+    ("q_fp8_fnuz", "vllm_v4_fp8", "q_fp8", lambda a: with_arg(a, 2, a[2].view(torch.float8_e4m3fnuz))),
+    ("q_fp4_shape", "vllm_v4_mxfp4", "q_fp4",
+     lambda a: with_arg(a, 2, torch.zeros(*a[2].shape[:2], 128, dtype=torch.uint8,
+                                           device=a[2].device))),
+    ("freqs_shape", "vllm_v4_fp8", "freqs", lambda a: with_arg(a, 7, a[7][:, :32].contiguous())),
+    ("weight_dtype", "vllm_v4_mxfp4", "weight", lambda a: with_arg(a, 4, a[4].float())),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("impl", ["native", "composed"])
+@pytest.mark.parametrize("name,recipe,arg,mutate", VLLM_ERROR_CASES,
+                         ids=[c[0] for c in VLLM_ERROR_CASES])
+def test_vllm_error_names_argument(name, recipe, arg, mutate, impl, device):
+    check_error(QUANT_OPS[impl], mutate(op_args(recipe, device)), arg)
+
+
+def test_vllm_entry_point_errors():
+    _, q, _, _, w, _, ws, freqs, pos = op_args("vllm_v4_fp8", "cpu")
+    cis = torch.zeros(freqs.shape[0], 32, dtype=torch.complex64)
+    with pytest.raises(TypeError, match="indexer_q: freqs: recipe vllm_v4_fp8"):
+        indexer_q.fused_indexer_q_rope_quant(pos, q, cis, w, ws, 0.125)
+    with pytest.raises(ValueError, match="indexer_q: q_input"):  # index_q is the op's q_input
+        indexer_q.fused_indexer_q_rope_quant(pos, q[0], freqs, w, ws, 0.125, use_fp4=True)
+    with pytest.raises(RuntimeError, match="indexer_q: weight"):  # index_weights: weight
+        indexer_q.fused_indexer_q_rope_quant(pos, q, freqs, w.float(), ws, 0.125)
+    with pytest.raises(RuntimeError, match="indexer_q: positions"):
+        indexer_q.fused_indexer_q_rope_quant(pos[:2], q, freqs, w, ws, 0.125)
+    with pytest.raises(ValueError, match="indexer_q: out_dtype: recipe vllm_v4_fp8"):
+        indexer_q.quant_q("vllm_v4_fp8", q, w, ws, freqs, pos, out_dtype=torch.float8_e4m3fnuz)
