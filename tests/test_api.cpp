@@ -221,7 +221,7 @@ TEST(Api, AllRecipesIsTheList) {
   }
   // the names the spec and the golden files use are all there
   for (const char* n : {"v4_fp8", "v32_fp8", "rope_first_fp8", "v4_fp4", "v4_fp8_fnuz", "v32_fp8_fnuz",
-                        "rope_first_fp8_fnuz"}) {
+                        "rope_first_fp8_fnuz", "vllm_v4_fp8", "vllm_v4_mxfp4"}) {
     RecipeId id;
     EXPECT_TRUE(parse_recipe(n, &id)) << n;
   }
@@ -285,6 +285,7 @@ TEST(Api, RecipeDescriptors) {
     EXPECT_EQ(fn.bf16_after_rope, d.bf16_after_rope);
     EXPECT_EQ(fn.bf16_after_hadamard, d.bf16_after_hadamard);
     EXPECT_EQ(fn.fold, d.fold);
+    EXPECT_EQ(fn.quant, d.quant);
   }
   // An unknown id gives the v4_fp8 descriptor, with id kV4Fp8 (documented).
   for (int bad : {-1, 99, kRecipesInList}) {
@@ -293,6 +294,88 @@ TEST(Api, RecipeDescriptors) {
     EXPECT_STREQ(d.name, "v4_fp8") << bad;
     EXPECT_NE(recipe_name(static_cast<RecipeId>(bad)), nullptr);
   }
+}
+
+// The descriptor's enumerator names: fixed strings (tools and bindings print them), distinct
+// per enum, lowercase identifiers; an out-of-range value gives "unknown".
+TEST(Api, DescriptorEnumNames) {
+  EXPECT_STREQ(rope_dims_name(RopeDims::kLast64), "last64");
+  EXPECT_STREQ(rope_dims_name(RopeDims::kFirst64), "first64");
+  EXPECT_STREQ(freqs_layout_name(FreqsLayout::kInterleaved), "interleaved");
+  EXPECT_STREQ(freqs_layout_name(FreqsLayout::kHalves), "halves");
+  EXPECT_STREQ(out_format_name(OutFormat::kE4M3FN), "e4m3fn");
+  EXPECT_STREQ(out_format_name(OutFormat::kE4M3FNUZ), "e4m3fnuz");
+  EXPECT_STREQ(out_format_name(OutFormat::kE2M1), "e2m1");
+  EXPECT_STREQ(quantizer_name(Quantizer::kSglang), "sglang");
+  EXPECT_STREQ(quantizer_name(Quantizer::kVllm), "vllm");
+  EXPECT_STREQ(weight_fold_name(WeightFold::kTimesScale), "times_scale");
+  EXPECT_STREQ(weight_fold_name(WeightFold::kNoScale), "no_scale");
+  EXPECT_STREQ(weight_fold_name(WeightFold::kScaleThenTwoFactors), "scale_then_two_factors");
+  EXPECT_STREQ(weight_fold_name(WeightFold::kTwoFactors), "two_factors");
+  for (int bad : {-1, 4, 99}) {
+    EXPECT_STREQ(rope_dims_name(static_cast<RopeDims>(bad)), "unknown") << bad;
+    EXPECT_STREQ(freqs_layout_name(static_cast<FreqsLayout>(bad)), "unknown") << bad;
+    EXPECT_STREQ(out_format_name(static_cast<OutFormat>(bad)), "unknown") << bad;
+    EXPECT_STREQ(quantizer_name(static_cast<Quantizer>(bad)), "unknown") << bad;
+    EXPECT_STREQ(weight_fold_name(static_cast<WeightFold>(bad)), "unknown") << bad;
+  }
+  // every recipe's columns have a name (no "unknown" in the table)
+  for (RecipeId r : all_recipes()) {
+    const Recipe& d = recipe(r);
+    for (const char* n : {rope_dims_name(d.rope_dims), freqs_layout_name(d.freqs_layout), out_format_name(d.format),
+                          quantizer_name(d.quant), weight_fold_name(d.fold)}) {
+      ASSERT_NE(n, nullptr);
+      EXPECT_STRNE(n, "unknown") << d.name;
+      for (const char* c = n; *c; ++c)
+        EXPECT_TRUE(std::islower(static_cast<unsigned char>(*c)) || std::isdigit(static_cast<unsigned char>(*c)) || *c == '_') << n;
+    }
+  }
+}
+
+// The quant and fold columns of recipes.inc (expanded here) are the descriptors' columns, and
+// the vLLM forms are what SPEC-vllm.md says.
+struct ListRow {
+  RecipeId id;
+  Quantizer quant;
+  WeightFold fold;
+  bool bf16_after_rope, hadamard;
+};
+const ListRow kListRows[] = {
+#define IQ_RECIPE(Id, name, rope_dims, freqs_layout, hadamard, bf16_after_rope, bf16_after_hadamard, format, quant, fold) \
+  {RecipeId::Id, Quantizer::quant, WeightFold::fold, bf16_after_rope, hadamard},
+#include "indexer_q/recipes.inc"
+#undef IQ_RECIPE
+};
+
+TEST(Api, RecipeQuantizerAndFoldColumns) {
+  ASSERT_EQ(sizeof kListRows / sizeof kListRows[0], all_recipes().size());
+  int vllm = 0;
+  for (const ListRow& row : kListRows) {
+    const Recipe& d = recipe(row.id);
+    EXPECT_EQ(d.quant, row.quant) << d.name;
+    EXPECT_EQ(d.fold, row.fold) << d.name;
+    const bool is_vllm = std::string(d.name).rfind("vllm_", 0) == 0;
+    EXPECT_EQ(d.quant == Quantizer::kVllm, is_vllm) << d.name;
+    const bool two_factors = d.fold == WeightFold::kScaleThenTwoFactors || d.fold == WeightFold::kTwoFactors;
+    EXPECT_EQ(two_factors, is_vllm) << d.name << ": the two-factor folds are vLLM's";
+    if (is_vllm) {
+      ++vllm;
+      EXPECT_FALSE(d.hadamard) << d.name;
+      EXPECT_TRUE(d.bf16_after_rope) << d.name;
+      EXPECT_FALSE(d.bf16_after_hadamard) << d.name;
+      EXPECT_EQ(d.rope_dims, RopeDims::kLast64) << d.name;
+      EXPECT_EQ(d.freqs_layout, FreqsLayout::kHalves) << d.name;
+    }
+  }
+  EXPECT_EQ(vllm, 2);
+  const Recipe& f8 = recipe(RecipeId::kVllmV4Fp8);
+  EXPECT_STREQ(f8.name, "vllm_v4_fp8");
+  EXPECT_EQ(f8.format, OutFormat::kE4M3FN);
+  EXPECT_EQ(f8.fold, WeightFold::kScaleThenTwoFactors);
+  const Recipe& f4 = recipe(RecipeId::kVllmV4Mxfp4);
+  EXPECT_STREQ(f4.name, "vllm_v4_mxfp4");
+  EXPECT_EQ(f4.format, OutFormat::kE2M1);
+  EXPECT_EQ(f4.fold, WeightFold::kTwoFactors);
 }
 
 }  // namespace

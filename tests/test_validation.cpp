@@ -207,8 +207,11 @@ TEST_F(Validation, RanksAndSizes) {
     a.w = TensorView::strided(at(kW), kBf16, {kB, kH}, {kH});
   }, IA, {"weight", "different lengths"});
 
-  expect_error("weights_out rank 2", [&](Args& a) { a.wo = TensorView::contiguous(at(kWO), kF32, {kB, kH}); },
-               IA, {"weights_out", "expected shape (3, 4, 1)"});
+  // (B, H) is vLLM's shape: accepted for every recipe (RecipeValidation.WeightsOutShapes)
+  expect_ok("weights_out (B, H)", [&](Args& a) { a.wo = TensorView::contiguous(at(kWO), kF32, {kB, kH}); }, kF8,
+            kWO);
+  expect_error("weights_out (H, B)", [&](Args& a) { a.wo = TensorView::contiguous(at(kWO), kF32, {kH, kB}); },
+               IA, {"weights_out", "expected shape (3, 4, 1) = (B, H, 1) or (3, 4) = (B, H)", "got (4, 3)"});
   expect_error("weights_out last dim 2", [&](Args& a) {
     a.wo = TensorView::contiguous(at(kWO), kF32, {kB, kH / 2, 2});
   }, IA, {"weights_out", "expected shape (3, 4, 1)"});
@@ -564,6 +567,7 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
     a.weight = TensorView::contiguous(at(kW), DType::kBFloat16, {kB, kH});
     a.weights_out = TensorView::contiguous(at(kWO), DType::kFloat32, {kB, kH, 1});
     a.weight_scale = 0.5f;
+    a.head_scale = 0.625f;  // used by the vllm_* recipes' two-factor folds
     a.freqs = TensorView::contiguous(at(kFR), DType::kFloat32, {kMaxPos, 64});
     a.positions = TensorView::contiguous(at(kP), DType::kInt64, {kB});
     r.opt.backend = Backend::kReference;
@@ -651,6 +655,49 @@ TEST_P(RecipeValidation, ValidCallsAndRawCodeDtypes) {
   EXPECT_EQ(expect_ok("weight row stride H + 5", [&](RArgs& r) {
     r.a.weight = TensorView::strided(at(kW), DType::kBFloat16, {kB, kH}, {kH + 5, 1});
   }).size(), ref.size());
+}
+
+// weights_out: (B, H, 1) as SGLang allocates it or (B, H) as vLLM does, for every recipe, with
+// the same bytes; any other shape or a non-contiguous (B, H) is refused naming weights_out, and
+// nothing is written.
+TEST_P(RecipeValidation, WeightsOutShapes) {
+  const std::vector<std::uint8_t> ref = expect_ok("weights_out (B, H, 1)", [](RArgs&) {});
+  for (Backend b : {Backend::kReference, Backend::kCpu}) {
+    EXPECT_EQ(expect_ok(std::string("weights_out (B, H) ") + backend_name(b), [&](RArgs& r) {
+      r.a.weights_out = TensorView::contiguous(at(kWO), DType::kFloat32, {kB, kH});
+    }, b), ref);
+    // explicit strides equal to the contiguous ones
+    EXPECT_EQ(expect_ok("weights_out (B, H) strided (H, 1)", [&](RArgs& r) {
+      r.a.weights_out = TensorView::strided(at(kWO), DType::kFloat32, {kB, kH}, {kH, 1});
+    }, b), ref);
+  }
+  const std::string want = "expected shape (3, 4, 1) = (B, H, 1) or (3, 4) = (B, H)";
+  const std::vector<std::pair<const char*, std::vector<std::int64_t>>> bad = {
+      {"(B, H, 2)", {kB, kH, 2}}, {"(H, B)", {kH, kB}},        {"(H, B, 1)", {kH, kB, 1}},
+      {"(B*H,)", {kB * kH}},      {"(B, H, 1, 1)", {kB, kH, 1, 1}}, {"(1, B, H)", {1, kB, kH}},
+      {"(B, H + 1)", {kB, kH + 1}}, {"(B - 1, H)", {kB - 1, kH}}};
+  for (const auto& [name, sizes] : bad) {
+    expect_error(std::string("weights_out ") + name, [&](RArgs& r) {
+      TensorView& v = r.a.weights_out;
+      v = TensorView::contiguous(at(kWO), DType::kFloat32, {1});
+      v.ndim = int(sizes.size());
+      std::int64_t st = 1;
+      for (int d = v.ndim - 1; d >= 0; --d) {
+        v.sizes[d] = sizes[std::size_t(d)];
+        v.strides[d] = st;
+        st *= sizes[std::size_t(d)];
+      }
+    }, {"weights_out", want});
+  }
+  expect_error("weights_out (B, H) stride(0) = H + 1", [&](RArgs& r) {
+    r.a.weights_out = TensorView::strided(at(kWO), DType::kFloat32, {kB, kH}, {kH + 1, 1});
+  }, {"weights_out", "unsupported strides", "contiguous (H, 1)"});
+  expect_error("weights_out (B, H) stride(1) = 2", [&](RArgs& r) {
+    r.a.weights_out = TensorView::strided(at(kWO), DType::kFloat32, {kB, kH}, {2 * kH, 2});
+  }, {"weights_out", "unsupported strides"});
+  expect_error("weights_out (B, H) bf16", [&](RArgs& r) {
+    r.a.weights_out = TensorView::contiguous(at(kWO), DType::kBFloat16, {kB, kH});
+  }, {"weights_out", "expected dtype fp32"});
 }
 
 TEST_P(RecipeValidation, OutputDtypes) {
