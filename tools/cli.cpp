@@ -226,17 +226,43 @@ std::string recipe_summary(RecipeId id) {
   if (r.bf16_after_rope) s += ", bf16 round";
   s += r.hadamard ? ", Hadamard" : ", no Hadamard";
   if (r.bf16_after_hadamard) s += ", bf16 round";
+  const bool vllm = r.quant == Quantizer::kVllm;
   switch (r.format) {
-    case OutFormat::kE4M3FN: s += ", fp8 e4m3fn (B,H,128), row scale"; break;
+    case OutFormat::kE4M3FN:
+      s += vllm ? ", fp8 e4m3fn (B,H,128), power-of-two row scale, satfinite (NaN stays NaN)"
+                : ", fp8 e4m3fn (B,H,128), row scale";
+      break;
     case OutFormat::kE4M3FNUZ: s += ", fp8 e4m3fnuz (B,H,128) (-0 -> +0, weights_out x2), row scale"; break;
-    case OutFormat::kE2M1: s += ", fp4 e2m1 pairs (B,H,64) + ue8m0 scale per 32 dims (q_sf (B,H) int32)"; break;
+    case OutFormat::kE2M1:
+      s += vllm ? ", mxfp4: e2m1 pairs (B,H,64), ties to even, sign kept on zero, + ue8m0 scale per 32 dims "
+                  "(amax floor 6*2^-126, x fl(1/6)) (q_sf (B,H) int32)"
+                : ", fp4 e2m1 pairs (B,H,64) + ue8m0 scale per 32 dims (q_sf (B,H) int32)";
+      break;
   }
-  s += r.fold == WeightFold::kTimesScale ? " folded into weights_out" : "; weights_out = weight * weight_scale";
+  s += std::string("; quantizer ") + quantizer_name(r.quant) + "; weights_out (fold " + weight_fold_name(r.fold) + ") = ";
+  switch (r.fold) {
+    case WeightFold::kTimesScale: s += "(weight * weight_scale) * scale"; break;
+    case WeightFold::kNoScale: s += "weight * weight_scale"; break;
+    case WeightFold::kScaleThenTwoFactors: s += "((weight * scale) * softmax_scale) * head_scale"; break;
+    case WeightFold::kTwoFactors: s += "(weight * softmax_scale) * head_scale"; break;
+  }
   return s;
 }
 
+bool two_factor_fold(RecipeId id) {
+  const WeightFold f = recipe(id).fold;
+  return f == WeightFold::kScaleThenTwoFactors || f == WeightFold::kTwoFactors;
+}
+
+std::string weight_factors_text(const io::ConformanceCase& c) {
+  if (two_factor_fold(c.recipe))
+    return fmt("softmax_scale %.9g, head_scale %.9g", double(c.weight_scale), double(c.head_scale));
+  return fmt("weight_scale %.9g", double(c.weight_scale));
+}
+
 std::string recipes_help() {
-  std::string out = "recipes (the forms of the op; contracts: SPEC.md, SPEC-variants.md):\n";
+  std::string out = "recipes (the forms of the op; contracts: SPEC.md, SPEC-variants.md, SPEC-vllm.md;\n"
+                    "quantizer sglang: exact fp8 row scale, clamp; vllm: power-of-two scales, satfinite, mxfp4):\n";
   for (RecipeId id : all_recipes()) {
     std::string name = recipe_name(id);
     if (id == RecipeId::kV4Fp8) name += " (default)";

@@ -80,6 +80,10 @@ std::vector<RecipeId> parse_recipe_list_option(const Args& a);
 std::string recipe_summary(RecipeId id);
 // Help text listing every recipe with its summary.
 std::string recipes_help();
+// True for the recipes whose weights_out has two factors (softmax_scale, head_scale: vLLM's forms).
+bool two_factor_fold(RecipeId id);
+// The weights_out factors of a case as text: "weight_scale X" or "softmax_scale X, head_scale Y".
+std::string weight_factors_text(const io::ConformanceCase& c);
 
 // A backend to run on, with the runtime that owns its memory.
 struct Target {

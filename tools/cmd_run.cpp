@@ -1,6 +1,7 @@
 // indexer-q run: one DeepSeek-V4-shaped call of a recipe on the best backend, checked byte for
 // byte against the scalar reference, timed, and with the quantization error it buys (the
-// recipe's own error next to the same recipe with the Hadamard toggled).
+// recipe's own error next to the same recipe with the Hadamard toggled; for vLLM's forms, which
+// have no Hadamard, next to the same transform under SGLang's quantizer).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -43,21 +44,26 @@ std::vector<OptionSpec> run_options() {
 const char* kRunDescription =
     "Builds a DeepSeek-V4-shaped workload (deterministic from --seed): q ~ N(0,1) with outlier\n"
     "channels (default 4 channels of 30x magnitude), weight ~ N(0,1), weight_scale =\n"
-    "1/sqrt(H*128), a real RoPE table (theta_j = 10000^(-2j/64), max_pos = round_up(T, 4096) +\n"
+    "1/sqrt(H*128) (vllm_* recipes: softmax_scale = 1/sqrt(128), head_scale = 1/sqrt(H), as vLLM\n"
+    "passes them), a real RoPE table (theta_j = 10000^(-2j/64), max_pos = round_up(T, 4096) +\n"
     "4096, laid out as the recipe says) and the positions of a prefill starting at a seed-chosen\n"
     "offset. Runs the recipe on the backend, checks every output byte against the scalar\n"
     "reference, and reports the time (median), the effective bandwidth (bytes read and written\n"
     "once) and the quantization error: the relative L2 error of dequant(q) against a float64\n"
     "evaluation of the recipe's RoPE (+ Hadamard / sqrt(128) when it has one), next to the error\n"
     "of the same recipe with the Hadamard toggled (same quantizer; the transform is orthonormal,\n"
-    "so the two relative errors compare). dequant(q): fp8 e4m3fn code value x the row's scale;\n"
+    "so the two relative errors compare). vLLM's forms (quantizer vllm) have no Hadamard, and a\n"
+    "Hadamard under vLLM's quantizer is not a form vLLM runs, so for them the comparison is the same\n"
+    "transform (RoPE, bf16 rounding) quantized by SGLang's quantizer (exact fp8 row scale and clamp;\n"
+    "fp4: floor 1e-4, / 6, ties to the smaller magnitude): what the power-of-two scales and the MX\n"
+    "conventions cost or save on this data. dequant(q): fp8 e4m3fn code value x the row's scale;\n"
     "e4m3fnuz code value (half the e4m3fn one) x 2 x the row's scale; fp4: e2m1 code value x\n"
     "2^(e-127), e the block's UE8M0 byte in q_sf.\n"
     "Exit status: 0 if the output is bit-exact, 1 if not (or on an error), 2 for a bad command line.";
 
 struct QuantError {
-  double err_op = 0, norm_op = 0;        // sum of squares, the recipe as run
-  double err_toggled = 0, norm_toggled = 0;  // the recipe with the Hadamard toggled
+  double err_op = 0, norm_op = 0;    // sum of squares, the recipe as run
+  double err_alt = 0, norm_alt = 0;  // the comparison: Hadamard toggled, or SGLang's quantizer
 };
 
 float load_value(const std::vector<std::uint8_t>& buf, DType dt, std::size_t i) {
@@ -75,6 +81,13 @@ float load_value(const std::vector<std::uint8_t>& buf, DType dt, std::size_t i) 
 template <class R, bool kHad>
 struct WithHadamard : R {
   static constexpr bool kHadamard = kHad;
+};
+
+// The recipe R under another quantizer (everything else as R).
+template <class R, Quantizer kQ>
+struct WithQuantizer : R {
+  static constexpr Quantizer kQuant = kQ;
+  static constexpr bool kVllm = kQ == Quantizer::kVllm;
 };
 
 // float64 model: RoPE on R's dims (freqs laid out as R says), then Hadamard / sqrt(128) if had.
@@ -123,11 +136,11 @@ void dequant_row(const std::uint8_t* q, const std::uint8_t* sf, float wo1, doubl
 }
 
 // Relative L2 errors over every row: the op's own outputs (q_out, q_sf) for recipe R, and the
-// same quantizer with the Hadamard toggled (computed here by the library's row pipeline).
-template <class R>
+// comparison recipe Alt (R with the Hadamard toggled, or under another quantizer), computed here
+// by the library's row pipeline; y64 has a Hadamard when Alt has one.
+template <class R, class Alt>
 QuantError quant_error(const io::ConformanceCase& c, const Outputs& o) {
   using namespace detail;
-  using Toggled = WithHadamard<R, !R::kHadamard>;
   QuantError e;
   const float* freqs = reinterpret_cast<const float*>(c.freqs.data());
   for (std::int64_t b = 0; b < c.B; ++b) {
@@ -158,14 +171,14 @@ QuantError quant_error(const io::ConformanceCase& c, const Outputs& o) {
         e.err_op += (dq[i] - y[i]) * (dq[i] - y[i]);
         e.norm_op += y[i] * y[i];
       }
-      // The same recipe with the Hadamard toggled.
+      // The comparison recipe.
       std::memcpy(scratch, x, sizeof x);
-      process_row<Toggled>(scratch, f, 1.0f, 1.0f, 1.0f, q, sf, &wo1);
-      dequant_row<Toggled>(q, sf, wo1, dq);
-      exact_row<R>(x, f, Toggled::kHadamard, y);
+      process_row<Alt>(scratch, f, 1.0f, 1.0f, 1.0f, q, sf, &wo1);
+      dequant_row<Alt>(q, sf, wo1, dq);
+      exact_row<R>(x, f, Alt::kHadamard, y);
       for (int i = 0; i < kHeadDim; ++i) {
-        e.err_toggled += (dq[i] - y[i]) * (dq[i] - y[i]);
-        e.norm_toggled += y[i] * y[i];
+        e.err_alt += (dq[i] - y[i]) * (dq[i] - y[i]);
+        e.norm_alt += y[i] * y[i];
       }
     }
   }
@@ -173,13 +186,26 @@ QuantError quant_error(const io::ConformanceCase& c, const Outputs& o) {
 }
 
 // The recipe that is this one with the Hadamard toggled, if the list has it ("" if not).
+// (Also used for the quantizer comparison: the recipe with the other quantizer.)
+std::string recipe_with(RecipeId id, bool toggle_hadamard, bool toggle_quant) {
+  const Recipe& r = recipe(id);
+  for (RecipeId o : all_recipes()) {
+    const Recipe& t = recipe(o);
+    if ((t.hadamard != r.hadamard) == toggle_hadamard && (t.quant != r.quant) == toggle_quant &&
+        t.rope_dims == r.rope_dims && t.freqs_layout == r.freqs_layout && t.bf16_after_rope == r.bf16_after_rope &&
+        t.bf16_after_hadamard == r.bf16_after_hadamard && t.format == r.format && o != id)
+      return recipe_name(o);
+  }
+  return "";
+}
+
 std::string toggled_recipe_name(RecipeId id) {
   const Recipe& r = recipe(id);
   for (RecipeId o : all_recipes()) {
     const Recipe& t = recipe(o);
     if (t.hadamard != r.hadamard && t.rope_dims == r.rope_dims && t.freqs_layout == r.freqs_layout &&
         t.bf16_after_rope == r.bf16_after_rope && t.bf16_after_hadamard == r.bf16_after_hadamard &&
-        t.format == r.format && t.fold == r.fold)
+        t.format == r.format && t.quant == r.quant && t.fold == r.fold)
       return recipe_name(o);
   }
   return "";
@@ -249,14 +275,21 @@ int cmd_run(int argc, char** argv) {
     return 1;
   }
   const double bytes = double(detail::bytes_moved(c.B, c.H, c.dtype, c.pos_dtype, c.recipe));
-  const QuantError qe = detail::with_recipe(c.recipe, [&](auto r) { return quant_error<decltype(r)>(c, out); });
+  const QuantError qe = detail::with_recipe(c.recipe, [&](auto r) {
+    using R = decltype(r);
+    if constexpr (R::kVllm)
+      return quant_error<R, WithQuantizer<R, Quantizer::kSglang>>(c, out);
+    else
+      return quant_error<R, WithHadamard<R, !R::kHadamard>>(c, out);
+  });
   const double e_op = std::sqrt(qe.err_op / qe.norm_op);
-  const double e_tog = std::sqrt(qe.err_toggled / qe.norm_toggled);
+  const double e_tog = std::sqrt(qe.err_alt / qe.norm_alt);
 
   std::string outl;
   for (int dim : w.outlier_dims) outl += (outl.empty() ? "" : ",") + std::to_string(dim);
   std::printf("indexer-q run: fused_q_indexer_rope_hadamard_quant (indexer_q %s)\n", version());
   std::printf("  recipe       %s: %s\n", recipe_name(c.recipe), recipe_summary(c.recipe).c_str());
+  std::printf("  weights_out  %s\n", weight_factors_text(c).c_str());
   std::printf("  workload     %lld tokens x %lld heads, %s, %s positions %lld..%lld (max_pos %lld), seed %llu,\n"
               "               outlier channels %s (%gx)\n",
               (long long)c.B, (long long)c.H, dtype_name(c.dtype), dtype_name(c.pos_dtype),
@@ -279,15 +312,88 @@ int cmd_run(int argc, char** argv) {
   if (fp4) std::printf(", %lld of %lld block-scale bytes", (long long)d.sf_bytes, (long long)(rows * 4));
   std::printf(" and %lld of %lld weights differ)\n", (long long)d.weights, (long long)rows);
 
-  const std::string tog = toggled_recipe_name(c.recipe);
-  const std::string tog_note = tog.empty() ? "" : "  (= recipe " + tog + ")";
-  std::printf("  quantization error, relative L2 vs float64 (||dequant(q) - y64|| / ||y64||, y64 = RoPE [+ Hadamard]):\n");
+  // --save (when asked) and the exit status.
+  auto finish = [&]() -> int {
+    if (a.has("save")) {
+      if (!d.exact()) {
+        std::fprintf(stderr, "indexer-q run: --save: not written, the output is not bit-exact\n");
+        return 1;
+      }
+      io::StFile f;
+      auto put = [&f](const char* name, const char* st_dtype, std::vector<std::int64_t> shape, const std::uint8_t* p,
+                      std::size_t n) {
+        io::StTensor t;
+        t.dtype = st_dtype;
+        t.shape = std::move(shape);
+        t.data.assign(p, p + n);
+        f.tensors[name] = std::move(t);
+      };
+      put("q_input", io::dtype_to_safetensors(c.dtype), {c.B, c.H, 128}, c.q_input.data(), c.q_input.size());
+      put("weight", io::dtype_to_safetensors(c.dtype), {c.B, c.H}, c.weight.data(), c.weight.size());
+      put("freqs", "F32", {c.max_pos, 64}, c.freqs.data(), c.freqs.size());
+      put("positions", io::dtype_to_safetensors(c.pos_dtype), {c.B}, c.positions.data(), c.positions.size());
+      if (fp4) {
+        put("q_fp4", "U8", {c.B, c.H, 64}, out.q_out.data(), out.q_out.size());
+        put("q_sf", "I32", {c.B, c.H}, out.q_sf.data(), out.q_sf.size());
+      } else {
+        // safetensors has no e4m3fnuz dtype: those codes are stored as U8 (the reader accepts both).
+        put("q_fp8", rc.format == OutFormat::kE4M3FN ? "F8_E4M3" : "U8", {c.B, c.H, 128}, out.q_out.data(),
+            out.q_out.size());
+      }
+      // weights_out as the engine allocates it: (B, H) for vLLM's forms, (B, H, 1) for SGLang's
+      const std::vector<std::int64_t> wo_shape =
+          two_factor_fold(c.recipe) ? std::vector<std::int64_t>{c.B, c.H} : std::vector<std::int64_t>{c.B, c.H, 1};
+      put("weights_out", "F32", wo_shape, reinterpret_cast<const std::uint8_t*>(out.weights_out.data()),
+          out.weights_out.size() * 4);
+      if (two_factor_fold(c.recipe)) {  // vLLM's factors (weight_scale there: informational only)
+        f.metadata["softmax_scale"] = fmt("%.17g", double(c.weight_scale));
+        f.metadata["head_scale"] = fmt("%.17g", double(c.head_scale));
+        f.metadata["weight_scale"] = fmt("%.17g", double(c.weight_scale * c.head_scale));
+      } else {
+        f.metadata["weight_scale"] = fmt("%.17g", double(c.weight_scale));
+      }
+      f.metadata["variant"] = recipe_name(c.recipe);
+      f.metadata["op"] = "fused_q_indexer_rope_hadamard_quant";
+      f.metadata["producer"] = std::string("indexer-q run, backend ") + t.label + ", seed " + std::to_string(spec.seed);
+      std::string err;
+      if (!io::write_safetensors(a.str("save", ""), f, &err)) {
+        std::fprintf(stderr, "indexer-q run: --save: %s\n", err.c_str());
+        return 1;
+      }
+      std::printf("  saved        %s\n", a.str("save", "").c_str());
+    }
+    return d.exact() ? 0 : 1;
+  };
   auto line = [](std::string label, double v, const std::string& note) {
     if (label.size() < 26) label.append(26 - label.size(), ' ');
     else label += " ";
     std::printf("    %s%.4e%s\n", label.c_str(), v, note.c_str());
   };
   double e_with, e_without;
+  if (rc.quant == Quantizer::kVllm) {
+    // No Hadamard toggle here: vLLM's forms have none, and vLLM's quantizer after a Hadamard is
+    // not a form of the op (an open vLLM change would add one, with its own butterfly order).
+    // The meaningful comparison is the quantizer: the same transform under SGLang's.
+    const std::string other = recipe_with(c.recipe, false, true);
+    std::printf("  quantization error, relative L2 vs float64 (||dequant(q) - y64|| / ||y64||, y64 = RoPE in\n"
+                "  float64; the bf16 rounding after RoPE counts as error):\n");
+    line("vLLM's quantizer (this op)", e_op, "");
+    line("SGLang's quantizer", e_tog,
+         std::string("  (same transform; ") +
+             (fp4 ? "floor 1e-4, / 6, ties to the smaller magnitude" : "exact row scale, clamp") +
+             (other.empty() ? "" : "; = recipe " + other) + ")");
+    const double ratio = e_op / e_tog;
+    std::printf("    ratio vllm / sglang quantizer %.2fx (%s)\n", ratio,
+                ratio > 1.005   ? "vLLM's quantizer loses accuracy on this data"
+                : ratio < 0.995 ? "vLLM's quantizer gains accuracy on this data"
+                                : "about the same");
+    std::printf("    (no Hadamard comparison: vLLM's forms have no Hadamard, and a Hadamard under vLLM's\n"
+                "    quantizer is not a form vLLM runs)\n");
+    return finish();
+  }
+  const std::string tog = toggled_recipe_name(c.recipe);
+  const std::string tog_note = tog.empty() ? "" : "  (= recipe " + tog + ")";
+  std::printf("  quantization error, relative L2 vs float64 (||dequant(q) - y64|| / ||y64||, y64 = RoPE [+ Hadamard]):\n");
   if (rc.hadamard) {
     e_with = e_op;
     e_without = e_tog;
@@ -304,46 +410,7 @@ int cmd_run(int argc, char** argv) {
               ratio > 1.005   ? "the Hadamard lowers the error on this data"
               : ratio < 0.995 ? "the Hadamard raises the error on this data"
                               : "about the same");
-  if (a.has("save")) {
-    if (!d.exact()) {
-      std::fprintf(stderr, "indexer-q run: --save: not written, the output is not bit-exact\n");
-      return 1;
-    }
-    io::StFile f;
-    auto put = [&f](const char* name, const char* st_dtype, std::vector<std::int64_t> shape, const std::uint8_t* p,
-                    std::size_t n) {
-      io::StTensor t;
-      t.dtype = st_dtype;
-      t.shape = std::move(shape);
-      t.data.assign(p, p + n);
-      f.tensors[name] = std::move(t);
-    };
-    put("q_input", io::dtype_to_safetensors(c.dtype), {c.B, c.H, 128}, c.q_input.data(), c.q_input.size());
-    put("weight", io::dtype_to_safetensors(c.dtype), {c.B, c.H}, c.weight.data(), c.weight.size());
-    put("freqs", "F32", {c.max_pos, 64}, c.freqs.data(), c.freqs.size());
-    put("positions", io::dtype_to_safetensors(c.pos_dtype), {c.B}, c.positions.data(), c.positions.size());
-    if (fp4) {
-      put("q_fp4", "U8", {c.B, c.H, 64}, out.q_out.data(), out.q_out.size());
-      put("q_sf", "I32", {c.B, c.H}, out.q_sf.data(), out.q_sf.size());
-    } else {
-      // safetensors has no e4m3fnuz dtype: those codes are stored as U8 (the reader accepts both).
-      put("q_fp8", rc.format == OutFormat::kE4M3FN ? "F8_E4M3" : "U8", {c.B, c.H, 128}, out.q_out.data(),
-          out.q_out.size());
-    }
-    put("weights_out", "F32", {c.B, c.H, 1}, reinterpret_cast<const std::uint8_t*>(out.weights_out.data()),
-        out.weights_out.size() * 4);
-    f.metadata["weight_scale"] = fmt("%.17g", double(c.weight_scale));
-    f.metadata["variant"] = recipe_name(c.recipe);
-    f.metadata["op"] = "fused_q_indexer_rope_hadamard_quant";
-    f.metadata["producer"] = std::string("indexer-q run, backend ") + t.label + ", seed " + std::to_string(spec.seed);
-    std::string err;
-    if (!io::write_safetensors(a.str("save", ""), f, &err)) {
-      std::fprintf(stderr, "indexer-q run: --save: %s\n", err.c_str());
-      return 1;
-    }
-    std::printf("  saved        %s\n", a.str("save", "").c_str());
-  }
-  return d.exact() ? 0 : 1;
+  return finish();
 }
 
 }  // namespace cli

@@ -60,12 +60,14 @@ std::vector<OptionSpec> verify_options() {
 
 const char* kVerifyDescription =
     "Runs conformance files (safetensors with tensors q_input, weight, freqs, positions, the\n"
-    "expected outputs and the metadata string weight_scale) on each selected backend and compares\n"
-    "every output byte with the expected ones (bit comparison; NaN equals NaN). The metadata\n"
-    "string 'variant' names the file's recipe (absent: v4_fp8); its expected outputs are q_fp8\n"
-    "(B,H,128) and weights_out for FP8 recipes, q_fp4 (B,H,64), q_sf (B,H) and weights_out for\n"
-    "v4_fp4. Every FP8 e4m3fn file is also checked as its e4m3fnuz recipe (<variant>_fnuz), with\n"
-    "the expected outputs derived as SPEC-variants.md says (code 0x80 -> 0x00, weights_out x 2).\n"
+    "expected outputs and the metadata string weight_scale, or for the vllm_* recipes softmax_scale\n"
+    "and head_scale) on each selected backend and compares every output byte with the expected\n"
+    "ones (bit comparison; NaN equals NaN). The metadata string 'variant' names the file's recipe\n"
+    "(absent: v4_fp8); its expected outputs are q_fp8 (B,H,128) and weights_out for FP8 recipes,\n"
+    "q_fp4 (B,H,64), q_sf (B,H) and weights_out for FP4 recipes (v4_fp4, vllm_v4_mxfp4);\n"
+    "weights_out may be stored (B,H,1) or (B,H). Every FP8 e4m3fn file of a recipe with an\n"
+    "e4m3fnuz twin is also checked as that recipe (<variant>_fnuz), with the expected outputs\n"
+    "derived as SPEC-variants.md says (code 0x80 -> 0x00, weights_out x 2); vllm_v4_fp8 has none.\n"
     "Outputs are poisoned before each run (once with 0xff, once with 0x00), so a byte the backend\n"
     "does not write is always caught. A malformed, truncated or inconsistent file, or one whose\n"
     "variant is not a recipe of this library, is reported as such and the other files still run.\n"
@@ -224,10 +226,10 @@ int cmd_verify(int argc, char** argv) {
     if (io::derive_fnuz_case(c, &fnuz)) cases.push_back(std::move(fnuz));
 
     const std::int64_t rows = c.B * c.H;
-    std::printf("%s  (variant %s%s; B=%lld, H=%lld, %s, %s positions, max_pos %lld, weight_scale %.9g)\n",
+    std::printf("%s  (variant %s%s; B=%lld, H=%lld, %s, %s positions, max_pos %lld, %s)\n",
                 path.c_str(), recipe_name(c.recipe), var == st.metadata.end() ? " (no metadata: the default)" : "",
                 (long long)c.B, (long long)c.H, dtype_name(c.dtype), dtype_name(c.pos_dtype), (long long)c.max_pos,
-                double(c.weight_scale));
+                weight_factors_text(c).c_str());
     for (const io::ConformanceCase& cc : cases) {
       if (cc.recipe != c.recipe)
         std::printf("  %s (derived from the file: code 0x80 -> 0x00, weights_out x 2)\n", recipe_name(cc.recipe));
