@@ -211,9 +211,12 @@ IQ_HD std::uint8_t mx_ue8m0_of_amax(float amax) {
   if ((b & 0x7f800000u) == 0x7f800000u) return 254u;
   return std::uint8_t(((b + 0x7fffffu) >> 23) & 0xffu);
 }
-// E2M1 code with round to nearest, ties to even, saturating at 6 (NaN -> 6, our choice: the
-// spec leaves it open), the sign bit of v on every code (zero included).
+// E2M1 code with round to nearest, ties to even, saturating at 6, the sign bit of v on every
+// code (zero included). A NaN v gives 0x7 (+6): our choice where the spec is silent, and
+// deliberately independent of the NaN's sign bit, which differs between devices (x86 keeps an
+// input NaN's sign and makes Inf * 0 a negative NaN; CUDA returns a positive canonical NaN).
 IQ_HD std::uint8_t mx_e2m1_encode(float v) {
+  if (v != v) return 0x7u;
   const float a = ::fminf(::fabsf(v), kFp4Max);
   // Boundary between codes k and k+1 goes to the even code: strict above 0.25, 1.25, 2.5, 5;
   // inclusive at 0.75, 1.75, 3.5.
