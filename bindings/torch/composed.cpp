@@ -69,7 +69,8 @@
 //     one; inv = the float with bits (254 - e) << 23 (+0 for e = 254).
 //  6. v = x * inv; a = fmin(|v|, 6) (NaN -> 6); code = #{a > 0.25} + #{a >= 0.75} + #{a > 1.25} +
 //     #{a >= 1.75} + #{a > 2.5} + #{a >= 3.5} + #{a > 5} (ties to even), + 8 where the sign bit of
-//     v is set (its int32 bits are negative), zero and NaN codes included.
+//     v is set (its int32 bits are negative), zero codes included; a NaN v gives 0x7 whatever its
+//     sign bit (devices disagree on NaN signs).
 //  7. weights_out = (w * weight_scale) * head_scale (kTwoFactors), two float32 multiplies.
 //  weights_out is written in the shape it has, (B, H, 1) or (B, H).
 #include <array>
@@ -362,8 +363,9 @@ void composed_forward(const TorchArgs& a) {
       mag = to_dtype(add(to_dtype(count_nonzero(gt(av5, thresholds({0.25, 1.25, 2.5, 5.0})), 4), D),
                          to_dtype(count_nonzero(ge(av5, thresholds({0.75, 1.75, 3.5})), 4), D)),
                      L);
-      // the sign bit of v on every code (zero and NaN included)
-      negative = lt(view_as_dtype(v, I), k.scalar(0.0, I));
+      // the sign bit of v on every code, zero included; a NaN v gives 0x7 whatever its sign
+      // (mag is 7 there: fmin(NaN, 6) = 6)
+      negative = logical_and(lt(view_as_dtype(v, I), k.scalar(0.0, I)), logical_not(isnan(v)));
     } else {
       // ties to the smaller magnitude: strictly above every threshold; sign on nonzero codes
       mag = count_nonzero(gt(av5, thresholds({0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0})), 4);

@@ -687,7 +687,7 @@ def test_vllm_mxfp4_edges(device):
     # block 0 (dims 0..31): amax 5 -> ratio 5 * fl(1/6) = 0.83 -> 2^0 (e = 127), v = x
     b0 = [(5.0, 6), (3.5, 6), (2.75, 5), (2.5, 4), (1.75, 4), (1.25, 2), (0.75, 2), (0.5, 1),
           (0.25, 0), (-0.25, 8), (-0.1, 8), (0.0, 0), (-0.0, 8), (-5.0, 14), (NAN, 7),
-          (-NAN, 15), (-2.5, 12), (1.5, 3), (-3.0, 13), (0.7, 1)]
+          (-NAN, 7), (-2.5, 12), (1.5, 3), (-3.0, 13), (0.7, 1)]
     # block 1 (dims 32..63): amax 6.5 -> ratio 1.08 -> 2 (e = 128), v = x / 2
     b1 = [(6.5, 5), (-6.0, 13), (0.5, 0), (1.5, 2), (-1.0, 9)]
     q = torch.zeros(3, 1, 128)
@@ -703,7 +703,8 @@ def test_vllm_mxfp4_edges(device):
     want[1, 0, 1] = 8
     want[1, 0, 32:64] = 0
     q[1, 0, 32], q[1, 0, 33], q[1, 0, 34] = INF, -7.0, 7.0
-    want[1, 0, 33], want[1, 0, 34] = 8, 0  # -7 * 0 = -0 -> 8; +0 -> 0 (INF * 0: NaN, any sign)
+    want[1, 0, 33], want[1, 0, 34] = 8, 0  # -7 * 0 = -0 -> 8; +0 -> 0
+    want[1, 0, 32] = 7  # INF * 0 = NaN -> 7 whatever the device's NaN sign
     w = torch.tensor([[1.5], [-2.0], [3.0]])
     freqs, pos = identity_rope(3, recipe)
     x = to_device({"q_input": q, "weight": w, "freqs": freqs, "positions": pos}, device)
@@ -722,9 +723,6 @@ def test_vllm_mxfp4_edges(device):
         for b in range(3):
             g = got[b, 0].tolist()
             p = packed[b, 0].tolist()
-            if b == 1:  # INF * 0 = NaN: code 7 or 15 by the device's NaN sign
-                assert g[16] & 0x7 == 7
-                g[16] &= 0xF0
             assert g == p, (op, b, g[:20], p[:20])
         assert_same_outputs((q_out, q_sf, w_out), (q_out, q_sf, want_w.view(w_out.shape)),
                             f"{op} mxfp4 edges weights")
