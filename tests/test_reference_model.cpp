@@ -438,10 +438,12 @@ int model_mx_ue8m0(float amax) {
   return model_ue8m0(ratio);
 }
 // MXFP4 step 4: the nearest of the eight e2m1 magnitudes, ties to the even code, |v| > 6 -> 6;
-// NaN -> 6 (the library's choice: SPEC-vllm.md leaves it open); bit 3 = the sign bit of v always.
+// bit 3 = the sign bit of v always. NaN -> 0x7 (+6) whatever its sign bit (the library's choice,
+// docs/RECIPES.md: SPEC-vllm.md leaves it open, and devices disagree on NaN signs).
 int model_mx_e2m1(float v) {
   static const double mag[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
-  const double a = std::isnan(v) ? 6.0 : std::fabs(double(v));
+  if (std::isnan(v)) return 7;
+  const double a = std::fabs(double(v));
   if (a > 6.0) return 7 | (std::signbit(v) ? 8 : 0);  // Inf included
   int best = 0;
   for (int k = 1; k < 8; ++k) {
@@ -678,6 +680,8 @@ TEST(RecipeModelCodecs, VllmMxE2m1AndUe8m0) {
   EXPECT_EQ(model_mx_e2m1(0.0f), 0);
   EXPECT_EQ(model_mx_e2m1(100.0f), 7);
   EXPECT_EQ(model_mx_e2m1(-INFINITY), 15);
+  EXPECT_EQ(model_mx_e2m1(NAN), 7);
+  EXPECT_EQ(model_mx_e2m1(-NAN), 7);
   // UE8M0: amax 6 * 2^k gives 127 + k (fl(1/6) * 6 rounds back to 1), just above rounds up;
   // the floor 6 * 2^-126 gives e = 1; Inf gives 254
   EXPECT_EQ(model_mx_ue8m0(6.0f), 127);
