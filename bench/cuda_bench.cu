@@ -10,6 +10,7 @@
 //     written are equal) the same way, in the same run: 20 calls captured in one CUDA graph,
 //     the graph replayed, events around each replay, median replay / 20,
 //   - optionally (--shapes) times each recipe at fixed launch shapes too.
+// vLLM's forms run with head_scale 0.125 (the others with 1).
 // Effective bytes per call = detail::bytes_moved: per row 128 * input size read + weight read +
 // codes written (128 fp8, or 64 fp4 + 4 block-scale bytes) + 4 weights_out; per token one
 // position and one freqs row (256 bytes).
@@ -254,6 +255,9 @@ int main(int argc, char** argv) {
         a.weight = TensorView::contiguous(w.p, dt, {T, H}, dev);
         a.weights_out = TensorView::contiguous(wo.p, DType::kFloat32, {T, H, 1}, dev);
         a.weight_scale = 0.37f;
+        // vLLM's forms take a second factor (vLLM passes 64 ** -0.5); the others ignore it.
+        const float head_scale = recipe(rid).quant == Quantizer::kVllm ? 0.125f : 1.0f;
+        a.head_scale = head_scale;
         a.freqs = TensorView::contiguous(fr.p, DType::kFloat32, {max_pos, 64}, dev);
         a.positions = TensorView::contiguous(pos.p, DType::kInt64, {T}, dev);
         Options o;
@@ -271,6 +275,7 @@ int main(int argc, char** argv) {
         p.weight_stride_b = H;
         p.weights_out = static_cast<float*>(wo.p);
         p.weight_scale = 0.37f;
+        p.head_scale = head_scale;
         p.freqs = static_cast<const float*>(fr.p);
         p.max_pos = max_pos;
         p.positions = pos.p;

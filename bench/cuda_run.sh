@@ -8,7 +8,8 @@
 # library, the test binary and the benchmark (only those targets) in build-gpu.
 #   run: bash bench/cuda_run.sh   (carry build-cuda/tests/indexer_q_tests,
 #        build-cuda/bench/indexer_q_cuda_bench, .dev/googletest)
-#   env: BENCH_ARGS (extra cuda bench options), SKIP_SANITIZER=1, SKIP_REST=1
+#   env: BENCH_ARGS (extra cuda bench options), BENCH_TOKENS (default 1,64,1024,4096,16384,65536),
+#        SKIP_SANITIZER=1, SKIP_REST=1, CUDA_TEST_TIMEOUT, BENCH_TIMEOUT
 set -u
 OUT=${OUT:-/tmp/iq_out}
 mkdir -p "$OUT"
@@ -50,7 +51,7 @@ if [ -z "${SKIP_SANITIZER:-}" ] && [ -n "$CS" ]; then
 fi
 say "tests done: $(( $(date +%s) - t0 )) s"
 # benchmark: every recipe, the same-run copy
-timeout ${BENCH_TIMEOUT:-150} $BENCH --heads 64 --tokens 1,64,1024,4096,16384,65536 ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
+timeout ${BENCH_TIMEOUT:-150} $BENCH --heads 64 --tokens ${BENCH_TOKENS:-1,64,1024,4096,16384,65536} ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
 say "cuda_bench rc=$?"
 grep -v '^csv' "$OUT/bench.log" >>"$SUM"
 say "total: $(( $(date +%s) - t0 )) s"

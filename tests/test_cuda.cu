@@ -9,7 +9,13 @@
 //    byte, B in {1, 7, 333}, H in {1, 8, 64, 128}, padded weight rows; the random cases hold
 //    edge rows (zeros, Inf, NaN, huge, tiny, subnormal, fp8 ties, e2m1 thresholds);
 //  - rows built to meet Inf - Inf, overflow and NaN in every recipe;
-//  - the golden files of every recipe (FNUZ derived from the FN files) through every shape;
+//  - vLLM's quantizer (vllm_v4_fp8, vllm_v4_mxfp4): its device encoders against row.h's
+//    vllm_fp8_code / mx_e2m1_encode for every float32 bit pattern (and x / 2^k == x * 2^-k for
+//    every scale the op can pick), what the hardware conversion gives for NaN, -NaN and -0,
+//    edge rows (E2M1 and E4M3 ties, negative values rounding to zero, NaN / Inf, an amax on a
+//    power of two), head_scale != 1 reaching weights_out;
+//  - the golden files of every recipe (FNUZ derived from the FN files; vLLM's own files)
+//    through every shape;
 //  - out-of-range positions (negative, == max_pos, huge int64, INT_MIN/MAX), every recipe and
 //    shape: codes 0 (FP4: block-scale bytes 0 too) and weights_out NaN for those rows, the
 //    other rows exact, and no out-of-bounds read (freqs holds exactly max_pos rows; run this
@@ -71,7 +77,7 @@ struct DeviceCase {
   std::size_t n_out = 0, n_sf = 0, n_wo = 0;
   detail::Problem prob;
 
-  bool upload(const HostCase& c) {
+  bool upload(const HostCase& c, float head_scale = 1.0f) {
     const std::size_t rows = std::size_t(c.B * c.H);
     n_out = rows * std::size_t(c.out_bytes_per_row());
     n_sf = c.fp4() ? rows * 4 : 0;
@@ -91,6 +97,7 @@ struct DeviceCase {
     prob.weight_stride_b = c.weight_stride;
     prob.weights_out = static_cast<float*>(wo.p);
     prob.weight_scale = c.weight_scale;
+    prob.head_scale = head_scale;
     prob.freqs = static_cast<const float*>(freqs.p);
     prob.max_pos = c.max_pos;
     prob.positions = pos.p;
@@ -120,17 +127,86 @@ struct DeviceCase {
   }
   // The public API on the device buffers.
   Status call(const HostCase& c, const Options& o) const {
-    return run(iqtest::op_args(c, q.p, out.p, c.fp4() ? sf.p : nullptr, w.p, wo.p, freqs.p, pos.p, prob.device), o);
+    OpArgs a = iqtest::op_args(c, q.p, out.p, c.fp4() ? sf.p : nullptr, w.p, wo.p, freqs.p, pos.p, prob.device);
+    a.head_scale = prob.head_scale;
+    return run(a, o);
   }
 };
 
-Outputs reference_outputs(const HostCase& c) {
-  iqtest::BackendUnderTest ref;
-  ref.name = "reference";
-  ref.options.backend = Backend::kReference;
+// Element i of a q_input / weight buffer, decoded exactly.
+float element(const std::vector<std::uint8_t>& buf, DType dt, std::size_t i) {
+  if (dt == DType::kFloat32) {
+    float f;
+    std::memcpy(&f, buf.data() + 4 * i, 4);
+    return f;
+  }
+  std::uint16_t h;
+  std::memcpy(&h, buf.data() + 2 * i, 2);
+  return dt == DType::kBFloat16 ? detail::bf16_to_f32(h) : detail::f16_to_f32(h);
+}
+
+std::int64_t position_of(const HostCase& c, std::int64_t b) {
+  if (c.pos_dtype == DType::kInt32) {
+    std::int32_t v;
+    std::memcpy(&v, c.positions.data() + 4 * b, 4);
+    return v;
+  }
+  std::int64_t v;
+  std::memcpy(&v, c.positions.data() + 8 * b, 8);
+  return v;
+}
+
+// vllm_v4_mxfp4, a NaN product: its code is 0x7 on the GPU whatever the NaN's sign, while
+// row.h's mx_e2m1_encode keeps the sign bit of the NaN, which the host's arithmetic chooses
+// (x86: Inf * 0 and the NaNs made inside RoPE are negative, giving 0xF; every NaN a GPU
+// multiply makes is positive, giving 0x7, as vLLM's own kernels on the GPU do). Until row.h
+// fixes the NaN code (proposed: mx_e2m1_encode returns 7 for a NaN), the expected bytes are
+// the reference's with the nibble of every NaN product set to 0x7: the products are recomputed
+// here from row.h's own steps.
+void apply_vllm_fp4_nan_rule(const HostCase& c, Outputs* want) {
+  if (c.recipe != RecipeId::kVllmV4Mxfp4) return;
+  using R = detail::RecipeT<RecipeId::kVllmV4Mxfp4>;
+  for (std::int64_t b = 0; b < c.B; ++b) {
+    const std::int64_t p = position_of(c, b);
+    if (p < 0 || p >= c.max_pos) continue;
+    for (std::int64_t h = 0; h < c.H; ++h) {
+      const std::size_t r = std::size_t(b * c.H + h);
+      float x[128];
+      for (int i = 0; i < 128; ++i) x[i] = element(c.q_input, c.dtype, r * 128 + std::size_t(i));
+      detail::rope_row<R>(x, c.freqs.data() + p * 64);
+      for (int i = 0; i < 64; ++i) x[R::kRopeOffset + i] = detail::round_bf16(x[R::kRopeOffset + i]);
+      for (int k = 0; k < 4; ++k) {
+        float amax = 0.0f;
+        for (int i = 32 * k; i < 32 * k + 32; ++i) amax = detail::amax_step(amax, x[i]);
+        const float inv = detail::ue8m0_inverse(detail::mx_ue8m0_of_amax(amax));
+        for (int i = 32 * k; i < 32 * k + 32; ++i) {
+          if (std::isnan(x[i] * inv)) {
+            std::uint8_t& byte = want->q_out[r * 64 + std::size_t(i / 2)];
+            byte = (i & 1) ? std::uint8_t((byte & 0x0fu) | 0x70u) : std::uint8_t((byte & 0xf0u) | 0x07u);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The scalar reference (Backend::kReference on the host case) with head_scale, then the NaN
+// rule above.
+Outputs reference_outputs(const HostCase& c, float head_scale = 1.0f) {
+  const std::size_t rows = std::size_t(c.B * c.H);
   Outputs want;
-  const Status s = iqtest::run_case(ref, c, &want, 0xA5);
+  want.q_out.assign(rows * std::size_t(c.out_bytes_per_row()), 0xA5);
+  want.q_sf.assign(c.fp4() ? rows * 4 : 0, 0xA5);
+  want.weights_out.assign(rows, 0.0f);
+  iqtest::poison_fill(want.weights_out.data(), 0xA5, rows * 4);
+  OpArgs a = iqtest::op_args(c, c.q_input.data(), want.q_out.data(), c.fp4() ? want.q_sf.data() : nullptr,
+                             c.weight.data(), want.weights_out.data(), c.freqs.data(), c.positions.data());
+  a.head_scale = head_scale;
+  Options o;
+  o.backend = Backend::kReference;
+  const Status s = run(a, o);
   EXPECT_TRUE(s.ok()) << s.message();
+  apply_vllm_fp4_nan_rule(c, &want);
   return want;
 }
 
@@ -241,12 +317,10 @@ TEST(Cuda, Fp8ConversionByteOrder) {
   EXPECT_EQ(got, 0x08fe4038u);
 }
 
-// ---------------------------------------------------------------------------------------
-// every recipe x shape against the reference
-// ---------------------------------------------------------------------------------------
-void check_against(const HostCase& c, const Outputs& want, const std::vector<detail::Variant>& variants) {
+void check_against(const HostCase& c, const Outputs& want, const std::vector<detail::Variant>& variants,
+                   float head_scale = 1.0f) {
   DeviceCase d;
-  ASSERT_TRUE(d.upload(c));
+  ASSERT_TRUE(d.upload(c, head_scale));
   for (const detail::Variant& v : variants) {
     ASSERT_TRUE(d.poison(0x5A));
     const Status s = detail::cuda_run_variant(d.prob, nullptr, false, v);
@@ -258,11 +332,288 @@ void check_against(const HostCase& c, const Outputs& want, const std::vector<det
   }
 }
 
-void check_variants(const HostCase& c, const std::vector<detail::Variant>& variants) {
-  SCOPED_TRACE(c.describe());
-  check_against(c, reference_outputs(c), variants);
+void check_variants(const HostCase& c, const std::vector<detail::Variant>& variants, float head_scale = 1.0f) {
+  SCOPED_TRACE(c.describe() + " head_scale=" + std::to_string(head_scale));
+  check_against(c, reference_outputs(c, head_scale), variants, head_scale);
 }
 
+// ---------------------------------------------------------------------------------------
+// vLLM's quantizer: device encoders against row.h, every float32 bit pattern
+// ---------------------------------------------------------------------------------------
+// The power-of-two scales the FP8 form can pick: 2^-22 (amax at the 1e-4 floor) .. 2^120
+// (amax near FLT_MAX), and +Inf (an infinite amax); bytes of the exponent field.
+__constant__ std::uint32_t kVllmScaleExps[] = {105u, 106u, 112u, 120u, 127u, 128u, 134u, 150u, 200u, 240u, 247u, 255u};
+constexpr int kNumVllmScales = 12;
+
+// mismatches[0]: quantize4_e4m3_vllm (each position) vs vllm_fp8_code(v, 1);
+// [1]: the kernel's code of v * inv(q) vs vllm_fp8_code(v, q) for every scale q above;
+// [2]: mx_e2m1_code8 with v in position u % 8 (and fixed values elsewhere) vs mx_e2m1_encode
+//      for every nibble (a NaN v: 0x7, see apply_vllm_fp4_nan_rule);
+// [3]: mx_ue8m0_of_amax's inverse times the block's values never overflows past 6 * 2
+//      (amax >= 0: the codes saturate only by rounding).
+__global__ void vllm_encoder_sweep_kernel(unsigned long long* mismatches, unsigned int* first_bad, float one) {
+  const std::uint64_t n = 1ull << 32;
+  const std::uint64_t stride = std::uint64_t(gridDim.x) * blockDim.x;
+  unsigned long long bad[4] = {0, 0, 0, 0};
+  const float fixed[8] = {0.3f, -0.0f, 5.5f, -2.5f, 0.75f, -7.0f, 1.25f, -0.1f};
+  for (std::uint64_t u = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n; u += stride) {
+    const float v = __uint_as_float(std::uint32_t(u));
+    bool b[4] = {false, false, false, false};
+    // [0] NaN -> 0x7f whatever its sign, the rest as e4m3fn_encode (sign of zero kept)
+    const std::uint32_t want = detail::vllm_fp8_code(v, 1.0f);
+    const std::uint32_t w4 = want * 0x01010101u;
+    b[0] = detail::quantize4_e4m3_vllm(v, v, v, v) != w4 ||
+           (detail::quantize4_e4m3_vllm(v, 1.0f, -0.0f, NAN) >> 0 & 0xffu) != want ||
+           (detail::quantize4_e4m3_vllm(-NAN, v, 2.0f, -3.0f) >> 8 & 0xffu) != want ||
+           (detail::quantize4_e4m3_vllm(0.5f, 448.0f, v, INFINITY) >> 16 & 0xffu) != want ||
+           (detail::quantize4_e4m3_vllm(-0.0f, -1e-9f, 3.0f, v) >> 24) != want;
+    // [1] x / 2^k == x * 2^-k (the kernel's inv), the satfinite fast path for non-NaN products
+    for (int j = 0; j < kNumVllmScales; ++j) {
+      const std::uint32_t qe = kVllmScaleExps[j];
+      const float q = __uint_as_float(qe << 23);
+      const float inv = qe >= 255u ? 0.0f : __uint_as_float((254u - qe) << 23);
+      const float prod = __fmul_rn(v, inv);
+      const std::uint32_t got = (prod != prod) ? (detail::quantize4_e4m3_vllm(prod, 0.f, 0.f, 0.f) & 0xffu)
+                                               : (detail::quantize4_e4m3_sat(0.f, prod, 0.f, 0.f) >> 8 & 0xffu);
+      if (got != detail::vllm_fp8_code(v, q)) b[1] = true;
+    }
+    // [2] mx e2m1, v at position k, the other 7 positions fixed
+    {
+      const int k = int(u & 7u);
+      float xs[8];
+      for (int j = 0; j < 8; ++j) xs[j] = j == k ? v : fixed[j];
+      const std::uint32_t got = detail::mx_e2m1_code8(xs, one);
+      for (int j = 0; j < 8; ++j) {
+        const std::uint32_t w = (j == k && isnan(v)) ? 7u : detail::mx_e2m1_encode(xs[j]);
+        if (((got >> (4 * j)) & 0xfu) != w) b[2] = true;
+      }
+    }
+    // [3] the UE8M0 byte: e in 1..254, and amax * inv <= 12 (the largest value of a block
+    // after scaling stays in the range the encoder saturates correctly)
+    if (!isnan(v) && !signbit(v)) {
+      const std::uint32_t e = detail::mx_ue8m0_of_amax(v);
+      const float inv = detail::ue8m0_inverse(std::uint8_t(e));
+      b[3] = e < 1u || e > 254u || (isfinite(v) && !(__fmul_rn(v, inv) <= 12.0f));
+    }
+    for (int k = 0; k < 4; ++k) {
+      if (b[k]) {
+        ++bad[k];
+        atomicMin(first_bad + k, std::uint32_t(u));
+      }
+    }
+  }
+  for (int k = 0; k < 4; ++k)
+    if (bad[k]) atomicAdd(mismatches + k, bad[k]);
+}
+
+TEST(Cuda, VllmEncodersMatchScalarForEveryFloat) {
+  SKIP_WITHOUT_DEVICE();
+  DevBuf m, f;
+  ASSERT_TRUE(m.alloc(32) && f.alloc(16));
+  CUDA_OK(cudaMemset(m.p, 0, 32));
+  CUDA_OK(cudaMemset(f.p, 0xff, 16));
+  vllm_encoder_sweep_kernel<<<4096, 256>>>(static_cast<unsigned long long*>(m.p), static_cast<unsigned int*>(f.p), 1.0f);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned long long mismatches[4] = {};
+  unsigned int first[4] = {};
+  CUDA_OK(cudaMemcpy(mismatches, m.p, 32, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(first, f.p, 16, cudaMemcpyDeviceToHost));
+  const char* names[4] = {"vllm fp8 code", "vllm fp8 x / 2^k == x * 2^-k", "vllm mx e2m1 code8", "vllm ue8m0 range"};
+  for (int k = 0; k < 4; ++k)
+    EXPECT_EQ(mismatches[k], 0ull) << names[k] << ": first differing input bits 0x" << std::hex << first[k];
+}
+
+// What the hardware gives for the inputs whose handling SPEC-vllm.md fixes: raw satfinite
+// conversion of NaN, -NaN, -0, a negative value rounding to zero, +-Inf; and the NaN a GPU
+// multiply makes (from a negative NaN, and Inf * 0). Printed; the -0 / negative-tiny bytes
+// and quantize4_e4m3_vllm's NaN bytes are asserted.
+__global__ void nan_facts_kernel(std::uint32_t* out, float one, float zero) {
+  out[0] = detail::quantize4_e4m3_sat(NAN, __uint_as_float(0xffc00000u), -0.0f, -0x1p-12f);
+  out[1] = detail::quantize4_e4m3_sat(INFINITY, -INFINITY, __uint_as_float(0x7f800001u), __uint_as_float(0xff800001u));
+  out[2] = detail::quantize4_e4m3_vllm(NAN, __uint_as_float(0xffc00000u), -0.0f, -0x1p-12f);
+  out[3] = __float_as_uint(__fmul_rn(__uint_as_float(0xffc00000u), one));
+  out[4] = __float_as_uint(__fmul_rn(INFINITY * one, zero));
+  out[5] = __float_as_uint(__fmul_rn(-INFINITY * one, zero));
+  out[6] = __float_as_uint(__fmaf_rn(INFINITY * one, one, -INFINITY * one));
+}
+
+TEST(Cuda, VllmHardwareFactsForNaNAndSignedZero) {
+  SKIP_WITHOUT_DEVICE();
+  DevBuf o;
+  ASSERT_TRUE(o.alloc(7 * 4));
+  nan_facts_kernel<<<1, 1>>>(static_cast<std::uint32_t*>(o.p), 1.0f, 0.0f);
+  CUDA_OK(cudaGetLastError());
+  std::uint32_t r[7] = {};
+  CUDA_OK(cudaMemcpy(r, o.p, sizeof r, cudaMemcpyDeviceToHost));
+  std::printf("[hw facts] cvt.rn.satfinite.e4m3x2.f32: NaN 0x%02x, -NaN 0x%02x, -0 0x%02x, -2^-12 0x%02x; "
+              "+Inf 0x%02x, -Inf 0x%02x, sNaN 0x%02x, -sNaN 0x%02x\n",
+              r[0] & 0xff, (r[0] >> 8) & 0xff, (r[0] >> 16) & 0xff, r[0] >> 24, r[1] & 0xff, (r[1] >> 8) & 0xff,
+              (r[1] >> 16) & 0xff, r[1] >> 24);
+  std::printf("[hw facts] quantize4_e4m3_vllm: NaN 0x%02x, -NaN 0x%02x, -0 0x%02x, -2^-12 0x%02x\n", r[2] & 0xff,
+              (r[2] >> 8) & 0xff, (r[2] >> 16) & 0xff, r[2] >> 24);
+  std::printf("[hw facts] FP32 NaN results: -NaN * 1 = 0x%08x, Inf * 0 = 0x%08x, -Inf * 0 = 0x%08x, fma(Inf, 1, -Inf) = 0x%08x\n",
+              r[3], r[4], r[5], r[6]);
+  EXPECT_EQ((r[0] >> 16) & 0xffu, 0x80u) << "-0";
+  EXPECT_EQ(r[0] >> 24, 0x80u) << "-2^-12";
+  EXPECT_EQ((r[1] & 0xffffu), 0xfe7eu) << "+-Inf saturate";
+  EXPECT_EQ(r[2], 0x80807f7fu) << "vllm: NaN and -NaN -> 0x7f, sign of zero kept";
+}
+
+// Edge rows for the vLLM forms, all positions 0 (RoPE is then the identity and the bf16
+// rounding exact on these values, so the planted values reach the quantizer unchanged):
+// E4M3 ties at a power-of-two scale (amax exactly 448 * 2^m, and just above it), E2M1 ties
+// (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 times the block scale, and one ulp either side),
+// negative values that round to zero, NaN / Inf / -Inf (alone and together), amax below the
+// floors, subnormal inputs, huge inputs.
+HostCase vllm_edge_case(RecipeId rid, DType dt) {
+  std::vector<std::vector<float>> rows;
+  const bool f16 = dt == DType::kFloat16;
+  const bool f32 = dt == DType::kFloat32;
+  auto row_of = [&](float fill) { return std::vector<float>(128, fill); };
+  const int ms[] = {0, -3, 4, f16 ? -6 : -40, f16 ? 2 : 60};
+  if (recipe(rid).format == OutFormat::kE4M3FN) {
+    for (int m : ms) {
+      for (int variant = 0; variant < 3; ++variant) {
+        std::vector<float> r = row_of(0.0f);
+        // midpoints between neighbouring e4m3 codes (ties), both signs; amax = 448 * 2^m
+        // (variant 0: q_scale = 2^m exactly; 1: amax a little above, q_scale = 2^(m+1);
+        // 2: the same ties seen from q = 2^m with negative tiny values around zero)
+        for (int i = 0; i < 128; ++i) {
+          const int code = (i * 37) % 126;
+          const double mid = 0.5 * (iqtest::e4m3_value(code) + iqtest::e4m3_value(code + 1));
+          r[std::size_t(i)] = float(std::ldexp(mid, m)) * ((i & 1) ? -1.0f : 1.0f);
+        }
+        r[5] = float(std::ldexp(variant == 1 ? 452.0 : 448.0, m));
+        if (variant == 2) {
+          r[7] = float(-std::ldexp(1.0, m - 10));  // tie between 0 and 2^-9: rounds to -0 (0x80)
+          r[9] = float(-std::ldexp(1.0, m - 11));
+          r[11] = -0.0f;
+          r[70] = float(-std::ldexp(1.0, m - 10));
+          r[72] = float(-std::ldexp(3.0, m - 11));  // 0.75 * 2^-9: rounds to -2^-9 (0x81)
+        }
+        rows.push_back(r);
+      }
+    }
+  } else {
+    const double ties[] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
+    for (int m : ms) {
+      for (int variant = 0; variant < 3; ++variant) {
+        std::vector<float> r = row_of(0.0f);
+        for (int blk = 0; blk < 4; ++blk) {
+          // amax 5.5 * 2^m: ratio 5.5 * fl(1/6) * 2^m rounds up to 2^m, the scale; variant 1:
+          // amax 6 * 2^m (the ratio is just above 2^m: scale 2^(m+1)); variant 2: amax 4 * 2^m
+          // (exactly a power of two times 4: scale 2^m) with values an ulp off the ties.
+          const float amax = float(std::ldexp(variant == 1 ? 6.0 : variant == 2 ? 4.0 : 5.5, m));
+          float* b = r.data() + 32 * blk;
+          b[0] = (blk & 1) ? -amax : amax;
+          for (int j = 1; j < 32; ++j) {
+            double t = ties[(j + blk) % 7];
+            if (variant == 2 && t > 4.0) t = 3.5;
+            float val = float(std::ldexp(t, m));
+            if (variant == 2 && f32) val = (j & 2) ? std::nextafter(val, 0.0f) : std::nextafter(val, 1e30f);
+            b[j] = (j % 3 == 0) ? -val : val;
+          }
+          b[29] = float(-std::ldexp(0.1, m));  // rounds to zero: code 0x8
+          b[30] = float(-std::ldexp(0.25, m)); // tie to zero: 0x8
+          b[31] = -0.0f;                       // 0x8
+        }
+        rows.push_back(r);
+      }
+    }
+  }
+  // non-finite and tiny rows (both forms)
+  {
+    std::vector<float> r = row_of(1.5f);
+    r[3] = NAN;
+    rows.push_back(r);  // a NaN, finite amax
+    r = row_of(-1.5f);
+    r[100] = NAN;
+    rows.push_back(r);  // a NaN in the rotated half
+    r = row_of(2.0f);
+    r[10] = INFINITY;
+    rows.push_back(r);  // Inf: FP8 q_scale = Inf; FP4 block 0 e = 254
+    r = row_of(-3.0f);
+    r[90] = -INFINITY;
+    r[91] = 7.0f;
+    rows.push_back(r);  // -Inf in the rotated half (RoPE at position 0 keeps it)
+    r = row_of(0.5f);
+    r[1] = INFINITY;
+    r[2] = NAN;
+    r[40] = -INFINITY;
+    r[64] = INFINITY;
+    r[65] = INFINITY;
+    rows.push_back(r);  // several non-finite values
+    r = row_of(0.0f);
+    for (int i = 0; i < 128; ++i) r[std::size_t(i)] = ((i % 3) - 1) * (f16 ? 3e-6f : 1e-7f);  // amax below 1e-4
+    rows.push_back(r);
+    r = row_of(0.0f);
+    for (int i = 0; i < 128; ++i) r[std::size_t(i)] = ((i & 1) ? -1.0f : 1.0f) * (f16 ? 0x1p-24f : 0x1p-140f) * float(i % 7);
+    rows.push_back(r);  // subnormal inputs (FP4: below the 6 * 2^-126 floor)
+    r = row_of(0.0f);
+    for (int i = 0; i < 128; ++i) r[std::size_t(i)] = ((i & 2) ? -1.0f : 1.0f) * (f16 ? 60000.0f : 3.0e38f) / float(1 + i % 5);
+    rows.push_back(r);  // huge values
+    rows.push_back(row_of(-0.0f));  // all -0
+  }
+  const std::int64_t H = std::int64_t(rows.size()), B = 2;
+  HostCase c = iqtest::blank_case(B, H, dt, DType::kInt64, H, 3, rid);
+  c.weight_scale = 0.0883883476f;  // 128 ** -0.5
+  for (std::int64_t b = 0; b < B; ++b) {
+    iqtest::set_position(c, b, 0);
+    for (std::int64_t h = 0; h < H; ++h) {
+      for (int i = 0; i < 128; ++i)
+        iqtest::store_as(c.q_input, dt, std::size_t((b * H + h) * 128 + i), rows[std::size_t(h)][std::size_t(i)]);
+      iqtest::store_as(c.weight, dt, std::size_t(b * H + h), float(h % 5) - 1.75f);
+    }
+  }
+  return c;
+}
+
+TEST(Cuda, VllmEdgeRowsMatchReference) {
+  SKIP_WITHOUT_DEVICE();
+  for (RecipeId rid : {RecipeId::kVllmV4Fp8, RecipeId::kVllmV4Mxfp4}) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      const HostCase c = vllm_edge_case(rid, dt);
+      check_variants(c, all_variants(), 0.125f);
+      check_variants(c, {V(-1), V(4, 128)}, 1.0f);
+    }
+  }
+}
+
+// head_scale != 1 reaches weights_out for the vLLM forms (and is ignored by the others).
+TEST(Cuda, HeadScaleReachesWeightsOut) {
+  SKIP_WITHOUT_DEVICE();
+  for (RecipeId rid : all_recipes()) {
+    const HostCase c = iqtest::random_case(37, 16, DType::kBFloat16, DType::kInt64, 19, 555, rid);
+    for (float hs : {0.125f, 3.7e-3f, -2.5f}) {
+      check_variants(c, all_variants(), hs);
+      const Outputs with = reference_outputs(c, hs), without = reference_outputs(c, 1.0f);
+      int changed = 0;
+      for (std::size_t i = 0; i < with.weights_out.size(); ++i)
+        changed += !iqtest::same_float(with.weights_out[i], without.weights_out[i]);
+      if (recipe(rid).quant == Quantizer::kVllm)
+        EXPECT_GT(changed, int(with.weights_out.size() / 2)) << recipe_name(rid) << " head_scale " << hs;
+      else
+        EXPECT_EQ(changed, 0) << recipe_name(rid) << " head_scale " << hs;
+      // through the public API too
+      DeviceCase d;
+      ASSERT_TRUE(d.upload(c, hs));
+      ASSERT_TRUE(d.poison(0x5A));
+      Options o;
+      o.backend = Backend::kCuda;
+      const Status s = d.call(c, o);
+      ASSERT_TRUE(s.ok()) << s.message();
+      Outputs got;
+      ASSERT_TRUE(d.download(&got));
+      EXPECT_TRUE(iqtest::compare(got, with, c.H).exact())
+          << recipe_name(rid) << " public API head_scale " << hs << ": " << iqtest::compare(got, with, c.H).summary();
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// every recipe x shape against the reference
+// ---------------------------------------------------------------------------------------
 TEST(Cuda, EveryRecipeShapeAndDtypeMatchesReference) {
   SKIP_WITHOUT_DEVICE();
   std::uint64_t seed = 1000;
@@ -331,7 +682,7 @@ TEST(Cuda, LargeBatchMatchesReference) {
 std::vector<std::string> golden_paths() {
   namespace fs = std::filesystem;
   std::vector<std::string> files;
-  for (const char* sub : {"golden", "golden/variants"}) {
+  for (const char* sub : {"golden", "golden/variants", "golden/vllm"}) {
     std::error_code ec;
     std::vector<std::string> here;
     for (const auto& e : fs::directory_iterator(fs::path(INDEXER_Q_TEST_DATA_DIR) / sub, ec))
@@ -374,15 +725,16 @@ TEST(Cuda, GoldenFilesOfEveryRecipeThroughEveryShape) {
     if (io::derive_fnuz_case(fn, &fnuz)) cases.push_back(fnuz);
     for (const io::ConformanceCase& k : cases) {
       SCOPED_TRACE(path + " as " + recipe_name(k.recipe));
+      const bool failed_before = ::testing::Test::HasFailure();
       Outputs want;
       want.q_out = k.q_out;
       want.q_sf = k.q_sf;
       want.weights_out = k.weights_out;
       const HostCase c = host_case_of(k);
-      check_against(c, want, all_variants());
+      check_against(c, want, all_variants(), k.head_scale);
       // and through the public API
       DeviceCase d;
-      ASSERT_TRUE(d.upload(c));
+      ASSERT_TRUE(d.upload(c, k.head_scale));
       ASSERT_TRUE(d.poison(0x7f));
       Options o;
       o.backend = Backend::kCuda;
@@ -392,6 +744,11 @@ TEST(Cuda, GoldenFilesOfEveryRecipeThroughEveryShape) {
       ASSERT_TRUE(d.download(&got));
       EXPECT_TRUE(iqtest::compare(got, want, c.H).exact()) << "public API: " << iqtest::compare(got, want, c.H).summary();
       ++cases_per_recipe[std::size_t(k.recipe)];
+      if (recipe(k.recipe).quant == Quantizer::kVllm)
+        std::printf("[vllm golden] %s (%s, B=%lld H=%lld, head_scale %g, softmax_scale %g): %zu shapes + public API: %s\n",
+                    path.c_str(), recipe_name(k.recipe), (long long)k.B, (long long)k.H, double(k.head_scale),
+                    double(k.weight_scale), all_variants().size(),
+                    failed_before || !::testing::Test::HasFailure() ? (failed_before ? "see above" : "exact") : "DIFFER");
     }
   }
   for (RecipeId rid : all_recipes())

@@ -303,7 +303,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     }
   }
 
-  const float wv = __fmul_rn(decode_weight<DT>(r.w), p.weight_scale);  // lane 0's is the real one
+  const float w = decode_weight<DT>(r.w);  // lane 0's is the real one
   if (R::kFp4) {
     // ---- FP4: step 4, bf16 rounding, UE8M0 per block of 32 dims, e2m1 codes ----
     float amax[C];
@@ -326,11 +326,17 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     std::uint32_t e[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      e[c] = ue8m0_of_amax_fast(amax[c]);
+      // vLLM: floor 6 * 2^-126, times fl(1/6), e = 254 for an infinite amax (inverse 0);
+      // SGLang: floor 1e-4, / 6, e = 255 for an infinite amax (inverse -Inf).
+      e[c] = R::kVllm ? std::uint32_t(mx_ue8m0_of_amax(amax[c])) : ue8m0_of_amax_fast(amax[c]);
       const float inv = __uint_as_float((254u - e[c]) << 23);  // ue8m0_inverse
       std::uint32_t codes = 0;
+      if (R::kVllm) {
+        codes = mx_e2m1_code8(x[c], inv);
+      } else {
 #pragma unroll
-      for (int k = 0; k < 8; ++k) codes |= e2m1_code(__fmul_rn(x[c][k], inv)) << (4 * k);
+        for (int k = 0; k < 8; ++k) codes |= e2m1_code(__fmul_rn(x[c][k], inv)) << (4 * k);
+      }
       if (!valid) codes = 0u;
       if (active)
         *reinterpret_cast<std::uint32_t*>(p.q_out + row * 64 + (c * LANES + l) * 4) = codes;
@@ -347,7 +353,61 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
 #pragma unroll
       for (int c = 0; c < C; ++c) p.q_sf[row * 4 + (c * LANES + l) / 4] = valid ? std::uint8_t(e[c]) : 0;
     }
-    if (l == 0) p.weights_out[row] = valid ? wv : __uint_as_float(0x7fc00000u);
+    if (l == 0)
+      p.weights_out[row] = valid ? weights_out_of<R>(w, p.weight_scale, p.head_scale, 0.0f) : __uint_as_float(0x7fc00000u);
+    return;
+  }
+
+  if (R::kVllm) {
+    // ---- FP8, vLLM's quantizer (SPEC-vllm.md steps 4..7; no Hadamard) ----
+    float amax = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(x[c][k]));
+#pragma unroll
+    for (int s = 1; s < LANES; s <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+    // q_scale = 2^k with k in [-22, 120] (amax finite), or +Inf (amax infinite). x / 2^k equals
+    // x * 2^-k exactly (both are the one rounding of the same real number, subnormal results
+    // included); x / Inf equals x * 0 (+-0 for finite x, NaN for +-Inf and NaN).
+    const float q_scale = pow2_ceil(__fdiv_rn(fmaxf(amax, kScaleFloor), kFp8Max));
+    const std::uint32_t qe = __float_as_uint(q_scale) >> 23;
+    const float inv = qe >= 255u ? 0.0f : __uint_as_float((254u - qe) << 23);
+    // A product is NaN only if x is NaN or (x infinite and inv = 0); every other product has
+    // |v| <= 448 * (1 + 2^-23), so the sum of a lane's products is NaN exactly when one of
+    // them is: lanes without a NaN product take the plain satfinite conversion.
+    float probe[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      probe[c] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        x[c][k] = __fmul_rn(x[c][k], inv);
+        probe[c] = __fadd_rn(probe[c], x[c][k]);
+      }
+    }
+    float probe_all = probe[0];
+#pragma unroll
+    for (int c = 1; c < C; ++c) probe_all = __fadd_rn(probe_all, probe[c]);
+    if (!active) return;
+    std::uint8_t* orow = p.q_out + row * kHeadDim;
+    const bool has_nan = probe_all != probe_all;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      uint2 o;
+      if (has_nan) {
+        o.x = quantize4_e4m3_vllm(x[c][0], x[c][1], x[c][2], x[c][3]);
+        o.y = quantize4_e4m3_vllm(x[c][4], x[c][5], x[c][6], x[c][7]);
+      } else {
+        o.x = quantize4_e4m3_sat(x[c][0], x[c][1], x[c][2], x[c][3]);
+        o.y = quantize4_e4m3_sat(x[c][4], x[c][5], x[c][6], x[c][7]);
+      }
+      if (!valid) o = make_uint2(0u, 0u);
+      *reinterpret_cast<uint2*>(orow + (c * LANES + l) * 8) = o;
+    }
+    if (l == 0)
+      p.weights_out[row] =
+          valid ? weights_out_of<R>(w, p.weight_scale, p.head_scale, q_scale) : __uint_as_float(0x7fc00000u);
     return;
   }
 
@@ -395,7 +455,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   }
   // ---- step 10 ----
   if (l == 0) {
-    const float wo = __fmul_rn(wv, scale);
+    const float wo = weights_out_of<R>(w, p.weight_scale, p.head_scale, scale);
     p.weights_out[row] = valid ? (R::kFnuz ? __fmul_rn(wo, 2.0f) : wo) : __uint_as_float(0x7fc00000u);
   }
 }

@@ -45,6 +45,55 @@ __device__ __forceinline__ std::uint32_t e2m1_code(float v) {
   return std::uint32_t(h1 > h2 ? h1 : h2) | (v < -0.25f ? 8u : 0u);
 }
 
+// prmt.b32 (default mode): byte i of the result is byte (sel >> 4i) & 7 of {b, a}, or with bit
+// 3 of that nibble set, that byte's sign bit replicated (0x00 / 0xff).
+__device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t sel) {
+  std::uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+// vLLM's MXFP4 codes (Quantizer::kVllm, row.h's mx_e2m1_encode) of the 8 products x[k] * inv,
+// packed as the kernels store them: nibble k = code of value k (byte m = code(2m) | code(2m+1) << 4).
+//
+// Magnitude, for a = fmin(|v|, 6) (NaN -> 6): the e2m1 code is a step function of a that three
+// lines bound from above, each exact on its own range and each rounded to an integer with ties
+// to even by one float operation against 2^23 (the integer lands in the low mantissa bits):
+//   L1 = rne(2a)         exact on [0, 2]  (grid 0, 0.5, 1, 1.5, 2 = codes 0..4)
+//   L2 = 2 + rne(a)      exact on [2, 4]  (grid 2, 3, 4 = codes 4..6)
+//   L3 = 4 + rne(a / 2)  exact on [4, 6]  (grid 4, 6 = codes 6, 7)
+// and code = min(L1, L2, L3) (each line is >= the code everywhere on [0, 6]). Ties to even of the
+// integer are ties to even of the code (the offsets 2, 4 are even). Every product involved is
+// exact (a times a power of two); 2a + 2^23, a + 2^23 + 2 and a / 2 + 2^23 + 4 round once.
+// The 8 results 2^23 + code are summed into place (k >= 2: the exponent bits of 2^23 leave the
+// word; k = 0, 1: a known constant, subtracted).
+// Sign: bit 3 of each code is the sign bit of fmin(v, 6), i.e. of v, except that a NaN v gives
+// + (so a NaN is 0x7 whatever its sign; row.h's mx_e2m1_encode keeps the sign bit of a NaN,
+// which on the GPU is positive for every product, and on x86 is negative for Inf * 0).
+// The sign bits are gathered by prmt's sign replication. Checked against mx_e2m1_encode for
+// every float32 in every position by tests/test_cuda.cu.
+__device__ __forceinline__ std::uint32_t mx_e2m1_code8(const float* x, float inv) {
+  constexpr float kMagic = 8388608.0f;  // 2^23
+  std::uint32_t mag = 0u - 0xfb000000u;  // minus (bits(2^23) + bits(2^23) << 4) mod 2^32
+  std::uint32_t sb[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float v = __fmul_rn(x[k], inv);
+    const float a = fminf(fabsf(v), kFp4Max);
+    const float l1 = __fmaf_rn(a, 2.0f, kMagic);
+    const float l2 = __fadd_rn(a, kMagic + 2.0f);
+    const float l3 = __fmaf_rn(a, 0.5f, kMagic + 4.0f);
+    const float m = fminf(fminf(l1, l2), l3);
+    mag += __float_as_uint(m) << (4 * k);
+    sb[k] = __float_as_uint(fminf(v, kFp4Max));
+  }
+  // bytes of sign masks: even values [S0, S2, S4, S6], odd values [S1, S3, S5, S7]
+  const std::uint32_t ev = prmt(prmt(sb[0], sb[2], 0xfbu), prmt(sb[4], sb[6], 0xfbu), 0x5410u);
+  const std::uint32_t od = prmt(prmt(sb[1], sb[3], 0xfbu), prmt(sb[5], sb[7], 0xfbu), 0x5410u);
+  const std::uint32_t sg = (ev & 0x0f0f0f0fu) | (od & 0xf0f0f0f0u);
+  return mag | (sg & 0x88888888u);
+}
+
 // Four e4m3fn codes -> their e4m3fnuz codes: byte 0x80 (-0) becomes 0x00, every other byte is
 // kept. Bit 7 of a byte survives only if one of its low 7 bits is set (no carry crosses bytes).
 __host__ __device__ __forceinline__ std::uint32_t fnuz_from_fn4(std::uint32_t w) {

@@ -34,6 +34,20 @@ __device__ __forceinline__ std::uint32_t quantize4_e4m3_sat(float a, float b, fl
   return r;
 }
 
+// vLLM's conversion (Quantizer::kVllm, row.h's vllm_fp8_code of a product already divided by
+// its power-of-two scale): e4m3fn nearest even, saturating to +-448 (Inf too), the sign of zero
+// kept, and any NaN -> 0x7f whatever its sign. The satfinite conversion gives every non-NaN
+// byte (its sign included: tests/test_cuda.cu checks -0 and the negative values that round to
+// zero); a NaN byte is written here rather than taken from the hardware.
+__device__ __forceinline__ std::uint32_t quantize4_e4m3_vllm(float a, float b, float c, float d) {
+  std::uint32_t r = quantize4_e4m3_sat(a, b, c, d);
+  if (a != a) r = (r & 0xffffff00u) | 0x0000007fu;
+  if (b != b) r = (r & 0xffff00ffu) | 0x00007f00u;
+  if (c != c) r = (r & 0xff00ffffu) | 0x007f0000u;
+  if (d != d) r = (r & 0x00ffffffu) | 0x7f000000u;
+  return r;
+}
+
 __device__ __forceinline__ std::uint32_t quantize4_e4m3(float a, float b, float c, float d) {
   return quantize4_e4m3_sat(fminf(a, kFp8Max), fminf(b, kFp8Max), fminf(c, kFp8Max), fminf(d, kFp8Max));
 }
