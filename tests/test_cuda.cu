@@ -133,65 +133,7 @@ struct DeviceCase {
   }
 };
 
-// Element i of a q_input / weight buffer, decoded exactly.
-float element(const std::vector<std::uint8_t>& buf, DType dt, std::size_t i) {
-  if (dt == DType::kFloat32) {
-    float f;
-    std::memcpy(&f, buf.data() + 4 * i, 4);
-    return f;
-  }
-  std::uint16_t h;
-  std::memcpy(&h, buf.data() + 2 * i, 2);
-  return dt == DType::kBFloat16 ? detail::bf16_to_f32(h) : detail::f16_to_f32(h);
-}
-
-std::int64_t position_of(const HostCase& c, std::int64_t b) {
-  if (c.pos_dtype == DType::kInt32) {
-    std::int32_t v;
-    std::memcpy(&v, c.positions.data() + 4 * b, 4);
-    return v;
-  }
-  std::int64_t v;
-  std::memcpy(&v, c.positions.data() + 8 * b, 8);
-  return v;
-}
-
-// vllm_v4_mxfp4, a NaN product: its code is 0x7 on the GPU whatever the NaN's sign, while
-// row.h's mx_e2m1_encode keeps the sign bit of the NaN, which the host's arithmetic chooses
-// (x86: Inf * 0 and the NaNs made inside RoPE are negative, giving 0xF; every NaN a GPU
-// multiply makes is positive, giving 0x7, as vLLM's own kernels on the GPU do). Until row.h
-// fixes the NaN code (proposed: mx_e2m1_encode returns 7 for a NaN), the expected bytes are
-// the reference's with the nibble of every NaN product set to 0x7: the products are recomputed
-// here from row.h's own steps.
-void apply_vllm_fp4_nan_rule(const HostCase& c, Outputs* want) {
-  if (c.recipe != RecipeId::kVllmV4Mxfp4) return;
-  using R = detail::RecipeT<RecipeId::kVllmV4Mxfp4>;
-  for (std::int64_t b = 0; b < c.B; ++b) {
-    const std::int64_t p = position_of(c, b);
-    if (p < 0 || p >= c.max_pos) continue;
-    for (std::int64_t h = 0; h < c.H; ++h) {
-      const std::size_t r = std::size_t(b * c.H + h);
-      float x[128];
-      for (int i = 0; i < 128; ++i) x[i] = element(c.q_input, c.dtype, r * 128 + std::size_t(i));
-      detail::rope_row<R>(x, c.freqs.data() + p * 64);
-      for (int i = 0; i < 64; ++i) x[R::kRopeOffset + i] = detail::round_bf16(x[R::kRopeOffset + i]);
-      for (int k = 0; k < 4; ++k) {
-        float amax = 0.0f;
-        for (int i = 32 * k; i < 32 * k + 32; ++i) amax = detail::amax_step(amax, x[i]);
-        const float inv = detail::ue8m0_inverse(detail::mx_ue8m0_of_amax(amax));
-        for (int i = 32 * k; i < 32 * k + 32; ++i) {
-          if (std::isnan(x[i] * inv)) {
-            std::uint8_t& byte = want->q_out[r * 64 + std::size_t(i / 2)];
-            byte = (i & 1) ? std::uint8_t((byte & 0x0fu) | 0x70u) : std::uint8_t((byte & 0xf0u) | 0x07u);
-          }
-        }
-      }
-    }
-  }
-}
-
-// The scalar reference (Backend::kReference on the host case) with head_scale, then the NaN
-// rule above.
+// The scalar reference (Backend::kReference on the host case) with head_scale.
 Outputs reference_outputs(const HostCase& c, float head_scale = 1.0f) {
   const std::size_t rows = std::size_t(c.B * c.H);
   Outputs want;
@@ -206,7 +148,6 @@ Outputs reference_outputs(const HostCase& c, float head_scale = 1.0f) {
   o.backend = Backend::kReference;
   const Status s = run(a, o);
   EXPECT_TRUE(s.ok()) << s.message();
-  apply_vllm_fp4_nan_rule(c, &want);
   return want;
 }
 
@@ -348,7 +289,7 @@ constexpr int kNumVllmScales = 12;
 // mismatches[0]: quantize4_e4m3_vllm (each position) vs vllm_fp8_code(v, 1);
 // [1]: the kernel's code of v * inv(q) vs vllm_fp8_code(v, q) for every scale q above;
 // [2]: mx_e2m1_code8 with v in position u % 8 (and fixed values elsewhere) vs mx_e2m1_encode
-//      for every nibble (a NaN v: 0x7, see apply_vllm_fp4_nan_rule);
+//      for every nibble (a NaN v: 0x7 whatever its sign);
 // [3]: mx_ue8m0_of_amax's inverse times the block's values never overflows past 6 * 2
 //      (amax >= 0: the codes saturate only by rounding).
 __global__ void vllm_encoder_sweep_kernel(unsigned long long* mismatches, unsigned int* first_bad, float one) {
@@ -384,7 +325,7 @@ __global__ void vllm_encoder_sweep_kernel(unsigned long long* mismatches, unsign
       for (int j = 0; j < 8; ++j) xs[j] = j == k ? v : fixed[j];
       const std::uint32_t got = detail::mx_e2m1_code8(xs, one);
       for (int j = 0; j < 8; ++j) {
-        const std::uint32_t w = (j == k && isnan(v)) ? 7u : detail::mx_e2m1_encode(xs[j]);
+        const std::uint32_t w = detail::mx_e2m1_encode(xs[j]);
         if (((got >> (4 * j)) & 0xfu) != w) b[2] = true;
       }
     }

@@ -68,8 +68,7 @@ __device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, 
 // The 8 results 2^23 + code are summed into place (k >= 2: the exponent bits of 2^23 leave the
 // word; k = 0, 1: a known constant, subtracted).
 // Sign: bit 3 of each code is the sign bit of fmin(v, 6), i.e. of v, except that a NaN v gives
-// + (so a NaN is 0x7 whatever its sign; row.h's mx_e2m1_encode keeps the sign bit of a NaN,
-// which on the GPU is positive for every product, and on x86 is negative for Inf * 0).
+// + (a NaN is 0x7 whatever its sign, as row.h's mx_e2m1_encode says).
 // The sign bits are gathered by prmt's sign replication. Checked against mx_e2m1_encode for
 // every float32 in every position by tests/test_cuda.cu.
 __device__ __forceinline__ std::uint32_t mx_e2m1_code8(const float* x, float inv) {
