@@ -169,6 +169,22 @@ QuantizeFn encode_fp4_for(CpuIsa isa) {
   return nullptr;
 }
 
+QuantizeFn quantize_vllm_for(CpuIsa isa) {
+#define IQ_CPU_VARIANT(Enum, suffix, check) \
+  if (isa == CpuIsa::Enum) return &quantize_vllm_##suffix;
+#include "cpu/isa_list.inc"
+#undef IQ_CPU_VARIANT
+  return nullptr;
+}
+
+QuantizeFn encode_mxfp4_for(CpuIsa isa) {
+#define IQ_CPU_VARIANT(Enum, suffix, check) \
+  if (isa == CpuIsa::Enum) return &encode_mxfp4_##suffix;
+#include "cpu/isa_list.inc"
+#undef IQ_CPU_VARIANT
+  return nullptr;
+}
+
 Status isa_from_env_value(const char* value, CpuIsa* out) {
   if (value == nullptr || value[0] == '\0') {
     *out = supported_cpu_isas().back();
@@ -201,9 +217,7 @@ void set_inline_row_threshold(std::int64_t rows) {
 }  // namespace cpu
 
 Status cpu_run(const Problem& p, CpuIsa isa, int num_threads) {
-  // TEMPORARY (vLLM recipes in progress): the SIMD kernels do not run Quantizer::kVllm yet.
-  const cpu::KernelFn kernel = recipe(p.recipe).quant == Quantizer::kVllm ? cpu::kernel_for(CpuIsa::kScalar)
-                                                                          : cpu::kernel_for(isa);
+  const cpu::KernelFn kernel = cpu::kernel_for(isa);
   if (kernel == nullptr || !cpu_isa_supported(isa))
     return Status::Unavailable(std::string("indexer_q: cpu_isa: '") + cpu_isa_name(isa) +
                                "' is not supported by this build or processor");

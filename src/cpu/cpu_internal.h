@@ -23,10 +23,17 @@ using KernelFn = void (*)(const Problem& p, std::int64_t row_begin, std::int64_t
 // encode_fp4_<suffix>: the E2M1 code of y[i] * inv (one code per byte, 0..15) for n values, n a
 // multiple of 16, by the kernel's FP4 encoder. The kernels see only y rounded to bf16 (v4_fp4
 // rounds after the Hadamard multiply) and inv a power of two; callers of this hook keep to that.
-#define IQ_CPU_VARIANT(Enum, suffix, check)                                              \
-  void kernel_##suffix(const Problem& p, std::int64_t row_begin, std::int64_t row_end); \
-  void quantize_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n); \
-  void encode_fp4_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);
+// quantize_vllm_<suffix> (Quantizer::kVllm, FP8): the code of y[i] * inv by the kernel's encoder,
+// which is row.h's vllm_fp8_code(y[i], q_scale) when inv = 1 / q_scale (q_scale a power of two
+// in [2^-22, 2^120] or +Inf, inv = 0); n a multiple of 16.
+// encode_mxfp4_<suffix> (Quantizer::kVllm, E2M1): row.h's mx_e2m1_encode(y[i] * inv), one code per
+// byte (0..15), for any float y and any inv; n a multiple of 16.
+#define IQ_CPU_VARIANT(Enum, suffix, check)                                                   \
+  void kernel_##suffix(const Problem& p, std::int64_t row_begin, std::int64_t row_end);      \
+  void quantize_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);      \
+  void encode_fp4_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);    \
+  void quantize_vllm_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n); \
+  void encode_mxfp4_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);
 #include "cpu/isa_list.inc"
 #undef IQ_CPU_VARIANT
 
@@ -42,6 +49,8 @@ KernelFn kernel_for(CpuIsa isa);
 using QuantizeFn = void (*)(const float* y, float inv, std::uint8_t* out, std::int64_t n);
 QuantizeFn quantize_for(CpuIsa isa);
 QuantizeFn encode_fp4_for(CpuIsa isa);
+QuantizeFn quantize_vllm_for(CpuIsa isa);
+QuantizeFn encode_mxfp4_for(CpuIsa isa);
 
 // Interprets a value of INDEXER_Q_CPU_ISA (nullptr or "" = unset): the ISA to use, or an error
 // Status naming INDEXER_Q_CPU_ISA and the value. active_cpu_isa() caches this for the process.

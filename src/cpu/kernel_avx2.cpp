@@ -221,9 +221,40 @@ inline __m256i e2m1_encode_any(__m256 v, const Consts& c) {
   return _mm256_or_si256(n, _mm256_and_si256(_mm256_castps_si256(neg), _mm256_set1_epi32(8)));
 }
 
+// vLLM's E2M1 code (Quantizer::kVllm, row.h's mx_e2m1_encode) of any float v: round to nearest,
+// ties to even, saturating at 6, bit 3 = the sign bit of v on every code (zero included); a NaN
+// gives 0x7 whatever its sign. a = min(|v|, 6) (minps returns its 2nd operand: NaN -> 6); with
+// Ec = max(exponent of a, 0) the E2M1 grid around a has step 2^(Ec-1), so t = a + 2^(Ec+22)
+// (m = 2^Ec, the fma's one rounding) is a rounded onto the grid with ties to even:
+// bits(t) = bits(m) + (22 << 23) + k, and k has the parity of the code k + 2 * Ec (a carry k = 4
+// is the next binade's first code). The sign comes from hi = min(v, 6): v's sign bit, +6 for a
+// NaN; it picks the constant.
+inline __m256i mx_e2m1_encode(__m256 v, const Consts& c) {
+  const __m256 hi = _mm256_min_ps(v, c.c6);
+  const __m256 a = _mm256_min_ps(_mm256_and_ps(v, c.absmask), c.c6);
+  const __m256i m = _mm256_max_epi32(_mm256_castps_si256(_mm256_and_ps(a, c.expmask)), _mm256_castps_si256(c.one_f));
+  const __m256i t = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_castsi256_ps(m), c.c2p22, a));
+  const __m256i raw = _mm256_add_epi32(_mm256_sub_epi32(t, m), _mm256_srli_epi32(m, 22));
+  return _mm256_add_epi32(raw, _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(c.c4pos),
+                                                                    _mm256_castsi256_ps(c.c4neg), hi)));
+}
+
 template <class R>
 inline __m256i e2m1_encode(__m256 v, const Consts& c) {
+  if (R::kVllm) return mx_e2m1_encode(v, c);
   return R::kBf16AfterHadamard ? e2m1_encode_bf16(v, c) : e2m1_encode_any(v, c);
+}
+
+// vLLM's FP8 code of q = x * inv (row.h's vllm_fp8_code): clamp_encode, whose clamp turns NaN into
+// +448 (0x7e), plus one on NaN lanes (0x7f; the all-ones compare is -1). Saturation of +-Inf and
+// |q| > 448, nearest even and the sign of zero are clamp_encode's already.
+inline __m256i vllm_fp8_encode(__m256 q, const Consts& c) {
+  return _mm256_sub_epi32(clamp_encode(q, c), _mm256_castps_si256(_mm256_cmp_ps(q, q, _CMP_UNORD_Q)));
+}
+
+template <class R>
+inline __m256i fp8_encode(__m256 q, const Consts& c) {
+  return R::kVllm ? vllm_fp8_encode(q, c) : clamp_encode(q, c);
 }
 
 struct Avx2 {
@@ -364,10 +395,10 @@ struct Avx2 {
     RowScales rs;
     if (R::kFp4) {
       const __m256 am = _mm256_set_m128(kRows == 1 ? _mm_setzero_ps() : amax[kRows - 1], amax[0]);
-      fp4_scales(am, rs.inv4, rs.e4);
+      block_scales_fp4<R>(am, rs.inv4, rs.e4);
     } else {
       // Steps 6-7: one division instruction for all the rows (lane n = row n).
-      fp8_scales(kRows == 1 ? amax[0] : _mm_unpacklo_ps(amax[0], amax[kRows - 1]), rs.scale, rs.inv);
+      row_scales_fp8<R>(kRows == 1 ? amax[0] : _mm_unpacklo_ps(amax[0], amax[kRows - 1]), rs.scale, rs.inv);
     }
     return rs;
   }
@@ -418,15 +449,16 @@ struct Avx2 {
         write_weight<R>(p, r0 + n, b, h0 + n, 0.0f);
         continue;
       }
-      // Steps 8-9, then interleave the codes back into element order.
+      // Steps 8-9 (vLLM: x * (1 / q_scale), the same floats as x / q_scale, see vllm_fp8_scales),
+      // then interleave the codes back into element order.
       const __m256 vinv = _mm256_set1_ps(n == 0 ? lane_of<0>(rs.inv) : lane_of<1>(rs.inv));
       std::uint8_t* out = p.q_out + (r0 + n) * 128;
 #pragma GCC unroll 4
       for (int k = 0; k < 8; k += 2) {
-        const __m256i e0 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 8 * k), vinv), c);
-        const __m256i o0 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 64 + 8 * k), vinv), c);
-        const __m256i e1 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 8 * k + 8), vinv), c);
-        const __m256i o1 = clamp_encode(_mm256_mul_ps(_mm256_load_ps(buf[n] + 64 + 8 * k + 8), vinv), c);
+        const __m256i e0 = fp8_encode<R>(_mm256_mul_ps(_mm256_load_ps(buf[n] + 8 * k), vinv), c);
+        const __m256i o0 = fp8_encode<R>(_mm256_mul_ps(_mm256_load_ps(buf[n] + 64 + 8 * k), vinv), c);
+        const __m256i e1 = fp8_encode<R>(_mm256_mul_ps(_mm256_load_ps(buf[n] + 8 * k + 8), vinv), c);
+        const __m256i o1 = fp8_encode<R>(_mm256_mul_ps(_mm256_load_ps(buf[n] + 64 + 8 * k + 8), vinv), c);
         __m256i v = _mm256_or_si256(_mm256_or_si256(_mm256_shuffle_epi8(e0, c.ns0), _mm256_shuffle_epi8(o0, c.nd0)),
                                     _mm256_or_si256(_mm256_shuffle_epi8(e1, c.ns1), _mm256_shuffle_epi8(o1, c.nd1)));
         // Natural: 8-byte groups (k lanes 0-3, k+1 lanes 0-3 | k lanes 4-7, k+1 lanes 4-7).
@@ -496,6 +528,26 @@ void encode_fp4_avx2(const float* y, float inv, std::uint8_t* out, std::int64_t 
     alignas(32) std::int32_t code[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(code),
                        e2m1_encode_bf16(_mm256_mul_ps(_mm256_loadu_ps(y + i), vinv), c));
+    for (int j = 0; j < 8; ++j) out[i + j] = std::uint8_t(code[j]);
+  }
+}
+
+void quantize_vllm_avx2(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  const Consts c;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (std::int64_t i = 0; i + 8 <= n; i += 8) {
+    alignas(32) std::int32_t code[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(code), vllm_fp8_encode(_mm256_mul_ps(_mm256_loadu_ps(y + i), vinv), c));
+    for (int j = 0; j < 8; ++j) out[i + j] = std::uint8_t(code[j]);
+  }
+}
+
+void encode_mxfp4_avx2(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  const Consts c;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (std::int64_t i = 0; i + 8 <= n; i += 8) {
+    alignas(32) std::int32_t code[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(code), mx_e2m1_encode(_mm256_mul_ps(_mm256_loadu_ps(y + i), vinv), c));
     for (int j = 0; j < 8; ++j) out[i + j] = std::uint8_t(code[j]);
   }
 }

@@ -34,6 +34,8 @@ struct Consts {
   __m512i even, odd, hi16, absmask, expmask, min_normal, cff, c0f, c8;
   __m512i fp4_base, fp4_lo, fp4_hi;
   __m512i c1ffff, c8000, c80_32, enc_k;
+  __m512 c2p22;                     // vLLM E2M1 encoder
+  __m512i one_bits, mx_off, c1;
   __m256i c80;
   Consts() {
     sg0 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
@@ -63,6 +65,10 @@ struct Consts {
     c1ffff = _mm512_set1_epi32(0x1ffff);
     c8000 = _mm512_set1_epi32(0x8000);
     c80_32 = _mm512_set1_epi32(0x80);
+    c2p22 = _mm512_set1_ps(0x1p22f);
+    one_bits = _mm512_set1_epi32(0x3f800000);  // bits(1.0f)
+    mx_off = _mm512_set1_epi32(-(22 << 23) - 254);
+    c1 = _mm512_set1_epi32(1);
     // clamp_encode: entry e & 15 (e = biased exponent of m, 121..135: 15 distinct residues) is
     // (e << 3) + 56 - (e << 23) mod 2^32, i.e. (bits(m) >> 20) + 56 - bits(m).
     alignas(64) std::uint32_t k[16] = {};
@@ -158,6 +164,37 @@ inline __m512i e2m1_encode(__m512 v, const Consts& c) {
       _mm512_max_epi32(_mm512_sub_epi32(_mm512_castps_si512(a), c.fp4_base), _mm512_setzero_si512()), 21);
   const __m512i mag = _mm512_permutex2var_epi32(c.fp4_lo, idx, c.fp4_hi);
   return _mm512_mask_or_epi32(mag, _mm512_cmp_ps_mask(v, c.cm025, _CMP_LT_OQ), mag, c.c8);
+}
+
+// vLLM's E2M1 code (Quantizer::kVllm, row.h's mx_e2m1_encode) of any float v: the fma encoder of
+// kernel_avx2.cpp's mx_e2m1_encode (see there): a = min(|v|, 6) (NaN -> 6), m = 2^max(E, 0),
+// t = fma(m, 2^22, a) rounds a onto the E2M1 grid with ties to even, magnitude =
+// bits(t) - bits(m) + (bits(m) >> 22) - (22 << 23) - 254; bit 3 = the sign bit of v on every code
+// but a NaN's (0x7 whatever its sign): the class "negative finite, -Inf or -0" of v, as in
+// clamp_encode (negative subnormals included).
+inline __m512i mx_e2m1_encode(__m512 v, const Consts& c) {
+  const __m512 a = _mm512_min_ps(abs_ps(v, c), c.c6);  // minps: NaN -> 6 (2nd operand)
+  const __m512i m = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), c.expmask), c.one_bits);
+  const __m512i t = _mm512_castps_si512(_mm512_fmadd_ps(_mm512_castsi512_ps(m), c.c2p22, a));
+  const __m512i mag = _mm512_add_epi32(_mm512_add_epi32(_mm512_sub_epi32(t, m), _mm512_srli_epi32(m, 22)), c.mx_off);
+  return _mm512_mask_or_epi32(mag, _mm512_fpclass_ps_mask(v, 0x54), mag, c.c8);
+}
+
+template <class R>
+inline __m512i fp4_encode(__m512 v, const Consts& c) {
+  return R::kVllm ? mx_e2m1_encode(v, c) : e2m1_encode(v, c);
+}
+
+// vLLM's FP8 code of q = x * inv (row.h's vllm_fp8_code): clamp_encode (NaN -> min(NaN, 448) =
+// 448, positive: 0x7e), or 1 on the NaN lanes (0x7f).
+inline __m512i vllm_fp8_encode(__m512 q, const Consts& c) {
+  const __m512i code = clamp_encode(q, c);
+  return _mm512_mask_or_epi32(code, _mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q), code, c.c1);
+}
+
+template <class R>
+inline __m512i fp8_encode(__m512 q, const Consts& c) {
+  return R::kVllm ? vllm_fp8_encode(q, c) : clamp_encode(q, c);
 }
 
 // Max of a 16-lane vector into 8 lanes (max is exact, order free; no NaN reaches here).
@@ -274,10 +311,10 @@ struct Avx512 {
     RowScales rs;
     if (R::kFp4) {
       const __m256 am = _mm256_set_m128(kRows == 1 ? _mm_setzero_ps() : amax[kRows - 1], amax[0]);
-      fp4_scales(am, rs.inv4, rs.e4);
+      block_scales_fp4<R>(am, rs.inv4, rs.e4);
     } else {
       // Steps 6-7: one division instruction for all the rows (lane n = row n).
-      fp8_scales(kRows == 1 ? amax[0] : _mm_unpacklo_ps(amax[0], amax[kRows - 1]), rs.scale, rs.inv);
+      row_scales_fp8<R>(kRows == 1 ? amax[0] : _mm_unpacklo_ps(amax[0], amax[kRows - 1]), rs.scale, rs.inv);
     }
     return rs;
   }
@@ -294,8 +331,8 @@ struct Avx512 {
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {
           const __m512 vinv = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * n + k), inv8);
-          const __m512i e = e2m1_encode(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv), c);
-          const __m512i o = e2m1_encode(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv), c);
+          const __m512i e = fp4_encode<R>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv), c);
+          const __m512i o = fp4_encode<R>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv), c);
           const __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 4), c.c0f, 0xE4);  // c ? e : o<<4
           _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * k), _mm512_cvtepi32_epi8(w));
         }
@@ -304,13 +341,14 @@ struct Avx512 {
         write_weight<R>(p, r0 + n, b, h0 + n, 0.0f);
         continue;
       }
-      // Steps 8-9; the even/odd codes of each pair go to the two bytes of a 16-bit word.
+      // Steps 8-9 (vLLM: x * (1 / q_scale), the same floats as x / q_scale, see vllm_fp8_scales);
+      // the even/odd codes of each pair go to the two bytes of a 16-bit word.
       const __m512 vinv = _mm512_set1_ps(n == 0 ? lane_of<0>(rs.inv) : lane_of<1>(rs.inv));
       std::uint8_t* out = p.q_out + (r0 + n) * 128;
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        const __m512i e = clamp_encode(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv), c);
-        const __m512i o = clamp_encode(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv), c);
+        const __m512i e = fp8_encode<R>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv), c);
+        const __m512i o = fp8_encode<R>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv), c);
         // (e & 0xff) | (o << 8), low 16 bits of each lane, then narrowed to 16 words.
         const __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 8), c.cff, 0xE4);
         __m256i v = _mm512_cvtepi32_epi16(w);
@@ -342,6 +380,24 @@ void encode_fp4_avx512(const float* y, float inv, std::uint8_t* out, std::int64_
   const __m512 vinv = _mm512_set1_ps(inv);
   for (std::int64_t i = 0; i + 16 <= n; i += 16) {
     const __m512i code = e2m1_encode(_mm512_mul_ps(_mm512_loadu_ps(y + i), vinv), c);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(code));
+  }
+}
+
+void quantize_vllm_avx512(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  const Consts c;
+  const __m512 vinv = _mm512_set1_ps(inv);
+  for (std::int64_t i = 0; i + 16 <= n; i += 16) {
+    const __m512i code = vllm_fp8_encode(_mm512_mul_ps(_mm512_loadu_ps(y + i), vinv), c);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(code));
+  }
+}
+
+void encode_mxfp4_avx512(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  const Consts c;
+  const __m512 vinv = _mm512_set1_ps(inv);
+  for (std::int64_t i = 0; i + 16 <= n; i += 16) {
+    const __m512i code = mx_e2m1_encode(_mm512_mul_ps(_mm512_loadu_ps(y + i), vinv), c);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(code));
   }
 }

@@ -29,6 +29,9 @@ constexpr float kHadamardK = 0x1.6a09e6p-4f;  // bits 0x3db504f3
 constexpr float kFp8MaxK = 448.0f;
 constexpr float kFp4MaxK = 6.0f;
 constexpr float kScaleFloorK = 1e-4f;
+// vLLM's MXFP4 (SPEC-vllm.md): the block amax floor 6 * 2^-126 and fl(1/6).
+constexpr float kMxAmaxFloorK = 0x1.8p-124f;  // bits 0x01c00000
+constexpr float kMxSixthK = 0x1.555556p-3f;
 
 inline float load_scalar(const void* base, DType dt, std::int64_t i) {
   if (dt == DType::kFloat32) return static_cast<const float*>(base)[i];
@@ -45,13 +48,17 @@ inline std::int64_t position_of(const Problem& p, std::int64_t b) {
                                       : static_cast<const std::int64_t*>(p.positions)[b];
 }
 
-// Step 10 (and its variants): weights_out of row r = b * H + h. scale is the row's FP8 scale
-// (unused by recipes that fold none).
+// Step 10 (and its variants): weights_out of row r = b * H + h, as the recipe's fold says (the
+// products in row.h's order). scale is the row's FP8 scale (vLLM: the power-of-two q_scale;
+// unused by recipes that fold none).
 template <class R>
 inline void write_weight(const Problem& p, std::int64_t r, std::int64_t b, std::int64_t h, float scale) {
   const float w = load_scalar(p.weight, p.dtype, b * p.weight_stride_b + h);
-  float wo = w * p.weight_scale;
-  if (R::kFold == WeightFold::kTimesScale) wo = wo * scale;
+  float wo;
+  if (R::kFold == WeightFold::kTimesScale) wo = (w * p.weight_scale) * scale;
+  else if (R::kFold == WeightFold::kNoScale) wo = w * p.weight_scale;
+  else if (R::kFold == WeightFold::kScaleThenTwoFactors) wo = ((w * scale) * p.weight_scale) * p.head_scale;
+  else wo = (w * p.weight_scale) * p.head_scale;  // kTwoFactors
   if (R::kFnuz) wo = wo * 2.0f;  // exact
   p.weights_out[r] = wo;
 }
@@ -76,6 +83,42 @@ inline void fp4_scales(__m256 am, __m256& inv, __m256i& e) {
   const __m256 s = _mm256_div_ps(_mm256_max_ps(am, _mm256_set1_ps(kScaleFloorK)), _mm256_set1_ps(kFp4MaxK));
   e = _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(s), _mm256_set1_epi32(0x7fffff)), 23);
   inv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
+}
+
+// vLLM's FP8 row scale (Quantizer::kVllm): s = fmax(amax, 1e-4) / 448 (IEEE division; amax is
+// never NaN), rounded up to a power of two from its bits: (bits(s) + 0x7fffff) with the mantissa
+// cleared (s > 0, so no carry reaches the sign; s = +Inf stays +Inf). inv = 1 / q_scale, a true
+// division: exact (a power of two in [2^-120, 2^22], normal), 0 for q_scale = Inf. x * inv is then
+// the same float as x / q_scale for every x (both are the one rounding of the same real; Inf * 0
+// and Inf / Inf are both the default NaN).
+inline void vllm_fp8_scales(__m128 am, __m128& scale, __m128& inv) {
+  const __m128 s = _mm_div_ps(_mm_max_ps(am, _mm_set1_ps(kScaleFloorK)), _mm_set1_ps(kFp8MaxK));
+  scale = _mm_castsi128_ps(_mm_and_si128(_mm_add_epi32(_mm_castps_si128(s), _mm_set1_epi32(0x7fffff)),
+                                         _mm_set1_epi32(int(0xff800000u))));
+  inv = _mm_div_ps(_mm_set1_ps(1.0f), scale);
+}
+
+// vLLM's MXFP4 block scales for up to 8 blocks (lanes as fp4_scales): ratio = fmax(amax,
+// 6 * 2^-126) * fl(1/6) (amax is never NaN); e = exponent of ratio rounded up, i.e.
+// (bits(ratio) + 0x7fffff) >> 23 (ratio > 0: no carry into the sign; finite ratio <= FLT_MAX / 6
+// gives 1..253), 255 only for ratio = Inf, which is 254; inv = bits (254 - e) << 23 (0 at 254).
+inline void mx_scales(__m256 am, __m256& inv, __m256i& e) {
+  const __m256 ratio = _mm256_mul_ps(_mm256_max_ps(am, _mm256_set1_ps(kMxAmaxFloorK)), _mm256_set1_ps(kMxSixthK));
+  e = _mm256_min_epu32(_mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(ratio), _mm256_set1_epi32(0x7fffff)), 23),
+                       _mm256_set1_epi32(254));
+  inv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
+}
+
+// The recipe's scale steps (SGLang's or vLLM's quantizer).
+template <class R>
+inline void row_scales_fp8(__m128 am, __m128& scale, __m128& inv) {
+  if (R::kVllm) vllm_fp8_scales(am, scale, inv);
+  else fp8_scales(am, scale, inv);
+}
+template <class R>
+inline void block_scales_fp4(__m256 am, __m256& inv, __m256i& e) {
+  if (R::kVllm) mx_scales(am, inv, e);
+  else fp4_scales(am, inv, e);
 }
 
 // The 4 UE8M0 bytes of row n (lanes 4n..4n+3 of e) as a little-endian uint32.

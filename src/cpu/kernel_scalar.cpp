@@ -60,6 +60,18 @@ void encode_fp4_scalar(const float* y, float inv, std::uint8_t* out, std::int64_
   for (std::int64_t i = 0; i < n; ++i) out[i] = e2m1_encode(y[i] * inv);
 }
 
+void quantize_vllm_scalar(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  // The kernels' x * inv form (inv = 1 / q_scale) of row.h's vllm_fp8_code(x, q_scale).
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = y[i] * inv;
+    out[i] = v != v ? std::uint8_t(0x7fu) : e4m3fn_encode(v);
+  }
+}
+
+void encode_mxfp4_scalar(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = mx_e2m1_encode(y[i] * inv);
+}
+
 }  // namespace cpu
 }  // namespace detail
 }  // namespace indexer_q
