@@ -2,6 +2,8 @@
 // byte-equal to the scalar reference on random inputs with NaN / Inf / zero / tiny / huge
 // rows, for every input dtype and both position dtypes; the encoder swept over many float
 // bit patterns; the INDEXER_Q_CPU_ISA override; the thread pool's behaviour.
+// vLLM forms (Quantizer::kVllm): edge rows and head_scale on every ISA, and its FP8 / MXFP4
+// encoders swept against row.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,6 +35,7 @@ struct Case {
   std::int64_t B = 0, H = 0, max_pos = 0, wstride = 0;
   DType dt = DType::kBFloat16, pos_dt = DType::kInt64;
   float weight_scale = 1.0f;
+  float head_scale = 1.0f;  // the two-factor folds' second factor (vllm_* recipes; others ignore it)
   std::vector<std::uint8_t> q, w, pos;
   std::vector<float> freqs;
 };
@@ -60,6 +63,7 @@ Case make_case(std::int64_t B, std::int64_t H, DType dt, DType pos_dt, std::uint
   c.max_pos = 97;
   c.wstride = H + 3;
   c.weight_scale = 0.0883883f * (1.0f + 0.1f * uni(rng));
+  c.head_scale = 0.1234567f + 0.01f * float(seed % 37);  // != 1, not a power of two (no rng draw)
   const std::size_t es = dtype_size(dt);
   c.q.assign(std::size_t(B * H * 128) * es, 0);
   c.w.assign(std::size_t((B > 0 ? (B - 1) * c.wstride + H : 0)) * es, 0);
@@ -400,6 +404,7 @@ Status run_recipe(const Case& c, RecipeId rid, const Options& opt, RecipeOut* ou
   a.weight = TensorView::strided(c.w.empty() ? nullptr : c.w.data(), c.dt, {c.B, c.H}, {c.wstride, 1});
   a.weights_out = TensorView::contiguous(out->w.data(), DType::kFloat32, {c.B, c.H, 1});
   a.weight_scale = c.weight_scale;
+  a.head_scale = c.head_scale;
   a.freqs = TensorView::contiguous(c.freqs.data(), DType::kFloat32, {c.max_pos, 64});
   a.positions = TensorView::contiguous(c.pos.empty() ? nullptr : c.pos.data(), c.pos_dt, {c.B});
   return indexer_q::run(a, opt);
@@ -553,6 +558,278 @@ TEST(CpuIsaRecipes, Fp4EncoderSweepMatchesRowH) {
       EXPECT_EQ(bad, 0) << cpu_isa_name(isa) << " e=" << e << " first value bits 0x" << std::hex
                         << bits(vals[first]) << " got 0x" << int(got[first]) << " want 0x" << int(want[first]);
     }
+  }
+}
+
+// ---- vLLM's quantizer (Quantizer::kVllm, SPEC-vllm.md) ----
+
+float weight_of(const Case& c, std::int64_t b, std::int64_t h) {
+  const std::int64_t i = b * c.wstride + h;
+  if (c.dt == DType::kFloat32) {
+    float w;
+    std::memcpy(&w, c.w.data() + 4 * i, 4);
+    return w;
+  }
+  std::uint16_t u;
+  std::memcpy(&u, c.w.data() + 2 * i, 2);
+  return c.dt == DType::kBFloat16 ? detail::bf16_to_f32(u) : detail::f16_to_f32(u);
+}
+
+// Edge rows of the vLLM forms, every ISA (scalar included) byte for byte against the reference,
+// with a few bytes checked against values written out by hand (independent of row.h). Position 0
+// has cos = 1, sin = 0, so the rotated dims 64..127 keep the written values (then bf16-rounded).
+// FP8: amax exactly 448 * 2^k (q_scale = 2^k) and its neighbours, amax below the 1e-4 floor,
+// negative values that round to zero (0x80), signed zeros, NaN (0x7f, any sign), +-Inf (q_scale
+// = Inf: finite values become +-0, the infinities NaN -> 0x7f), values near the dtype's maximum.
+// MXFP4: the E2M1 ties 0.25 .. 5 times 2^k in a block whose amax is 6 * 2^k (inv = 2^-k exactly),
+// negative values rounding to zero (0x8), block amax below 6 * 2^-126 (subnormal inputs), a block
+// amax past 2^126 (e = 254, inv = 0), NaN (0x7) and +-Inf in a block.
+TEST(CpuIsaVllm, EdgeRowsEveryIsa) {
+  std::vector<RecipeId> vllm;
+  for (RecipeId rid : all_recipes())
+    if (recipe(rid).quant == Quantizer::kVllm) vllm.push_back(rid);
+  ASSERT_EQ(vllm.size(), 2u);
+  const float kTies[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  const std::uint8_t kTieCodes[] = {0, 2, 2, 4, 4, 6, 6};  // ties to even: 0, 1, 1, 2, 2, 4, 4
+  constexpr int kRows = 24;
+  int hand_checked = 0;
+  for (RecipeId rid : vllm) {
+    const bool fp4 = recipe(rid).format == OutFormat::kE2M1;
+    for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+      Case c = make_case(2, kRows / 2, dt, DType::kInt64, 4242);
+      c.head_scale = 0.3f;
+      for (int j = 0; j < 32; ++j) {  // position 0: cos 1 (first half), sin 0 (second half)
+        c.freqs[j] = 1.0f;
+        c.freqs[32 + j] = 0.0f;
+      }
+      std::memset(c.pos.data(), 0, c.pos.size());
+      const bool f16 = dt == DType::kFloat16;
+      const float dmax = f16 ? 65504.0f : dt == DType::kBFloat16 ? 3.3895314e38f : 3.4028235e38f;
+      const float sub = f16 ? 0x1p-24f : dt == DType::kBFloat16 ? 0x1p-133f : 0x1p-140f;  // a dtype subnormal
+      std::mt19937 rng(17);
+      std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+      const int ks[] = {-12, -3, 0, 1, 4};
+      for (int r = 0; r < kRows; ++r) {
+        const int k = ks[r % 5];
+        const float p2k = std::ldexp(1.0f, k);
+        for (int i = 0; i < 128; ++i) {
+          float v = uni(rng) * p2k;
+          switch (r) {
+            case 0: case 1: case 2: case 3: case 4:  // amax exactly 448 * 2^k (f16: k <= 1 fits)
+              if (i == 7 || i == 100) v = (i == 7 ? 448.0f : -448.0f) * p2k;
+              break;
+            case 5:  // amax just above 448 (next bf16 / f16 value): q_scale 2
+              if (i == 9) v = 450.0f;
+              break;
+            case 6:  // just below 448: q_scale 1
+              if (i == 70) v = -446.0f;
+              break;
+            case 7: v = uni(rng) * 1e-6f; break;                      // below the 1e-4 floor
+            case 8: v = (i == 3) ? 448.0f : (i % 2 ? -4e-4f : 4e-4f); break;  // < 2^-10: -0 / +0 codes
+            case 9: v = (i % 2) ? -0.0f : 0.0f; break;
+            case 10: if (i % 17 == 0) v = (i % 34) ? -NAN : NAN; break;
+            case 11: if (i == 5 || i == 80) v = INFINITY; break;
+            case 12: if (i == 6 || i == 90) v = -INFINITY; break;
+            case 13: v = (i % 3 ? dmax : -dmax); break;
+            case 14: case 15: case 16: {  // E2M1 ties times 2^k, block amax 6 * 2^k, every block
+              const int kk = r == 14 ? 0 : r == 15 ? -5 : 3;
+              const int j = i % 32;
+              v = (j < 14 ? kTies[j % 7] * ((j / 7) ? -1.0f : 1.0f) : j == 31 ? 6.0f : uni(rng) * 5.0f) *
+                  std::ldexp(1.0f, kk);
+              break;
+            }
+            case 17: v = (i % 32 == 0) ? 6.0f : (i % 2 ? -0.2f : 0.2f); break;  // |v| < 0.25 -> 0x8 / 0x0
+            case 18: v = (i % 4 ? -sub : sub) * float(1 + i % 3); break;    // below 6 * 2^-126
+            case 19: if (i % 32 == 1) v = f16 ? 60000.0f : 2.9e38f; break;  // e = 254 (fp32 / bf16)
+            case 20: if (i % 32 == 2) v = (i / 32) % 2 ? -NAN : NAN; break;
+            case 21: if (i % 32 == 3) v = (i / 32) % 2 ? -INFINITY : INFINITY; break;
+            case 22: v = 0.0f; break;
+            default: break;  // ordinary row
+          }
+          put(c.q, dt, r * 128 + i, v);
+        }
+      }
+      Options ro;
+      ro.backend = Backend::kReference;
+      RecipeOut ref;
+      ASSERT_TRUE(run_recipe(c, rid, ro, &ref).ok());
+      // By hand: FP8 row 2 (k = 0) has q_scale 1: 448 -> 0x7e, -448 -> 0xfe, weights_out =
+      // ((w * 1) * weight_scale) * head_scale; row 8: +-4e-4 -> 0x00 / 0x80; row 10: NaN -> 0x7f
+      // whatever its sign; row 11 (+Inf): q_scale = Inf, finite -> +-0, Inf -> NaN -> 0x7f.
+      // MXFP4 row 14 (k = 0): block 0 dims 0..13 = ties, codes kTieCodes, sign 8 on 7..13.
+      if (!fp4) {
+        EXPECT_EQ(ref.q[2 * 128 + 7], 0x7e);
+        EXPECT_EQ(ref.q[2 * 128 + 100], 0xfe);
+        EXPECT_EQ(bits(ref.w[2]), bits(((weight_of(c, 0, 2) * 1.0f) * c.weight_scale) * c.head_scale));
+        EXPECT_EQ(ref.q[8 * 128 + 0], 0x00);
+        EXPECT_EQ(ref.q[8 * 128 + 1], 0x80);
+        EXPECT_EQ(ref.q[10 * 128 + 0], 0x7f);
+        EXPECT_EQ(ref.q[10 * 128 + 17], 0x7f);
+        EXPECT_EQ(ref.q[11 * 128 + 5], 0x7f);
+        EXPECT_EQ(ref.q[11 * 128 + 6] & 0x7f, 0x00);
+        EXPECT_TRUE(std::isinf(ref.w[11]) || std::isnan(ref.w[11]));
+        hand_checked += 10;
+      } else {
+        for (int j = 0; j < 14; ++j) {
+          const std::uint8_t byte = ref.q[14 * 64 + j / 2];
+          const std::uint8_t code = (j % 2) ? byte >> 4 : byte & 15;
+          EXPECT_EQ(code, kTieCodes[j % 7] | (j >= 7 ? 8 : 0)) << "tie " << j << " " << dtype_name(dt);
+          ++hand_checked;
+        }
+        EXPECT_EQ(ref.sf[14 * 4 + 0], 127);  // block 0: amax 6 -> ratio 1 -> e = 127
+        EXPECT_EQ(ref.q[17 * 64 + 0] >> 4, 0x8);  // -0.2 (dim 1) -> sign on a zero code
+        EXPECT_EQ(ref.q[17 * 64 + 1] & 15, 0x0);  // +0.2 (dim 2)
+        EXPECT_EQ(ref.q[20 * 64 + 1] & 15, 0x7);  // NaN (dim 2) -> 0x7
+        EXPECT_EQ(ref.q[20 * 64 + 16 + 1] & 15, 0x7);  // -NaN (dim 34) -> 0x7 too
+        EXPECT_EQ(ref.sf[21 * 4 + 0], 254);  // Inf in block 0
+        EXPECT_EQ(bits(ref.w[2]), bits((weight_of(c, 0, 2) * c.weight_scale) * c.head_scale));
+        hand_checked += 6;
+      }
+      for (CpuIsa isa : supported_cpu_isas())
+        for (int threads : {1, 3}) {
+          ThresholdGuard guard(0);
+          Options opt;
+          opt.backend = Backend::kCpu;
+          opt.cpu_isa = isa;
+          opt.num_threads = threads;
+          RecipeOut o;
+          ASSERT_TRUE(run_recipe(c, rid, opt, &o).ok());
+          std::string where;
+          EXPECT_EQ(recipe_diff(o, ref, &where), 0) << recipe_name(rid) << " " << cpu_isa_name(isa) << " threads="
+                                                    << threads << " " << dtype_name(dt) << " first difference " << where;
+        }
+    }
+  }
+  std::printf("vLLM edge rows: %d bytes checked by hand\n", hand_checked);
+}
+
+// head_scale reaches weights_out as the last factor of both two-factor folds, on every ISA:
+// several values (1, powers of two, others, 0, negative, Inf) against the reference.
+TEST(CpuIsaVllm, HeadScaleEveryIsa) {
+  for (RecipeId rid : all_recipes()) {
+    if (recipe(rid).quant != Quantizer::kVllm) continue;
+    for (float hs : {1.0f, 0.125f, 0.1234567f, 3.0f, 0.0f, -2.5f, INFINITY}) {
+      Case c = make_case(3, 8, DType::kBFloat16, DType::kInt32, 606);
+      c.head_scale = hs;
+      Options ro;
+      ro.backend = Backend::kReference;
+      RecipeOut ref;
+      ASSERT_TRUE(run_recipe(c, rid, ro, &ref).ok());
+      for (CpuIsa isa : supported_cpu_isas()) {
+        Options opt;
+        opt.backend = Backend::kCpu;
+        opt.cpu_isa = isa;
+        opt.num_threads = 1;
+        RecipeOut o;
+        ASSERT_TRUE(run_recipe(c, rid, opt, &o).ok());
+        std::string where;
+        EXPECT_EQ(recipe_diff(o, ref, &where), 0) << recipe_name(rid) << " " << cpu_isa_name(isa) << " head_scale="
+                                                  << hs << " first difference " << where;
+      }
+      if (hs == 0.1234567f && recipe(rid).format == OutFormat::kE2M1) {  // (w * weight_scale) * head_scale
+        for (int r = 0; r < 24; ++r)
+          EXPECT_EQ(bits(ref.w[r]), bits((weight_of(c, r / 8, r % 8) * c.weight_scale) * hs)) << r;
+      }
+    }
+  }
+}
+
+// The kernels' vLLM FP8 encoder (x * (1 / q_scale), clamp-encode, NaN -> 0x7f) against row.h's
+// vllm_fp8_code(x, q_scale) for every power-of-two q_scale the kernels can meet (2^-22 .. 2^120)
+// and +Inf (inv 0): a strided sweep of all float bit patterns, and every e4m3 rounding midpoint,
+// its neighbours and the grid values times q_scale (float32-subnormal quotients included).
+TEST(CpuIsaVllm, Fp8EncoderSweepMatchesRowH) {
+  std::vector<float> sweep;
+  for (std::uint64_t u = 0; u < (1ull << 32); u += 4099) sweep.push_back(from_bits(std::uint32_t(u)));
+  for (float v : {0.0f, -0.0f, 448.0f, -448.0f, 464.0f, -464.0f, 480.0f, 1e30f, -1e30f, INFINITY, -INFINITY, NAN,
+                  -NAN, from_bits(0x7f800001u), from_bits(0xff800001u), 1e-45f, -1e-45f, 0x1p-10f, -0x1p-10f})
+    sweep.push_back(v);
+  int scales = 0;
+  for (int k : {-22, -20, -9, -1, 0, 1, 3, 8, 40, 100, 120, 128}) {  // 128: +Inf
+    const float q_scale = k == 128 ? INFINITY : std::ldexp(1.0f, k);
+    const float inv = 1.0f / q_scale;
+    std::vector<float> vals = sweep;
+    for (int code = 0; code < 127; ++code) {
+      const float lo = detail::e4m3fn_decode(std::uint8_t(code));
+      const float hi = detail::e4m3fn_decode(std::uint8_t(code + 1));
+      const float mid = (lo + hi) * 0.5f;
+      for (int d = -2; d <= 2; ++d)
+        for (float g : {mid, lo}) {
+          const float v = from_bits(std::uint32_t(std::int64_t(bits(g * (k == 128 ? 1.0f : q_scale))) + d));
+          vals.push_back(v);
+          vals.push_back(-v);
+        }
+    }
+    while (vals.size() % 16) vals.push_back(0.0f);
+    std::vector<std::uint8_t> want(vals.size()), got(vals.size());
+    for (std::size_t i = 0; i < vals.size(); ++i) want[i] = detail::vllm_fp8_code(vals[i], q_scale);
+    for (CpuIsa isa : supported_cpu_isas()) {
+      std::fill(got.begin(), got.end(), 0xAB);
+      detail::cpu::quantize_vllm_for(isa)(vals.data(), inv, got.data(), std::int64_t(vals.size()));
+      std::int64_t bad = 0;
+      std::size_t first = 0;
+      for (std::size_t i = 0; i < vals.size(); ++i)
+        if (got[i] != want[i] && bad++ == 0) first = i;
+      EXPECT_EQ(bad, 0) << cpu_isa_name(isa) << " q_scale=2^" << k << " first value bits 0x" << std::hex
+                        << bits(vals[first]) << " got 0x" << int(got[first]) << " want 0x" << int(want[first]);
+    }
+    ++scales;
+  }
+  EXPECT_EQ(scales, 12);
+}
+
+// The kernels' vLLM E2M1 encoder against row.h's mx_e2m1_encode(y * inv) for every inv a block can
+// get (2^(127 - e), e = 1..253; 0 at e = 254): a strided sweep of all float bit patterns, every
+// bf16 pattern, and the E2M1 ties and grid points with their float32 neighbours times 2^k.
+TEST(CpuIsaVllm, Mxfp4EncoderSweepMatchesRowH) {
+  std::vector<float> vals;
+  for (std::uint64_t u = 0; u < (1ull << 32); u += 4099) vals.push_back(from_bits(std::uint32_t(u)));
+  for (std::uint32_t h = 0; h < 0x10000u; h += 3) vals.push_back(from_bits(h << 16));
+  const float grid[] = {0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f, 7.0f};
+  for (int k : {-130, -126, -20, -1, 0, 1, 20, 100, 126})
+    for (float t : grid)
+      for (int d = -2; d <= 2; ++d)
+        for (float sg : {1.0f, -1.0f}) vals.push_back(sg * from_bits(std::uint32_t(std::int64_t(bits(std::ldexp(t, k))) + d)));
+  for (float v : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, from_bits(0x7f800001u), from_bits(0xff800001u),
+                  from_bits(0xffc00000u), 1e-45f, -1e-45f})
+    vals.push_back(v);
+  while (vals.size() % 16) vals.push_back(0.0f);
+  std::vector<std::uint8_t> want(vals.size()), got(vals.size());
+  for (int e : {1, 2, 3, 100, 126, 127, 128, 130, 147, 200, 253, 254}) {
+    const float inv = detail::ue8m0_inverse(std::uint8_t(e));
+    for (std::size_t i = 0; i < vals.size(); ++i) want[i] = detail::mx_e2m1_encode(vals[i] * inv);
+    for (CpuIsa isa : supported_cpu_isas()) {
+      std::fill(got.begin(), got.end(), 0xAB);
+      detail::cpu::encode_mxfp4_for(isa)(vals.data(), inv, got.data(), std::int64_t(vals.size()));
+      std::int64_t bad = 0;
+      std::size_t first = 0;
+      for (std::size_t i = 0; i < vals.size(); ++i)
+        if (got[i] != want[i] && bad++ == 0) first = i;
+      EXPECT_EQ(bad, 0) << cpu_isa_name(isa) << " e=" << e << " first value bits 0x" << std::hex << bits(vals[first])
+                        << " got 0x" << int(got[first]) << " want 0x" << int(want[first]);
+    }
+  }
+  // The ties by hand: t * 2^-k with inv = 2^k (no row.h).
+  const float ties[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  const std::uint8_t codes[] = {0, 2, 2, 4, 4, 6, 6};
+  std::vector<float> tv;
+  std::vector<std::uint8_t> tw;
+  for (int i = 0; i < 7; ++i)
+    for (float sg : {1.0f, -1.0f}) {
+      tv.push_back(sg * std::ldexp(ties[i], -3));
+      tw.push_back(std::uint8_t(codes[i] | (sg < 0 ? 8 : 0)));
+    }
+  tv.push_back(-0.1f * 0.125f), tw.push_back(8);  // -0.1 -> 0x8
+  tv.push_back(NAN * -1.0f), tw.push_back(7);
+  tv.push_back(-1e30f), tw.push_back(0xf);
+  tv.push_back(0.0f), tw.push_back(0);
+  ASSERT_EQ(tv.size(), 18u);
+  tv.resize(32, 0.0f);
+  tw.resize(32, 0);
+  std::vector<std::uint8_t> tg(32);
+  for (CpuIsa isa : supported_cpu_isas()) {
+    detail::cpu::encode_mxfp4_for(isa)(tv.data(), 8.0f, tg.data(), 32);
+    for (int i = 0; i < 32; ++i) EXPECT_EQ(tg[i], tw[i]) << cpu_isa_name(isa) << " value " << tv[i];
   }
 }
 
