@@ -192,6 +192,7 @@ int main(int argc, char** argv) {
         a.weight = TensorView::contiguous(s.w.data(), dt, {B, H});
         a.weights_out = TensorView::contiguous(s.wo.data(), DType::kFloat32, {B, H, 1});
         a.weight_scale = 0.5f;
+        a.head_scale = 0.125f;  // vLLM's 64**-0.5 (two-factor folds; the others ignore it)
         a.freqs = TensorView::contiguous(freqs.data(), DType::kFloat32, {max_pos, 64});
         a.positions = TensorView::contiguous(s.pos.data(), DType::kInt64, {B});
         return run(a, opt);
