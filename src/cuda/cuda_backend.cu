@@ -315,9 +315,10 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       if (R::kBf16AfterHadamard)
 #pragma unroll
         for (int k = 0; k < 8; k += 2) round_bf16_pair(x[c][k], x[c][k + 1]);
-      amax[c] = 0.0f;
+      // (a NaN amax - every value NaN - gives the same exponent as 0: fmax(1e-4, NaN) = 1e-4)
+      amax[c] = fabsf(x[c][0]);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) amax[c] = fmaxf(amax[c], fabsf(x[c][k]));
+      for (int k = 1; k < 8; ++k) amax[c] = fmaxf(amax[c], fabsf(x[c][k]));
     }
 #pragma unroll
     for (int s = 1; s < 4; s <<= 1)
@@ -329,11 +330,14 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       // vLLM: floor 6 * 2^-126, times fl(1/6), e = 254 for an infinite amax (inverse 0);
       // SGLang: floor 1e-4, / 6, e = 255 for an infinite amax (inverse -Inf).
       e[c] = R::kVllm ? std::uint32_t(mx_ue8m0_of_amax(amax[c])) : ue8m0_of_amax_fast(amax[c]);
-      const float inv = __uint_as_float((254u - e[c]) << 23);  // ue8m0_inverse
-      std::uint32_t codes = 0;
+      std::uint32_t codes;
       if (R::kVllm) {
-        codes = mx_e2m1_code8(x[c], inv);
+        codes = mx_e2m1_code8(x[c], __uint_as_float((254u - e[c]) << 23));  // ue8m0_inverse
+      } else if (R::kBf16AfterHadamard) {
+        codes = e2m1_code8(x[c], e2m1_inv2_of(e[c]));  // x is bf16-exact here
       } else {
+        const float inv = __uint_as_float((254u - e[c]) << 23);
+        codes = 0;
 #pragma unroll
         for (int k = 0; k < 8; ++k) codes |= e2m1_code(__fmul_rn(x[c][k], inv)) << (4 * k);
       }

@@ -93,6 +93,49 @@ __device__ __forceinline__ std::uint32_t mx_e2m1_code8(const float* x, float inv
   return mag | (sg & 0x88888888u);
 }
 
+// SGLang's e2m1 codes (row.h's e2m1_encode of y[k] * ue8m0_inverse(e)) of 8 bf16-exact values
+// y[k] of one block, packed as the kernels store them (nibble k = code of value k), given
+// inv2 = e2m1_inv2_of(e). Only for that domain (y bf16-exact, e any byte): checked against
+// e2m1_encode for every (bf16 y, e) pair in every position by tests/test_cuda.cu.
+//
+// Why it holds. With v = y * inv (inv = 2^(127-e) a power of two, or 0 for e = 254, -Inf for
+// e = 255), v is exact whenever it is a normal float32, so |v| has at most 8 significant bits;
+// the code thresholds (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) have at most 3, so a |v| that is
+// not a threshold is at least one bf16 ulp of itself away from every threshold. Ties to the
+// smaller magnitude are then round-to-nearest of any value strictly between |v| and
+// |v| minus one bf16 ulp. inv2 = 2 inv (1 - 2^-24) (exact: the float just below 2^(128-e)), and
+// the product rounded toward zero is a2 = the float32 just below 2|v| in magnitude (for normal
+// results; a subnormal or zero |v| < 2^-126 gives code 0 either way, and so does a2 there).
+// Then vLLM's three magic lines (see mx_e2m1_code8) on a2 = 2|v|, clamped at 12 (NaN -> 12),
+// never see a tie:  L1 = rne(a2), L2 = 2 + rne(a2 / 2), L3 = 4 + rne(a2 / 4), code = min.
+// e = 254 (inv 0): inv2 = 0, products +-0 (code 0) or NaN (Inf * 0, code 7) as v is;
+// e = 255 (inv -Inf): inv2 = -Inf, the products are v's infinities and NaNs.
+// Sign: the sign bit of the product (a NaN product is the positive canonical NaN on the GPU),
+// kept only on nonzero codes (nibble code + 7 has bit 3 set exactly when code != 0).
+__host__ __device__ __forceinline__ float e2m1_inv2_of(std::uint32_t e) {
+  return e < 254u ? f32_from_bits(((255u - e) << 23) - 1u) : (e == 254u ? 0.0f : f32_from_bits(0xff800000u));
+}
+__device__ __forceinline__ std::uint32_t e2m1_code8(const float* y, float inv2) {
+  constexpr float kMagic = 8388608.0f;  // 2^23
+  std::uint32_t mag = 0u - 0xfb000000u;  // minus (bits(2^23) + bits(2^23) << 4) mod 2^32
+  std::uint32_t sb[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float v = __fmul_rz(y[k], inv2);
+    const float a = fminf(fabsf(v), 12.0f);
+    const float l1 = __fadd_rn(a, kMagic);
+    const float l2 = __fmaf_rn(a, 0.5f, kMagic + 2.0f);
+    const float l3 = __fmaf_rn(a, 0.25f, kMagic + 4.0f);
+    const float m = fminf(fminf(l1, l2), l3);
+    mag += __float_as_uint(m) << (4 * k);
+    sb[k] = __float_as_uint(v);
+  }
+  const std::uint32_t ev = prmt(prmt(sb[0], sb[2], 0xfbu), prmt(sb[4], sb[6], 0xfbu), 0x5410u);
+  const std::uint32_t od = prmt(prmt(sb[1], sb[3], 0xfbu), prmt(sb[5], sb[7], 0xfbu), 0x5410u);
+  const std::uint32_t sg = (ev & 0x0f0f0f0fu) | (od & 0xf0f0f0f0u);
+  return mag | (sg & (mag + 0x77777777u) & 0x88888888u);
+}
+
 // Four e4m3fn codes -> their e4m3fnuz codes: byte 0x80 (-0) becomes 0x00, every other byte is
 // kept. Bit 7 of a byte survives only if one of its low 7 bits is set (no carry crosses bytes).
 __host__ __device__ __forceinline__ std::uint32_t fnuz_from_fn4(std::uint32_t w) {
