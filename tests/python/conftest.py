@@ -138,11 +138,13 @@ def load_golden(rel, recipe, device="cpu"):
     return inputs, ws, hs, (q, None, w)
 
 
-def new_recipe_outputs(recipe, q_input, raw=False, w2d=None):
+def new_recipe_outputs(recipe, q_input, raw=False, w2d=None, poison=True):
     """Preallocated outputs of `recipe` filled with a sentinel (0x5a bytes / 0x5a5a5a5a / -7.25):
     (q_out, q_sf or None, weights_out). raw=True: FP8 codes into a uint8 tensor. weights_out is
     (B, H) for vLLM's recipes and (B, H, 1) for SGLang's, as quant_q allocates it; w2d=True /
-    False forces (B, H) / (B, H, 1)."""
+    False forces (B, H) / (B, H, 1). poison=False leaves them uninitialized (inside a compiled
+    graph: Inductor lowers the byte fill of an fp8 tensor to a Triton kernel with an fp8
+    pointer, which the Triton of torch 2.11 + cu130 on the H200 fails to compile)."""
     info = indexer_q.recipe_info(recipe)
     b, h = q_input.shape[0], q_input.shape[1]
     dev = q_input.device
@@ -153,9 +155,12 @@ def new_recipe_outputs(recipe, q_input, raw=False, w2d=None):
     else:
         dt = torch.float8_e4m3fnuz if info.format == "e4m3fnuz" else torch.float8_e4m3fn
         q_out = torch.empty((b, h, 128), dtype=torch.uint8 if raw else dt, device=dev)
-    q_out.view(torch.uint8).fill_(0x5A)
     two_d = info.vllm if w2d is None else w2d
-    w_out = torch.full((b, h) if two_d else (b, h, 1), -7.25, dtype=torch.float32, device=dev)
+    w_shape = (b, h) if two_d else (b, h, 1)
+    if not poison:
+        return q_out, q_sf, torch.empty(w_shape, dtype=torch.float32, device=dev)
+    q_out.view(torch.uint8).fill_(0x5A)
+    w_out = torch.full(w_shape, -7.25, dtype=torch.float32, device=dev)
     return q_out, q_sf, w_out
 
 

@@ -378,7 +378,7 @@ def test_torch_compile_fullgraph(recipe, device):
         return out, w_out * 2.0  # something for the compiler to fuse around the op
 
     def g(q, w, freqs, pos):  # the operator itself, writing into buffers allocated in the graph
-        q_out, q_sf, w_out = new_recipe_outputs(recipe, q)
+        q_out, q_sf, w_out = new_recipe_outputs(recipe, q, poison=False)
         QUANT(recipe, q, q_out, q_sf, w, w_out, ws, freqs, pos, head_scale=hs)
         return q_out, q_sf, w_out
 
