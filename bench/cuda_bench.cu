@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "../bench/cuda_baseline.cuh"
+#include "cuda_baseline.cuh"
 #include "common/problem.h"
 #include "cuda/cuda_backend.h"
 #include "indexer_q/indexer_q.h"
