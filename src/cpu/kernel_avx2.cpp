@@ -473,31 +473,6 @@ struct Avx2 {
       write_weight<R>(p, r0 + n, b, h0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));
     }
   }
-
-  // Inlining: the FP8 bodies are forced into run_rows' loop (GCC's own choice depends on how many
-  // recipes the TU instantiates, and out-of-line calls cost ~40 instructions a row); the FP4 body,
-  // with more live registers, is left to the compiler (forcing it measured slower).
-  template <class R, DType kDt, int kRows>
-  static RowScales front_plain(const Problem& p, std::int64_t r0, const Freqs& fq, const Consts& c, float (*buf)[128]) {
-    return front_body<R, kDt, kRows>(p, r0, fq, c, buf);
-  }
-  template <class R, DType kDt, int kRows>
-  static void back_plain(const Problem& p, std::int64_t r0, std::int64_t b, std::int64_t h0, const Consts& c,
-                         const float (*buf)[128], const RowScales& rs) {
-    back_body<R, kDt, kRows>(p, r0, b, h0, c, buf, rs);
-  }
-  template <class R, DType kDt, int kRows>
-  __attribute__((always_inline)) static RowScales front(const Problem& p, std::int64_t r0, const Freqs& fq,
-                                                        const Consts& c, float (*buf)[128]) {
-    if constexpr (R::kFp4) return front_plain<R, kDt, kRows>(p, r0, fq, c, buf);
-    else return front_body<R, kDt, kRows>(p, r0, fq, c, buf);
-  }
-  template <class R, DType kDt, int kRows>
-  __attribute__((always_inline)) static void back(const Problem& p, std::int64_t r0, std::int64_t b, std::int64_t h0,
-                                                  const Consts& c, const float (*buf)[128], const RowScales& rs) {
-    if constexpr (R::kFp4) back_plain<R, kDt, kRows>(p, r0, b, h0, c, buf, rs);
-    else back_body<R, kDt, kRows>(p, r0, b, h0, c, buf, rs);
-  }
 };
 
 }  // namespace

@@ -359,30 +359,6 @@ struct Avx512 {
       write_weight<R>(p, r0 + n, b, h0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));
     }
   }
-  // FP8 bodies inlined into the row-pair driver (adding recipes made GCC call them out of line,
-  // which measured slower on AVX2: kernel_avx2.cpp does the same); FP4 bodies as the compiler
-  // chooses (forcing them inline added instructions on AVX2).
-  template <class R, DType kDt, int kRows>
-  static RowScales front_plain(const Problem& p, std::int64_t r0, const Freqs& fq, const Consts& c, float (*buf)[128]) {
-    return front_body<R, kDt, kRows>(p, r0, fq, c, buf);
-  }
-  template <class R, DType kDt, int kRows>
-  static void back_plain(const Problem& p, std::int64_t r0, std::int64_t b, std::int64_t h0, const Consts& c,
-                         const float (*buf)[128], const RowScales& rs) {
-    back_body<R, kDt, kRows>(p, r0, b, h0, c, buf, rs);
-  }
-  template <class R, DType kDt, int kRows>
-  __attribute__((always_inline)) static RowScales front(const Problem& p, std::int64_t r0, const Freqs& fq,
-                                                        const Consts& c, float (*buf)[128]) {
-    if constexpr (R::kFp4) return front_plain<R, kDt, kRows>(p, r0, fq, c, buf);
-    else return front_body<R, kDt, kRows>(p, r0, fq, c, buf);
-  }
-  template <class R, DType kDt, int kRows>
-  __attribute__((always_inline)) static void back(const Problem& p, std::int64_t r0, std::int64_t b, std::int64_t h0,
-                                                  const Consts& c, const float (*buf)[128], const RowScales& rs) {
-    if constexpr (R::kFp4) back_plain<R, kDt, kRows>(p, r0, b, h0, c, buf, rs);
-    else back_body<R, kDt, kRows>(p, r0, b, h0, c, buf, rs);
-  }
 };
 
 }  // namespace
