@@ -145,45 +145,32 @@ const CpuFeatures& cpu_features() {
   return f;
 }
 
-KernelFn kernel_for(CpuIsa isa) {
-#define IQ_CPU_VARIANT(Enum, suffix, check) \
-  if (isa == CpuIsa::Enum) return &kernel_##suffix;
+namespace {
+// Every compiled-in variant's entry points, from the one ISA list.
+struct VariantEntry {
+  CpuIsa isa;
+  KernelFn kernel;
+  QuantizeFn quantize, encode_fp4, quantize_vllm, encode_mxfp4;
+};
+const VariantEntry kVariants[] = {
+#define IQ_CPU_VARIANT(Enum, suffix, check)                                                       \
+  {CpuIsa::Enum, &kernel_##suffix, &quantize_##suffix, &encode_fp4_##suffix, &quantize_vllm_##suffix, \
+   &encode_mxfp4_##suffix},
 #include "cpu/isa_list.inc"
 #undef IQ_CPU_VARIANT
+};
+const VariantEntry* variant_of(CpuIsa isa) {
+  for (const VariantEntry& v : kVariants)
+    if (v.isa == isa) return &v;
   return nullptr;
 }
+}  // namespace
 
-QuantizeFn quantize_for(CpuIsa isa) {
-#define IQ_CPU_VARIANT(Enum, suffix, check) \
-  if (isa == CpuIsa::Enum) return &quantize_##suffix;
-#include "cpu/isa_list.inc"
-#undef IQ_CPU_VARIANT
-  return nullptr;
-}
-
-QuantizeFn encode_fp4_for(CpuIsa isa) {
-#define IQ_CPU_VARIANT(Enum, suffix, check) \
-  if (isa == CpuIsa::Enum) return &encode_fp4_##suffix;
-#include "cpu/isa_list.inc"
-#undef IQ_CPU_VARIANT
-  return nullptr;
-}
-
-QuantizeFn quantize_vllm_for(CpuIsa isa) {
-#define IQ_CPU_VARIANT(Enum, suffix, check) \
-  if (isa == CpuIsa::Enum) return &quantize_vllm_##suffix;
-#include "cpu/isa_list.inc"
-#undef IQ_CPU_VARIANT
-  return nullptr;
-}
-
-QuantizeFn encode_mxfp4_for(CpuIsa isa) {
-#define IQ_CPU_VARIANT(Enum, suffix, check) \
-  if (isa == CpuIsa::Enum) return &encode_mxfp4_##suffix;
-#include "cpu/isa_list.inc"
-#undef IQ_CPU_VARIANT
-  return nullptr;
-}
+KernelFn kernel_for(CpuIsa isa) { return variant_of(isa) ? variant_of(isa)->kernel : nullptr; }
+QuantizeFn quantize_for(CpuIsa isa) { return variant_of(isa) ? variant_of(isa)->quantize : nullptr; }
+QuantizeFn encode_fp4_for(CpuIsa isa) { return variant_of(isa) ? variant_of(isa)->encode_fp4 : nullptr; }
+QuantizeFn quantize_vllm_for(CpuIsa isa) { return variant_of(isa) ? variant_of(isa)->quantize_vllm : nullptr; }
+QuantizeFn encode_mxfp4_for(CpuIsa isa) { return variant_of(isa) ? variant_of(isa)->encode_mxfp4 : nullptr; }
 
 Status isa_from_env_value(const char* value, CpuIsa* out) {
   if (value == nullptr || value[0] == '\0') {

@@ -392,15 +392,7 @@ struct Avx2 {
         amax[n] = _mm256_castps256_ps128(m);  // all lanes hold the max
       }
     }
-    RowScales rs;
-    if (R::kFp4) {
-      const __m256 am = _mm256_set_m128(kRows == 1 ? _mm_setzero_ps() : amax[kRows - 1], amax[0]);
-      block_scales_fp4<R>(am, rs.inv4, rs.e4);
-    } else {
-      // Steps 6-7: one division instruction for all the rows (lane n = row n).
-      row_scales_fp8<R>(kRows == 1 ? amax[0] : _mm_unpacklo_ps(amax[0], amax[kRows - 1]), rs.scale, rs.inv);
-    }
-    return rs;
+    return scales_of<R, kRows>(amax);
   }
 
   // Codes, sf bytes and weights_out of the rows whose front left buf and rs.

@@ -145,6 +145,20 @@ struct RowScales {
   __m256i e4;         // FP4
 };
 
+// The scales of kRows rows from their amax registers (FP8: lane 0 of amax[n] is row n's amax;
+// FP4: lane k of amax[n] is block k's): steps 6-7, one division instruction for all the rows.
+template <class R, int kRows>
+inline RowScales scales_of(const __m128 (&amax)[kRows]) {
+  RowScales rs;
+  if (R::kFp4) {
+    const __m256 am = _mm256_set_m128(kRows == 1 ? _mm_setzero_ps() : amax[kRows - 1], amax[0]);
+    block_scales_fp4<R>(am, rs.inv4, rs.e4);
+  } else {
+    row_scales_fp8<R>(kRows == 1 ? amax[0] : _mm_unpacklo_ps(amax[0], amax[kRows - 1]), rs.scale, rs.inv);
+  }
+  return rs;
+}
+
 // Where the bodies go: FP8 bodies are inlined into the row-pair driver (with many recipes in a
 // translation unit GCC otherwise calls them out of line, which measured slower: 617 -> 656
 // instructions per row on AVX2); FP4 bodies stay behind a call the compiler may inline or not
