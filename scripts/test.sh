@@ -11,6 +11,9 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 
+echo "== C++ example: install, find_package(indexer_q), build and run examples/cpp"
+scripts/example.sh build
+
 echo "== Python: build the operator package and run pytest"
 PY=${PYTHON:-python3}
 "$PY" -m pip install -q --no-build-isolation --no-deps .
