@@ -488,35 +488,28 @@ void quantize_avx2(const float* y, float inv, std::uint8_t* out, std::int64_t n)
   }
 }
 
+namespace {
+// The test hooks: one encoder over n values (n a multiple of 8), each times inv first.
+template <class Encode>
+void encode_hook(const float* y, float inv, std::uint8_t* out, std::int64_t n, Encode encode) {
+  const Consts c;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (std::int64_t i = 0; i + 8 <= n; i += 8) {
+    alignas(32) std::int32_t code[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(code), encode(_mm256_mul_ps(_mm256_loadu_ps(y + i), vinv), c));
+    for (int j = 0; j < 8; ++j) out[i + j] = std::uint8_t(code[j]);
+  }
+}
+}  // namespace
+
 void encode_fp4_avx2(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
-  const Consts c;
-  const __m256 vinv = _mm256_set1_ps(inv);
-  for (std::int64_t i = 0; i + 8 <= n; i += 8) {
-    alignas(32) std::int32_t code[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(code),
-                       e2m1_encode_bf16(_mm256_mul_ps(_mm256_loadu_ps(y + i), vinv), c));
-    for (int j = 0; j < 8; ++j) out[i + j] = std::uint8_t(code[j]);
-  }
+  encode_hook(y, inv, out, n, [](__m256 v, const Consts& c) { return e2m1_encode_bf16(v, c); });
 }
-
 void quantize_vllm_avx2(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
-  const Consts c;
-  const __m256 vinv = _mm256_set1_ps(inv);
-  for (std::int64_t i = 0; i + 8 <= n; i += 8) {
-    alignas(32) std::int32_t code[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(code), vllm_fp8_encode(_mm256_mul_ps(_mm256_loadu_ps(y + i), vinv), c));
-    for (int j = 0; j < 8; ++j) out[i + j] = std::uint8_t(code[j]);
-  }
+  encode_hook(y, inv, out, n, [](__m256 v, const Consts& c) { return vllm_fp8_encode(v, c); });
 }
-
 void encode_mxfp4_avx2(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
-  const Consts c;
-  const __m256 vinv = _mm256_set1_ps(inv);
-  for (std::int64_t i = 0; i + 8 <= n; i += 8) {
-    alignas(32) std::int32_t code[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(code), mx_e2m1_encode(_mm256_mul_ps(_mm256_loadu_ps(y + i), vinv), c));
-    for (int j = 0; j < 8; ++j) out[i + j] = std::uint8_t(code[j]);
-  }
+  encode_hook(y, inv, out, n, [](__m256 v, const Consts& c) { return mx_e2m1_encode(v, c); });
 }
 
 }  // namespace cpu

@@ -359,40 +359,30 @@ void kernel_avx512(const Problem& p, std::int64_t row_begin, std::int64_t row_en
   run_kernel<Avx512>(p, row_begin, row_end);
 }
 
+namespace {
+// The test hooks: one encoder over n values (n a multiple of 16), each times inv first.
+template <class Encode>
+void encode_hook(const float* y, float inv, std::uint8_t* out, std::int64_t n, Encode encode) {
+  const Consts c;
+  const __m512 vinv = _mm512_set1_ps(inv);
+  for (std::int64_t i = 0; i + 16 <= n; i += 16) {
+    const __m512i code = encode(_mm512_mul_ps(_mm512_loadu_ps(y + i), vinv), c);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(code));
+  }
+}
+}  // namespace
+
 void quantize_avx512(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
-  const Consts c;
-  const __m512 vinv = _mm512_set1_ps(inv);
-  for (std::int64_t i = 0; i + 16 <= n; i += 16) {
-    const __m512i code = clamp_encode(_mm512_mul_ps(_mm512_loadu_ps(y + i), vinv), c);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(code));
-  }
+  encode_hook(y, inv, out, n, [](__m512 v, const Consts& c) { return clamp_encode(v, c); });
 }
-
 void encode_fp4_avx512(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
-  const Consts c;
-  const __m512 vinv = _mm512_set1_ps(inv);
-  for (std::int64_t i = 0; i + 16 <= n; i += 16) {
-    const __m512i code = e2m1_encode(_mm512_mul_ps(_mm512_loadu_ps(y + i), vinv), c);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(code));
-  }
+  encode_hook(y, inv, out, n, [](__m512 v, const Consts& c) { return e2m1_encode(v, c); });
 }
-
 void quantize_vllm_avx512(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
-  const Consts c;
-  const __m512 vinv = _mm512_set1_ps(inv);
-  for (std::int64_t i = 0; i + 16 <= n; i += 16) {
-    const __m512i code = vllm_fp8_encode(_mm512_mul_ps(_mm512_loadu_ps(y + i), vinv), c);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(code));
-  }
+  encode_hook(y, inv, out, n, [](__m512 v, const Consts& c) { return vllm_fp8_encode(v, c); });
 }
-
 void encode_mxfp4_avx512(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
-  const Consts c;
-  const __m512 vinv = _mm512_set1_ps(inv);
-  for (std::int64_t i = 0; i + 16 <= n; i += 16) {
-    const __m512i code = mx_e2m1_encode(_mm512_mul_ps(_mm512_loadu_ps(y + i), vinv), c);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(code));
-  }
+  encode_hook(y, inv, out, n, [](__m512 v, const Consts& c) { return mx_e2m1_encode(v, c); });
 }
 
 }  // namespace cpu
