@@ -236,7 +236,7 @@ struct Options {
 //               uint8 or int8 taken as raw codes; FP4: (B, H, 64) uint8|int8; contiguous [written]
 //   q_scale     FP4 only: (B, H) int32, contiguous                                  [written]
 //               FP8 recipes: must be empty (ndim 0, no data)
-//   weight      (B, H)       same dtype as q_input, stride(1) = 1, stride(0) >= H
+//   weight      (B, H)       bf16|fp16|fp32 (any, whatever q_input's), stride(1) = 1, stride(0) >= H
 //   weights_out (B, H, 1) or (B, H)  fp32, contiguous                              [written]
 //   weight_scale, head_scale  float32 factors of weights_out as the recipe's fold says (head_scale
 //               is used by the two-factor folds of the vllm_* recipes: softmax_scale = weight_scale)
@@ -268,7 +268,7 @@ Status run(const OpArgs& args, const Options& options = Options{});
 //
 //   q_input     (B, H, 128)  bf16|fp16|fp32, contiguous
 //   q_fp8       (B, H, 128)  fp8_e4m3fn, contiguous                 [written]
-//   weight      (B, H)       same dtype as q_input, stride(1) = 1, stride(0) >= H
+//   weight      (B, H)       bf16|fp16|fp32 (any, whatever q_input's), stride(1) = 1, stride(0) >= H
 //   weights_out (B, H, 1)    fp32, contiguous                       [written]
 //   freqs       (max_pos, 64) fp32, contiguous: (cos, sin) per pair
 //   positions   (B,)         int32|int64, contiguous, values in [0, max_pos)
@@ -283,6 +283,63 @@ Status fused_q_indexer_rope_hadamard_quant(const TensorView& q_input, const Tens
                                            const TensorView& weights_out, float weight_scale,
                                            const TensorView& freqs, const TensorView& positions,
                                            const Options& options = Options{});
+
+// ---------------------------------------------------------------------------------------
+// The key side (SPEC-kside.md, docs/KSIDE.md)
+// ---------------------------------------------------------------------------------------
+// Each key token (128 values) is normalized (RMSNorm with the GPU's MUFU.RSQ reciprocal square
+// root, modelled exactly on the host), rotated (RoPE on dims 64..127, interleaved freqs), spread
+// by the 128-point Hadamard transform, quantized and stored into one row of a paged cache.
+// The forms are listed in include/indexer_q/kside_recipes.inc.
+enum class KRecipeId : int {
+#define IQ_KRECIPE(Id, name, format) Id,
+#include "indexer_q/kside_recipes.inc"
+#undef IQ_KRECIPE
+};
+
+// The arguments of a key-side store.
+//
+//   input      (N, 128)  fp32|bf16|fp16, stride(1) = 1 (rows may be strided); N may be 0
+//   weight     (128,)    the RMSNorm weight, dtype of input, contiguous
+//   eps        the RMSNorm epsilon (float32)
+//   freqs      (max_pos, 64) fp32, contiguous: [p][2j] = cos, [p][2j + 1] = sin
+//   positions  (N,)      int32|int64, contiguous: the RoPE row of each token
+//   slots      (N,)      int64, contiguous: the cache row of each token; < 0 = skip the token
+//   kvcache    (num_pages, page_bytes) uint8|int8, stride(1) = 1, stride(0) = page_bytes,
+//              page_bytes = kside_token_bytes(recipe) * page_size                [written]
+//   page_size  tokens per page, a power of two
+// A token with slot s >= 0 writes exactly its kside_token_bytes(recipe) bytes of page
+// s / page_size, row s % page_size; no other byte changes. With host indices every non-skipped
+// token must have its position in [0, max_pos) and its slot in [0, num_pages * page_size), or the
+// call is rejected before anything is written; a device backend skips such tokens.
+struct KStoreArgs {
+  KRecipeId recipe = KRecipeId::kV4KFp8;
+  TensorView input;
+  TensorView weight;
+  float eps = 1e-6f;
+  TensorView freqs;
+  TensorView positions;
+  TensorView slots;
+  TensorView kvcache;
+  std::int64_t page_size = 64;
+};
+
+// The key side's one validator: checks every argument (naming the offending one); reads no data
+// except positions and slots when they live on the host (range check).
+Status validate(const KStoreArgs& args, const Options& options = Options{});
+// Validates, then stores the tokens on the chosen backend. On any error nothing is written.
+Status run(const KStoreArgs& args, const Options& options = Options{});
+
+// "v4_k_fp8", "v4_k_fp4"; "unknown" for an unknown id.
+const char* krecipe_name(KRecipeId id) noexcept;
+// Parses a key-side recipe name; false if unknown.
+bool parse_krecipe(const std::string& name, KRecipeId* out) noexcept;
+// Every key-side recipe, in list order.
+std::vector<KRecipeId> all_krecipes();
+// The cache format of a key-side recipe (kE4M3FN or kE2M1).
+OutFormat krecipe_format(KRecipeId id) noexcept;
+// Bytes one token occupies in the cache: 132 (v4_k_fp8) or 68 (v4_k_fp4); 0 for an unknown id.
+std::int64_t kside_token_bytes(KRecipeId id) noexcept;
 
 // The library version, "MAJOR.MINOR.PATCH".
 const char* version() noexcept;
