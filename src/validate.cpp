@@ -194,9 +194,9 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   const std::string bh = "(" + std::to_string(B) + ", " + std::to_string(H) + ") = (B, H)";
   s = check_shape("weight", weight, {B, H}, bh.c_str());
   if (!s.ok()) return s;
-  if (weight.dtype != q_input.dtype)
-    return bad("weight", std::string("expected the dtype of q_input (") + dtype_name(q_input.dtype) +
-                             "), got " + dtype_name(weight.dtype));
+  // Any float dtype, independently of q_input's: every bf16 / fp16 value is exactly an fp32 one.
+  s = check_dtype("weight", weight, {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, "bf16, fp16 or fp32");
+  if (!s.ok()) return s;
   s = check_strides("weight", weight, {H, 1}, "stride(1) = 1 and stride(0) >= H", true);
   if (!s.ok()) return s;
 
@@ -327,6 +327,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
     p.weight_scale = args.weight_scale;
     p.head_scale = args.head_scale;
     p.weight = weight.data;
+    p.weight_dtype = weight.dtype;
     p.weight_stride_b = B > 1 ? weight.strides[0] : H;
     p.weights_out = static_cast<float*>(weights_out.data);
     p.freqs = static_cast<const float*>(freqs.data);

@@ -71,6 +71,21 @@ inline void store_as(std::vector<std::uint8_t>& buf, DType dt, std::size_t i, fl
   }
 }
 
+// Element i of a bf16 / fp16 / fp32 buffer, as a float (exact; an independent decoder).
+inline float load_as(const std::vector<std::uint8_t>& buf, DType dt, std::size_t i) {
+  if (dt == DType::kFloat32) {
+    float v;
+    std::memcpy(&v, buf.data() + 4 * i, 4);
+    return v;
+  }
+  std::uint16_t h;
+  std::memcpy(&h, buf.data() + 2 * i, 2);
+  if (dt == DType::kBFloat16) return float_of(std::uint32_t(h) << 16);
+  const int e = (h >> 10) & 31, m = h & 1023;
+  const double mag = e == 0 ? std::ldexp(double(m), -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(1.0 + m / 1024.0, e - 15);
+  return float((h & 0x8000) ? -mag : mag);
+}
+
 // One call of the op, as host bytes (inputs) plus the layout facts.
 struct HostCase {
   RecipeId recipe = RecipeId::kV4Fp8;
@@ -78,6 +93,7 @@ struct HostCase {
   std::int64_t B = 0, H = 0, max_pos = 1;
   std::int64_t weight_stride = 0;  // elements between weight rows (>= H)
   DType dtype = DType::kBFloat16;
+  int weight_dtype = -1;  // a DType, or -1: q_input's dtype
   DType pos_dtype = DType::kInt64;
   float weight_scale = 1.0f;       // vllm_* recipes: softmax_scale
   float head_scale = 1.0f;         // vllm_* recipes (the two-factor folds); ignored by the others
@@ -88,6 +104,7 @@ struct HostCase {
   std::vector<std::uint8_t> positions;  // B elements
 
   bool fp4() const { return indexer_q::recipe(recipe).format == OutFormat::kE2M1; }
+  DType wdtype() const { return weight_dtype >= 0 ? DType(weight_dtype) : dtype; }
   std::int64_t out_bytes_per_row() const { return fp4() ? 64 : 128; }
   DType out_dtype() const {
     if (q_out_dtype >= 0) return DType(q_out_dtype);
@@ -97,7 +114,7 @@ struct HostCase {
 
   std::string describe() const {
     std::ostringstream os;
-    os << "recipe=" << recipe_name(recipe) << " q_out=" << dtype_name(out_dtype()) << " B=" << B << " H=" << H << " dtype=" << dtype_name(dtype) << " positions=" << dtype_name(pos_dtype)
+    os << "recipe=" << recipe_name(recipe) << " q_out=" << dtype_name(out_dtype()) << " B=" << B << " H=" << H << " dtype=" << dtype_name(dtype) << " weight=" << dtype_name(wdtype()) << " positions=" << dtype_name(pos_dtype)
        << " weight_stride=" << weight_stride << " weight_scale=" << weight_scale << " head_scale=" << head_scale
        << " weights_out=" << (weights_out_2d ? "(B,H)" : "(B,H,1)") << " max_pos=" << max_pos;
     return os.str();
@@ -323,7 +340,7 @@ inline OpArgs op_args(const HostCase& c, const void* q_input, void* q_out, void*
   a.q_input = TensorView::contiguous(q_input, c.dtype, {c.B, c.H, 128}, dev);
   a.q_out = TensorView::contiguous(q_out, c.out_dtype(), {c.B, c.H, c.out_bytes_per_row()}, dev);
   if (c.fp4()) a.q_scale = TensorView::contiguous(q_sf, DType::kInt32, {c.B, c.H}, dev);
-  a.weight = TensorView::strided(weight, c.dtype, {c.B, c.H}, {c.weight_stride, 1}, dev);
+  a.weight = TensorView::strided(weight, c.wdtype(), {c.B, c.H}, {c.weight_stride, 1}, dev);
   a.weights_out = c.weights_out_2d ? TensorView::contiguous(weights_out, DType::kFloat32, {c.B, c.H}, dev)
                                    : TensorView::contiguous(weights_out, DType::kFloat32, {c.B, c.H, 1}, dev);
   a.weight_scale = c.weight_scale;

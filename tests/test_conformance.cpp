@@ -54,6 +54,16 @@ std::vector<GridParam> grid_params() {
 
 class Conformance : public testing::TestWithParam<GridParam> {};
 
+// Re-stores the case's weight in dtype dt (a bf16 / fp16 value is an exact fp32 one; fp32 -> bf16
+// or fp16 rounds, which only changes the inputs), so weight and q_input dtypes differ.
+static void retype_weight(HostCase& c, DType dt) {
+  std::vector<std::uint8_t> w(std::size_t(c.B * c.weight_stride) * dtype_size(dt));
+  for (std::size_t i = 0; i < std::size_t(c.B * c.weight_stride); ++i)
+    iqtest::store_as(w, dt, i, iqtest::load_as(c.weight, c.wdtype(), i));
+  c.weight = std::move(w);
+  c.weight_dtype = int(dt);
+}
+
 TEST_P(Conformance, AllBackendsMatchReferenceBytes) {
   const GridParam gp = GetParam();
   const bool full = gp.recipe == RecipeId::kV4Fp8;
@@ -66,7 +76,7 @@ TEST_P(Conformance, AllBackendsMatchReferenceBytes) {
   const std::int64_t Bs[] = {0, 1, 7, 333}, Hs[] = {1, 8, 64, 128};
   const DType pos_types[] = {DType::kInt32, DType::kInt64};
   const int out_dtypes[] = {-1, int(DType::kUInt8), int(DType::kInt8)};
-  int cases = 0, seen_combo[2][2] = {{0, 0}, {0, 0}}, seen_out[3] = {0, 0, 0};
+  int cases = 0, seen_combo[2][2] = {{0, 0}, {0, 0}}, seen_out[3] = {0, 0, 0}, seen_wdtype[3] = {0, 0, 0};
   for (int ib = 0; ib < 4; ++ib) {
     for (int ih = 0; ih < 4; ++ih) {
       for (int combo = 0; combo < 4; ++combo) {  // (positions, padded weight)
@@ -79,6 +89,11 @@ TEST_P(Conformance, AllBackendsMatchReferenceBytes) {
         const int io = fp8 ? (ib * 4 + ih + combo) % 3 : 0;
         c.q_out_dtype = out_dtypes[io];
         c.weights_out_2d = ((ib + ih + combo) & 1) != 0;  // (B, H) and (B, H, 1) in turn
+        // The weight in every float dtype in turn, independently of q_input's.
+        const DType wdts[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+        const int iw = (ib + 2 * ih + combo) % 3;
+        if (wdts[iw] != c.dtype) retype_weight(c, wdts[iw]);
+        ++seen_wdtype[iw];
         SCOPED_TRACE(c.describe());
         Outputs want;
         Status s = iqtest::run_case(reference, c, &want, 0xA5);
@@ -102,6 +117,7 @@ TEST_P(Conformance, AllBackendsMatchReferenceBytes) {
     for (int n : row) EXPECT_GT(n, 0);
   if (fp8)
     for (int n : seen_out) EXPECT_GT(n, 0);
+  for (int n : seen_wdtype) EXPECT_GT(n, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, Conformance, testing::ValuesIn(grid_params()), param_name);

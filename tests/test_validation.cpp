@@ -256,9 +256,10 @@ TEST_F(Validation, Dtypes) {
     expect_error(std::string("q_fp8 ") + dtype_name(dt), [&](Args& a) { a.f8.dtype = dt; }, IA,
                  {"q_fp8", "expected dtype fp8_e4m3fn", dtype_name(dt)});
   }
-  for (DType dt : {DType::kFloat16, DType::kFloat32, DType::kInt64}) {
+  // weight: any float dtype whatever q_input's; the rest is refused.
+  for (DType dt : {DType::kInt64, DType::kInt32, DType::kFloat8E4M3, DType::kUInt8}) {
     expect_error(std::string("weight ") + dtype_name(dt), [&](Args& a) { a.w.dtype = dt; }, IA,
-                 {"weight", "dtype of q_input (bf16)", dtype_name(dt)});
+                 {"weight", "expected dtype bf16, fp16 or fp32", dtype_name(dt)});
   }
   for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kInt32}) {
     expect_error(std::string("weights_out ") + dtype_name(dt), [&](Args& a) { a.wo.dtype = dt; }, IA,
@@ -794,7 +795,7 @@ TEST_P(RecipeValidation, SharedChecks) {
     const std::int64_t p[3] = {0, kMaxPos, 1};
     std::memcpy(at(kP), p, sizeof p);
   }, {"positions", "positions[1] = 16"});
-  expect_error("weight dtype", [&](RArgs& r) { r.a.weight.dtype = DType::kFloat16; }, {"weight", "dtype of q_input"});
+  expect_error("weight dtype", [&](RArgs& r) { r.a.weight.dtype = DType::kInt32; }, {"weight", "bf16, fp16 or fp32"});
   expect_error("freqs shape", [&](RArgs& r) {
     r.a.freqs = TensorView::contiguous(at(kFR), DType::kFloat32, {kMaxPos, 32});
   }, {"freqs", "(max_pos, 64)", rec().name});

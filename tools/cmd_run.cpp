@@ -329,7 +329,7 @@ int cmd_run(int argc, char** argv) {
         f.tensors[name] = std::move(t);
       };
       put("q_input", io::dtype_to_safetensors(c.dtype), {c.B, c.H, 128}, c.q_input.data(), c.q_input.size());
-      put("weight", io::dtype_to_safetensors(c.dtype), {c.B, c.H}, c.weight.data(), c.weight.size());
+      put("weight", io::dtype_to_safetensors(c.weight_dtype), {c.B, c.H}, c.weight.data(), c.weight.size());
       put("freqs", "F32", {c.max_pos, 64}, c.freqs.data(), c.freqs.size());
       put("positions", io::dtype_to_safetensors(c.pos_dtype), {c.B}, c.positions.data(), c.positions.size());
       if (fp4) {

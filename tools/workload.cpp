@@ -113,6 +113,7 @@ Workload make_workload(const WorkloadSpec& spec) {
   c.B = spec.tokens;
   c.H = spec.heads;
   c.dtype = spec.dtype;
+  c.weight_dtype = spec.dtype;
   c.pos_dtype = spec.pos_dtype;
   c.max_pos = spec.max_pos > 0 ? spec.max_pos : workload_max_pos(spec.tokens);
   if (c.max_pos < spec.tokens) throw std::runtime_error("workload: max_pos smaller than the token count");
@@ -186,7 +187,7 @@ OpArgs make_op_args(const io::ConformanceCase& c, const CasePointers& p, Device 
         p.q_out, r.format == OutFormat::kE4M3FNUZ ? DType::kFloat8E4M3FNUZ : DType::kFloat8E4M3, {c.B, c.H, 128},
         dev);
   }
-  a.weight = TensorView::contiguous(p.weight, c.dtype, {c.B, c.H}, dev);
+  a.weight = TensorView::contiguous(p.weight, c.weight_dtype, {c.B, c.H}, dev);
   a.weights_out = TensorView::contiguous(p.weights_out, DType::kFloat32, {c.B, c.H, 1}, dev);
   a.weight_scale = c.weight_scale;
   a.head_scale = c.head_scale;

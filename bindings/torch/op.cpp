@@ -98,7 +98,7 @@ std::string device_text(const Tensor& t) {
 // Expected dtypes per argument, used only when the tensor's dtype has no indexer_q::DType.
 std::string expected_dtype_text(const std::string& a, const Recipe& rec) {
   if (a == "q_input") return "bf16, fp16 or fp32";
-  if (a == "weight") return "the dtype of q_input (bf16, fp16 or fp32)";
+  if (a == "weight") return "bf16, fp16 or fp32";
   if (a == "q_fp4") return "uint8 or int8 (two e2m1 codes per byte)";
   if (a == "q_sf") return "int32 (four UE8M0 bytes per row)";
   if (a == "q_fp8")

@@ -205,7 +205,8 @@ def fused_q_indexer_rope_hadamard_quant(
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Allocates and returns ``(q_fp8, weights_out)``.
 
-    q_input (B, H, 128) bf16/fp16/fp32; weight (B, H) same dtype (stride(1) = 1, stride(0) >= H);
+    q_input (B, H, 128) bf16/fp16/fp32; weight (B, H) bf16/fp16/fp32, any of them whatever q_input's
+    dtype (stride(1) = 1, stride(0) >= H);
     weight_scale a float; freqs_cis the complex64 (max_pos, 32) RoPE table or its float32
     (max_pos, 64) real view; positions (B,) int32/int64. Returns q_fp8 (B, H, 128)
     float8_e4m3fn and weights_out (B, H, 1) float32. ``enable_pdl`` is used by the CUDA

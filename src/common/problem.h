@@ -26,7 +26,8 @@ struct Problem {
   RecipeId recipe = RecipeId::kV4Fp8;
   std::int64_t B = 0;
   std::int64_t H = 0;
-  DType dtype = DType::kBFloat16;  // of q_input and weight
+  DType dtype = DType::kBFloat16;         // of q_input
+  DType weight_dtype = DType::kBFloat16;  // of weight (bf16, fp16 or fp32, independent of dtype)
   const void* q_input = nullptr;
   std::uint8_t* q_out = nullptr;
   std::uint8_t* q_sf = nullptr;

@@ -64,6 +64,13 @@ IQ_HD float f16_to_f32(std::uint16_t h) {
   return f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
 }
 
+// Element i of a bf16 / fp16 / fp32 array, as a float (exact).
+IQ_HD float load_float(const void* base, DType dt, std::int64_t i) {
+  if (dt == DType::kBFloat16) return bf16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
+  if (dt == DType::kFloat16) return f16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
+  return static_cast<const float*>(base)[i];
+}
+
 // ---- fp8 e4m3fn codec ----
 // Encodes any float32 to float8_e4m3fn: round to nearest, ties to even, saturating
 // (|f| >= 448, Inf included, gives +-448 = 0x7e/0xfe); NaN gives 0x7f (sign kept).

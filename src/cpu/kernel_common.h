@@ -53,7 +53,7 @@ inline std::int64_t position_of(const Problem& p, std::int64_t b) {
 // unused by recipes that fold none).
 template <class R>
 inline void write_weight(const Problem& p, std::int64_t r, std::int64_t b, std::int64_t h, float scale) {
-  const float w = load_scalar(p.weight, p.dtype, b * p.weight_stride_b + h);
+  const float w = load_scalar(p.weight, p.weight_dtype, b * p.weight_stride_b + h);
   float wo;
   if (R::kFold == WeightFold::kTimesScale) wo = (w * p.weight_scale) * scale;
   else if (R::kFold == WeightFold::kNoScale) wo = w * p.weight_scale;

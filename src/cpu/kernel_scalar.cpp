@@ -22,7 +22,7 @@ void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end, De
                                  ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[b])
                                  : static_cast<const std::int64_t*>(p.positions)[b];
     for (int i = 0; i < kHeadDim; ++i) x[i] = decode(p.q_input, r * kHeadDim + i);
-    const float w = decode(p.weight, b * p.weight_stride_b + h);
+    const float w = load_float(p.weight, p.weight_dtype, b * p.weight_stride_b + h);
     process_row<R>(x, p.freqs + pos * kFreqsDim, w, p.weight_scale, p.head_scale, p.q_out + r * R::kOutBytes,
                    R::kFp4 ? p.q_sf + 4 * r : nullptr, p.weights_out + r);
   }

@@ -11,14 +11,6 @@ namespace indexer_q {
 namespace detail {
 namespace {
 
-float load_element(const void* base, DType dt, std::int64_t i) {
-  switch (dt) {
-    case DType::kBFloat16: return bf16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
-    case DType::kFloat16: return f16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
-    default: return static_cast<const float*>(base)[i];
-  }
-}
-
 std::int64_t load_position(const void* base, DType dt, std::int64_t b) {
   return dt == DType::kInt32 ? std::int64_t(static_cast<const std::int32_t*>(base)[b])
                              : static_cast<const std::int64_t*>(base)[b];
@@ -31,8 +23,8 @@ void run_recipe(const Problem& p) {
     const float* f = p.freqs + load_position(p.positions, p.pos_dtype, b) * kFreqsDim;
     for (std::int64_t h = 0; h < p.H; ++h) {
       const std::int64_t r = b * p.H + h;
-      for (int i = 0; i < kHeadDim; ++i) x[i] = load_element(p.q_input, p.dtype, r * kHeadDim + i);
-      const float w = load_element(p.weight, p.dtype, b * p.weight_stride_b + h);
+      for (int i = 0; i < kHeadDim; ++i) x[i] = load_float(p.q_input, p.dtype, r * kHeadDim + i);
+      const float w = load_float(p.weight, p.weight_dtype, b * p.weight_stride_b + h);
       process_row<R>(x, f, w, p.weight_scale, p.head_scale, p.q_out + r * R::kOutBytes,
                      R::kFp4 ? p.q_sf + 4 * r : nullptr, p.weights_out + r);
     }

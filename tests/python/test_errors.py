@@ -44,7 +44,8 @@ CASES = [
      lambda a: a.update(q_fp8=torch.zeros(B, H, 64, dtype=torch.int16, device=a["q_fp8"].device))),
     ("q_fp8_e5m2", "q_fp8", lambda a: a.update(q_fp8=a["q_fp8"].view(torch.float8_e5m2))),
     ("q_fp8_shape", "q_fp8", lambda a: a.update(q_fp8=a["q_fp8"][:2])),
-    ("weight_dtype", "weight", lambda a: a.update(weight=a["weight"].half())),
+    ("weight_dtype_int32", "weight", lambda a: a.update(weight=a["weight"].int())),
+    ("weight_dtype_fp8", "weight", lambda a: a.update(weight=a["weight"].to(torch.float8_e4m3fn))),
     ("weight_shape", "weight", lambda a: a.update(weight=a["weight"][:, :3])),
     ("weight_col_stride", "weight", lambda a: a.update(weight=noncontig(a["weight"]))),
     ("weight_f64", "weight", lambda a: a.update(weight=a["weight"].double())),
@@ -134,6 +135,34 @@ def test_raw_uint8_q_fp8_gets_the_same_bytes(impl, device):
         call(OPS[impl], b)
         assert torch.equal(b["q_fp8"].view(torch.uint8), a["q_fp8"].view(torch.uint8))
         assert torch.equal(b["weights_out"], a["weights_out"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("impl", ["native", "composed"])
+@pytest.mark.parametrize("wdtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_weight_dtype_independent_of_q_input(wdtype, impl, device):
+    # a port passes an fp32 weight with bf16 q_input: the weight is decoded exactly, so a weight
+    # holding the same values in another float dtype gives the same bytes
+    a = valid(device)
+    assert a["q_input"].dtype == torch.bfloat16 and a["weight"].dtype == torch.bfloat16
+    call(OPS[impl], a)
+    b = valid(device)
+    b["weight"] = b["weight"].to(wdtype)  # bf16 values: exact in fp32; these small ones in fp16 too
+    assert torch.equal(b["weight"].float(), a["weight"].float())
+    call(OPS[impl], b)
+    assert torch.equal(b["q_fp8"].view(torch.uint8), a["q_fp8"].view(torch.uint8))
+    assert torch.equal(b["weights_out"].view(torch.int32), a["weights_out"].view(torch.int32))
+    # and a genuinely fp32 weight (not representable in bf16) folds its own value in
+    if wdtype == torch.float32:
+        c = valid(device)
+        c["weight"] = c["weight"].float() * (1.0 + 2.0 ** -20)
+        call(OPS[impl], c)
+        want = valid(device)
+        want["q_input"] = want["q_input"].float()
+        want["weight"] = c["weight"].clone()
+        call(OPS[impl], want)  # fp32 q_input holding the same bf16 values: same rows
+        assert torch.equal(c["q_fp8"].view(torch.uint8), want["q_fp8"].view(torch.uint8))
+        assert torch.equal(c["weights_out"].view(torch.int32), want["weights_out"].view(torch.int32))
 
 
 @pytest.mark.parametrize("device", DEVICES)

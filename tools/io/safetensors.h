@@ -41,7 +41,8 @@ const char* dtype_to_safetensors(DType dt);
 struct ConformanceCase {
   RecipeId recipe = RecipeId::kV4Fp8;  // metadata "variant" (absent: v4_fp8)
   std::int64_t B = 0, H = 0, max_pos = 0;
-  DType dtype = DType::kBFloat16;     // q_input and weight
+  DType dtype = DType::kBFloat16;     // q_input
+  DType weight_dtype = DType::kBFloat16;  // weight (any float dtype, independent of q_input)
   DType pos_dtype = DType::kInt64;
   float weight_scale = 1.0f;          // metadata string -> double (strtod) -> float32 (vllm_*:
                                       // metadata "softmax_scale")
