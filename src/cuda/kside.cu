@@ -1,0 +1,512 @@
+// The CUDA backend of the key side (SPEC-kside.md: RMSNorm, RoPE on dims 64..127, Hadamard,
+// FP8 / FP4 quantization, store into a paged cache), both key recipes of
+// include/indexer_q/kside_recipes.inc from one kernel body (kside_kernel<KR, LANES, ...>,
+// KR = KRecipeT<Id> of src/common/kside_problem.h; the host picks it through with_krecipe).
+//
+// Design. LANES consecutive threads of a warp (4, 8, 16 or 32) store one token. The spec's 32
+// sum-of-squares groups (dims 4g..4g+3) are dealt out so that lane l holds the groups
+//     g = l + LANES * c,   c = 0 .. C - 1,   C = 32 / LANES,
+// i.e. C chunks of 4 contiguous dims, chunk c of lane l at dims 4 (l + LANES c) .. + 3. Then
+//  - loads: a chunk is one 16-byte load (fp32) or one 8-byte load (bf16 / fp16); the LANES
+//    lanes of a token read chunk c as one contiguous segment; the weight the same way;
+//  - step 3 (xor butterfly over g, masks 16, 8, 4, 2, 1 in that order): the masks >= LANES
+//    are bits of c and come first, in registers (halving the chunk array as kside_row.h's
+//    kside_butterfly_sum does); the masks < LANES are bits of l, one shuffle each. Every
+//    partial sum is the one the spec's tree forms (a + b == b + a);
+//  - RoPE: dims 64..127 are the groups g >= 16, whole chunks; a chunk's 2 (cos, sin) pairs are
+//    one 16-byte load of the freqs row;
+//  - Hadamard, strides ascending: 1, 2 inside a chunk; 4 .. 2 LANES across lanes (one shuffle
+//    per value: the low lane forms own + other, the high lane other - own, both as
+//    fma(own, +-1, other), which rounds exactly like the add / subtract); 4 LANES .. 64 across
+//    a lane's chunks, in registers;
+//  - FP8: row amax over the lane's values then shuffles; one fp32 scale (two IEEE divisions,
+//    once per lane); codes by cvt.rn.satfinite.e4m3x2.f32 after fminf(., 448) (NaN -> 448;
+//    src/cuda/fp8_e4m3.cuh, checked for every float32 by tests/test_cuda.cu); a chunk's 4
+//    codes are one 4-byte store, the scale one 4-byte store by lane 0;
+//  - FP4: a block of 32 dims is 8 consecutive groups, i.e. chunk c of 8 consecutive lanes
+//    (LANES >= 8) or chunks 2b, 2b + 1 of all 4 lanes (LANES = 4): in-thread max, then
+//    shuffles; UE8M0 and e2m1 codes by ue8m0_of_amax_fast / e2m1_code (src/cuda/fp4_e2m1.cuh,
+//    checked for every input); a chunk's 4 codes are one 2-byte store, the 4 scale bytes one
+//    4-byte store by lane 0.
+// The reciprocal square root of step 5 is the hardware's (RsqHw of kside_row.h: rsqrtf, i.e.
+// rsqrt.approx.f32 = MUFU.RSQ on sm_90, which the host's table model reproduces; SPEC-kside.md
+// section 7 leaves other GPUs open: the golden tests on such a device tell).
+// LANES = 32 is SGLang's lane layout (4 dims per lane); fewer lanes per token do the
+// per-token work (divisions, reciprocal square root, index math) once for more values:
+// kside_choose_variant holds the shape measured fastest on an H200 (bench/cuda_kside_bench.cu).
+//
+// Bounds (SPEC-kside.md section 1). Positions and slots live in device memory and are not
+// checked on the host. A token with a negative slot, a slot >= num_pages * page_size, or a
+// position outside [0, max_pos) writes nothing; every lane of it still computes (on freqs row
+// 0, always in bounds) so that the shuffles have the whole warp. Lanes past the last token
+// compute on the last token's row and store nothing. Nothing outside the tensors is read or
+// written.
+//
+// Everything is enqueued on the caller's stream: no allocation, no host synchronization (CUDA
+// graphs capture it). With enable_pdl on an sm_90+ device the kernel is launched with
+// programmatic stream serialization: it waits (griddepcontrol.wait) before its first global
+// load and lets dependents launch after its last input load.
+//
+// Misaligned pointers (input rows / weight not aligned to a chunk load, freqs not 16-byte
+// aligned, kvcache not 4-byte aligned) take a one-thread-per-token kernel running kside_row<KR>
+// of src/common/kside_row.h: same bytes, slower.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "common/kside_problem.h"
+#include "common/kside_row.h"
+#include "common/row.h"
+#include "cuda/fp4_e2m1.cuh"
+#include "cuda/fp8_e4m3.cuh"
+#include "cuda/kside_cuda.h"
+
+namespace indexer_q {
+namespace detail {
+namespace {
+
+enum : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// ---- loads, in program order (asm volatile keeps them in the order written: the index and
+// input loads are all in flight before the position-dependent freqs loads are issued) ----
+__device__ __forceinline__ std::int64_t ld_s64(const std::int64_t* p) {
+  long long v;
+  asm volatile("ld.global.nc.s64 %0, [%1];" : "=l"(v) : "l"(p));
+  return v;
+}
+template <bool POS64>
+__device__ __forceinline__ std::int64_t ld_pos(const void* pos, std::uint64_t t) {
+  if (POS64) return ld_s64(static_cast<const std::int64_t*>(pos) + t);
+  int v;
+  asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(static_cast<const int*>(pos) + t));
+  return std::int64_t(v);
+}
+// One chunk (4 values) of a row: 4 words (fp32) or 2 words (bf16 / fp16). STREAM: read once,
+// no L1 allocation (the inputs); otherwise cached (the weight, shared by every token).
+template <int DT, bool STREAM>
+__device__ __forceinline__ void ld_chunk(const void* p, std::uint32_t* w) {
+  if (DT == kF32) {
+    if (STREAM)
+      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
+    else
+      asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
+  } else {
+    if (STREAM)
+      asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+    else
+      asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+  }
+}
+__device__ __forceinline__ float4 ld_f4(const float* p) {
+  float4 r;
+  asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
+               : "l"(p));
+  return r;
+}
+// The 4 values of a loaded chunk (exact conversions).
+template <int DT>
+__device__ __forceinline__ void decode_chunk(const std::uint32_t* w, float* v) {
+  if (DT == kF32) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = __uint_as_float(w[k]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      if (DT == kBF16) {
+        v[2 * j] = __uint_as_float(w[j] << 16);
+        v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+      } else {
+        __half2 h;
+        *reinterpret_cast<std::uint32_t*>(&h) = w[j];
+        const float2 f = __half22float2(h);
+        v[2 * j] = f.x;
+        v[2 * j + 1] = f.y;
+      }
+    }
+  }
+}
+
+template <int DT>
+struct Elem {
+  static constexpr int kBytes = DT == kF32 ? 4 : 2;
+};
+
+// Does chunk c of lane l hold rotated dims (groups 16..31)? Compile-time for LANES <= 16.
+template <int LANES>
+__device__ __forceinline__ bool chunk_rotated(int c, int l) {
+  if (LANES <= 16) return c * LANES >= 16;
+  return l >= 16;
+}
+
+// One token per LANES-thread group.
+template <class KR, int LANES, int DT, bool POS64>
+__global__ void __launch_bounds__(256) kside_kernel(const KProblem p) {
+  static_assert(LANES == 4 || LANES == 8 || LANES == 16 || LANES == 32, "4, 8, 16 or 32 lanes per token");
+  constexpr int C = 32 / LANES;                // chunks of 4 dims per lane
+  constexpr int WW = DT == kF32 ? 4 : 2;       // 32-bit words per chunk
+  constexpr int CB = 4 * Elem<DT>::kBytes;     // bytes per chunk
+  const std::uint64_t N = std::uint64_t(p.N);
+  const std::uint64_t gt = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int l = int(threadIdx.x % LANES);
+  const std::uint64_t tok = gt / LANES;
+  pdl_wait();
+  if ((gt & ~std::uint64_t(31)) / LANES >= N) {  // the warp's first token is past the end
+    pdl_launch_dependents();
+    return;
+  }
+  const bool in_range = tok < N;
+  const std::uint64_t t = in_range ? tok : N - 1;
+
+  // ---- loads: indices, input row, weight, then the position's freqs ----
+  const std::int64_t slot = ld_s64(p.slots + t);
+  const std::int64_t pos = ld_pos<POS64>(p.positions, t);
+  const char* xrow = static_cast<const char*>(p.input) + t * std::uint64_t(p.input_stride) * Elem<DT>::kBytes;
+  std::uint32_t xw[C][WW], ww[C][WW];
+#pragma unroll
+  for (int c = 0; c < C; ++c) ld_chunk<DT, true>(xrow + (l + LANES * c) * CB, xw[c]);
+#pragma unroll
+  for (int c = 0; c < C; ++c) ld_chunk<DT, false>(static_cast<const char*>(p.weight) + (l + LANES * c) * CB, ww[c]);
+  const bool pos_ok = pos >= 0 && pos < p.max_pos;
+  const float* frow = p.freqs + (pos_ok ? pos : 0) * kFreqsDim;  // row 0 always exists
+  float4 f[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+    if (chunk_rotated<LANES>(c, l)) f[c] = ld_f4(frow + 4 * (l + LANES * c) - kRopeDim);
+  pdl_launch_dependents();  // every input of this thread has been requested
+  const bool valid = in_range && pos_ok && slot >= 0 && slot < p.num_pages * p.page_size;
+
+  float x[C][4], w[C][4];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    decode_chunk<DT>(xw[c], x[c]);
+    decode_chunk<DT>(ww[c], w[c]);
+  }
+
+  // ---- steps 2-5: sum of squares per group, the xor butterfly, t, nf ----
+  float s[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+    s[c] = __fmaf_rn(x[c][3], x[c][3], __fmaf_rn(x[c][2], x[c][2], __fmaf_rn(x[c][1], x[c][1], __fmul_rn(x[c][0], x[c][0]))));
+#pragma unroll
+  for (int m = C / 2; m >= 1; m >>= 1)  // masks 16 .. LANES: bits of c
+#pragma unroll
+    for (int c = 0; c < m; ++c) s[c] = __fadd_rn(s[c], s[c + m]);
+  float ss = s[0];
+#pragma unroll
+  for (int m = LANES / 2; m >= 1; m >>= 1)  // masks LANES / 2 .. 1: bits of l
+    ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, m));
+  const float nf = RsqHw{}(__fmaf_rn(ss, kKsideSsScale, p.eps));
+
+  // ---- step 6: d = (x * nf) * w; step 7: RoPE on dims 64..127 ----
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) x[c][k] = __fmul_rn(__fmul_rn(x[c][k], nf), w[c][k]);
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    if (chunk_rotated<LANES>(c, l)) {
+      const float cs[2] = {f[c].x, f[c].z}, sn[2] = {f[c].y, f[c].w};
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float xr = x[c][2 * j], xi = x[c][2 * j + 1];
+        x[c][2 * j] = __fmaf_rn(xr, cs[j], -__fmul_rn(xi, sn[j]));
+        x[c][2 * j + 1] = __fmaf_rn(xr, sn[j], __fmul_rn(xi, cs[j]));
+      }
+    }
+  }
+
+  // ---- step 8: Hadamard, strides ascending, then * 1/sqrt(128) ----
+#pragma unroll
+  for (int st = 1; st < 4; st <<= 1)
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if ((k & st) == 0) {
+          const float u = x[c][k], v = x[c][k + st];
+          x[c][k] = __fadd_rn(u, v);
+          x[c][k + st] = __fsub_rn(u, v);
+        }
+#pragma unroll
+  for (int st = 1; st < LANES; st <<= 1) {
+    const float sgn = (l & st) ? -1.0f : 1.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) x[c][k] = __fmaf_rn(x[c][k], sgn, __shfl_xor_sync(0xffffffffu, x[c][k], st));
+  }
+#pragma unroll
+  for (int st = 1; st < C; st <<= 1)
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      if ((c & st) == 0)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float u = x[c][k], v = x[c + st][k];
+          x[c][k] = __fadd_rn(u, v);
+          x[c + st][k] = __fsub_rn(u, v);
+        }
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
+
+  // Where the token lands (section 3); used only when valid.
+  const std::int64_t sl = valid ? slot : 0;
+  std::uint8_t* page = p.cache + (sl >> p.log2_page) * p.page_bytes;
+  const std::int64_t r = sl & (p.page_size - 1);
+
+  if (KR::kFp4) {
+    // ---- FP4: block amax, UE8M0, e2m1 codes ----
+    float amax[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      amax[c] = fabsf(x[c][0]);  // fmaxf ignores NaN: a NaN amax only if all 4 are NaN, and
+#pragma unroll                   // fmaxf(1e-4, NaN) = 1e-4 as for 0 below
+      for (int k = 1; k < 4; ++k) amax[c] = fmaxf(amax[c], fabsf(x[c][k]));
+    }
+    if (LANES == 4) {  // block b = chunks 2b, 2b + 1
+#pragma unroll
+      for (int c = 0; c < C; c += 2) amax[c] = amax[c + 1] = fmaxf(amax[c], amax[c + 1]);
+    }
+#pragma unroll
+    for (int m = 1; m < (LANES < 8 ? LANES : 8); m <<= 1)
+#pragma unroll
+      for (int c = 0; c < C; ++c) amax[c] = fmaxf(amax[c], __shfl_xor_sync(0xffffffffu, amax[c], m));
+    std::uint32_t e[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      e[c] = ue8m0_of_amax_fast(amax[c]);
+      const float inv = __uint_as_float((254u - e[c]) << 23);  // 2^(127 - e); e = 255: -Inf
+      std::uint32_t codes = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) codes |= e2m1_code(__fmul_rn(x[c][k], inv)) << (4 * k);
+      if (valid) *reinterpret_cast<std::uint16_t*>(page + 64 * r + 2 * (l + LANES * c)) = std::uint16_t(codes);
+    }
+    // Block b's exponent: chunk 8b / LANES of lane 8b % LANES of the token.
+    std::uint32_t sf = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int cb = (8 * b) / LANES;
+      std::uint32_t eb = e[cb];
+      if (LANES > 8) eb = __shfl_sync(0xffffffffu, eb, int(threadIdx.x % 32) - l + (8 * b) % LANES);
+      sf |= eb << (8 * b);
+    }
+    if (valid && l == 0) *reinterpret_cast<std::uint32_t*>(page + 64 * p.page_size + 4 * r) = sf;
+    return;
+  }
+
+  // ---- FP8: row amax, scale, codes ----
+  float amax = 0.0f;
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) amax = fmaxf(amax, fabsf(x[c][k]));
+#pragma unroll
+  for (int m = LANES / 2; m >= 1; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+  const float scale = __fdiv_rn(fmaxf(kScaleFloor, amax), kFp8Max);
+  const float inv = __fdiv_rn(1.0f, scale);
+  if (!valid) return;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const std::uint32_t q = quantize4_e4m3(__fmul_rn(x[c][0], inv), __fmul_rn(x[c][1], inv),
+                                           __fmul_rn(x[c][2], inv), __fmul_rn(x[c][3], inv));
+    *reinterpret_cast<std::uint32_t*>(page + 128 * r + 4 * (l + LANES * c)) = q;
+  }
+  if (l == 0) *reinterpret_cast<float*>(page + 128 * p.page_size + 4 * r) = scale;
+}
+
+// Fallback for misaligned pointers: one thread per token, kside_row<KR> of kside_row.h.
+template <class KR>
+__global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p) {
+  const std::uint64_t t = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  pdl_wait();
+  if (t >= std::uint64_t(p.N)) {
+    pdl_launch_dependents();
+    return;
+  }
+  const std::int64_t slot = p.slots[t];
+  const std::int64_t pos = kside_position(p.positions, p.pos_dtype, std::int64_t(t));
+  const bool valid = slot >= 0 && slot < p.num_pages * p.page_size && pos >= 0 && pos < p.max_pos;
+  if (!valid) {
+    pdl_launch_dependents();
+    return;
+  }
+  float x[kHeadDim], w[kHeadDim], f[kFreqsDim];
+  for (int i = 0; i < kHeadDim; ++i) {
+    x[i] = kside_load(p.input, p.dtype, std::int64_t(t) * p.input_stride + i);
+    w[i] = kside_load(p.weight, p.dtype, i);
+  }
+  for (int i = 0; i < kFreqsDim; ++i) f[i] = p.freqs[pos * kFreqsDim + i];
+  pdl_launch_dependents();
+  std::uint8_t codes[KR::kCodeBytes], sb[4];
+  kside_row<KR>(x, w, p.eps, f, codes, sb, RsqHw{});
+  std::uint8_t *oc, *os;
+  kside_token_ptrs<KR>(p.cache, p.page_bytes, p.page_size, p.log2_page, slot, &oc, &os);
+  for (int i = 0; i < KR::kCodeBytes; ++i) oc[i] = codes[i];
+  for (int i = 0; i < 4; ++i) os[i] = sb[i];
+}
+
+// ---- per-device facts, read once per device (relaxed atomics: every writer stores the same value) ----
+constexpr int kMaxDevices = 64;
+std::atomic<int> g_cc_major[kMaxDevices];
+
+int device_cc_major(int dev) {
+  int major = g_cc_major[dev].load(std::memory_order_relaxed);
+  if (major <= 0) {
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    g_cc_major[dev].store(major, std::memory_order_relaxed);
+  }
+  return major;
+}
+
+std::string cuda_err(const char* what, cudaError_t e) {
+  return std::string("indexer_q: cuda backend (key side): ") + what + ": " + cudaGetErrorName(e) + " (" +
+         cudaGetErrorString(e) + ")";
+}
+
+// Pointer check: device memory of another device, or plain host memory, is refused.
+Status check_ptr(const char* name, const void* ptr, int dev) {
+  cudaPointerAttributes at{};
+  const cudaError_t e = cudaPointerGetAttributes(&at, ptr);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear
+    return Status::InvalidArgument(std::string("indexer_q: ") + name +
+                                   ": not a pointer the CUDA runtime knows (" + cudaGetErrorString(e) + ")");
+  }
+  if (at.type == cudaMemoryTypeUnregistered)
+    return Status::InvalidArgument(std::string("indexer_q: ") + name +
+                                   ": is pageable host memory, expected memory of cuda:" + std::to_string(dev));
+  if (at.type == cudaMemoryTypeDevice && at.device != dev)
+    return Status::InvalidArgument(std::string("indexer_q: ") + name + ": lives on cuda:" +
+                                   std::to_string(at.device) + ", expected cuda:" + std::to_string(dev) +
+                                   " (the device of the tensors)");
+  return Status::Ok();
+}
+
+template <typename K>
+cudaError_t launch(K kernel, std::uint64_t grid, unsigned block, cudaStream_t s, bool pdl, const KProblem& p) {
+  if (grid == 0) return cudaSuccess;
+  if (grid > 0x7fffffffu) return cudaErrorInvalidConfiguration;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(grid));
+  cfg.blockDim = dim3(block);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, p);
+}
+
+template <class KR, int DT, bool POS64>
+cudaError_t launch_shape(const KProblem& p, KVariant v, cudaStream_t s, bool pdl) {
+  const std::uint64_t n = std::uint64_t(p.N);
+  const unsigned block = unsigned(v.block);
+  switch (v.lanes) {
+    case 0: return launch(kside_scalar_kernel<KR>, (n + 127) / 128, 128, s, pdl, p);
+    case 4: return launch(kside_kernel<KR, 4, DT, POS64>, (n * 4 + block - 1) / block, block, s, pdl, p);
+    case 8: return launch(kside_kernel<KR, 8, DT, POS64>, (n * 8 + block - 1) / block, block, s, pdl, p);
+    case 16: return launch(kside_kernel<KR, 16, DT, POS64>, (n * 16 + block - 1) / block, block, s, pdl, p);
+    case 32: return launch(kside_kernel<KR, 32, DT, POS64>, (n * 32 + block - 1) / block, block, s, pdl, p);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+template <class KR>
+cudaError_t launch_dtypes(const KProblem& p, KVariant v, cudaStream_t s, bool pdl) {
+  const bool pos64 = p.pos_dtype == DType::kInt64;
+  switch (p.dtype) {
+    case DType::kBFloat16:
+      return pos64 ? launch_shape<KR, kBF16, true>(p, v, s, pdl) : launch_shape<KR, kBF16, false>(p, v, s, pdl);
+    case DType::kFloat16:
+      return pos64 ? launch_shape<KR, kF16, true>(p, v, s, pdl) : launch_shape<KR, kF16, false>(p, v, s, pdl);
+    case DType::kFloat32:
+      return pos64 ? launch_shape<KR, kF32, true>(p, v, s, pdl) : launch_shape<KR, kF32, false>(p, v, s, pdl);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+bool aligned(const void* p, std::uintptr_t n) { return (reinterpret_cast<std::uintptr_t>(p) % n) == 0; }
+
+}  // namespace
+
+KVariant kside_choose_variant(std::int64_t N) {
+  KVariant v;
+  v.lanes = N <= 512 ? 16 : 8;
+  v.block = 128;
+  return v;
+}
+
+Status kside_cuda_run_variant(const KProblem& p, void* stream, bool enable_pdl, KVariant v) {
+  if (p.N <= 0) return Status::Ok();
+  const int dev = p.device.index;
+  int ndev = 0;
+  cudaError_t e = cudaGetDeviceCount(&ndev);
+  if (e != cudaSuccess) return Status::Unavailable(cuda_err("cudaGetDeviceCount", e));
+  if (dev < 0 || dev >= ndev || dev >= kMaxDevices)
+    return Status::InvalidArgument("indexer_q: input: device cuda:" + std::to_string(dev) + " does not exist (" +
+                                   std::to_string(ndev) + " devices)");
+  const struct {
+    const char* name;
+    const void* ptr;
+  } ptrs[] = {{"input", p.input}, {"weight", p.weight}, {"freqs", p.freqs},
+              {"positions", p.positions}, {"slots", p.slots}, {"kvcache", p.cache}};
+  for (const auto& x : ptrs) {
+    Status s = check_ptr(x.name, x.ptr, dev);
+    if (!s.ok()) return s;
+  }
+  if (p.N > (std::int64_t(1) << 36))
+    return Status::InvalidArgument("indexer_q: input: too many tokens for the CUDA backend");
+
+  int prev = 0;
+  e = cudaGetDevice(&prev);
+  if (e != cudaSuccess) return Status::Internal(cuda_err("cudaGetDevice", e));
+  if (prev != dev) {
+    e = cudaSetDevice(dev);
+    if (e != cudaSuccess) return Status::Internal(cuda_err("cudaSetDevice", e));
+  }
+  const std::uintptr_t chunk = p.dtype == DType::kFloat32 ? 16 : 8;  // bytes of one 4-value load
+  const std::int64_t es = p.dtype == DType::kFloat32 ? 4 : 2;
+  const bool fast_ok = aligned(p.input, chunk) && (p.input_stride * es) % std::int64_t(chunk) == 0 &&
+                       aligned(p.weight, chunk) && aligned(p.freqs, 16) && aligned(p.cache, 4);
+  if (v.lanes < 0) v = kside_choose_variant(p.N);
+  if (!fast_ok) v.lanes = 0;
+  if (v.block <= 0) v.block = 128;
+  const bool pdl = enable_pdl && device_cc_major(dev) >= 9;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  e = with_krecipe(p.recipe, [&](auto kr) { return launch_dtypes<decltype(kr)>(p, v, s, pdl); });
+  const cudaError_t last = cudaGetLastError();
+  if (e == cudaSuccess) e = last;
+  if (prev != dev) cudaSetDevice(prev);
+  if (e != cudaSuccess) return Status::Internal(cuda_err("kernel launch failed", e));
+  return Status::Ok();
+}
+
+Status kside_cuda_run(const KProblem& p, void* stream, bool enable_pdl) {
+  return kside_cuda_run_variant(p, stream, enable_pdl, KVariant{});
+}
+
+}  // namespace detail
+}  // namespace indexer_q
