@@ -1,6 +1,8 @@
 // The public API, part 3: dispatch of a validated call to a backend.
 #include <string>
 
+#include "common/kside_problem.h"
+#include "common/kside_validate.h"
 #include "common/problem.h"
 #include "common/validate.h"
 #include "indexer_q/indexer_q.h"
@@ -35,6 +37,43 @@ Status run(const OpArgs& args, const Options& options) {
       if (!detail::cuda_available())
         return Status::Unavailable("indexer_q: options.backend: 'cuda' is compiled in but no CUDA device is usable");
       return detail::cuda_run(p, options.stream, options.enable_pdl);
+#else
+      return Status::Unavailable("indexer_q: options.backend: 'cuda' is not compiled into this build (INDEXER_Q_CUDA=OFF)");
+#endif
+    case Backend::kAuto: break;
+  }
+  return Status::Internal("indexer_q: unreachable backend");
+}
+
+// The key side: the same dispatch for a validated KStoreArgs (SPEC-kside.md).
+Status run(const KStoreArgs& args, const Options& options) {
+  detail::KProblem p;
+  Status s = detail::validate_kstore(args, options, &p);
+  if (!s.ok()) return s;
+  if (p.N == 0) return Status::Ok();
+
+  Backend backend = options.backend;
+  if (backend == Backend::kAuto)
+    backend = p.device.type == DeviceType::kCPU ? Backend::kCpu : Backend::kCuda;
+  switch (backend) {
+    case Backend::kReference: return detail::kside_reference_run(p);
+    case Backend::kCpu: {
+      CpuIsa isa = options.cpu_isa;
+      if (isa == CpuIsa::kAuto) {
+        s = active_cpu_isa(&isa);
+        if (!s.ok()) return s;
+      } else if (!cpu_isa_supported(isa)) {
+        return Status::Unavailable(std::string("indexer_q: options.cpu_isa: '") + cpu_isa_name(isa) +
+                                   "' is not supported by this build or processor");
+      }
+      const int threads = options.num_threads > 0 ? options.num_threads : cpu_num_threads();
+      return detail::kside_cpu_run(p, isa, threads);
+    }
+    case Backend::kCuda:
+#if defined(INDEXER_Q_WITH_CUDA)
+      if (!detail::cuda_available())
+        return Status::Unavailable("indexer_q: options.backend: 'cuda' is compiled in but no CUDA device is usable");
+      return detail::kside_cuda_run(p, options.stream, options.enable_pdl);
 #else
       return Status::Unavailable("indexer_q: options.backend: 'cuda' is not compiled into this build (INDEXER_Q_CUDA=OFF)");
 #endif

@@ -230,4 +230,57 @@ std::vector<RecipeId> all_recipes() {
   return v;
 }
 
+// ---------------------------------------------------------------------------------------
+// key-side recipes (the list: include/indexer_q/kside_recipes.inc)
+// ---------------------------------------------------------------------------------------
+namespace {
+struct KRecipeRow {
+  KRecipeId id;
+  const char* name;
+  OutFormat format;
+};
+constexpr KRecipeRow kKRecipes[] = {
+#define IQ_KRECIPE(Id, Name, Fmt) KRecipeRow{KRecipeId::Id, Name, OutFormat::Fmt},
+#include "indexer_q/kside_recipes.inc"
+#undef IQ_KRECIPE
+};
+constexpr int kNumKRecipes = int(sizeof kKRecipes / sizeof kKRecipes[0]);
+const KRecipeRow* krow(KRecipeId id) {
+  const int i = int(id);
+  return (i >= 0 && i < kNumKRecipes) ? &kKRecipes[i] : nullptr;
+}
+}  // namespace
+
+const char* krecipe_name(KRecipeId id) noexcept {
+  const KRecipeRow* r = krow(id);
+  return r ? r->name : "unknown";
+}
+
+bool parse_krecipe(const std::string& name, KRecipeId* out) noexcept {
+  for (const KRecipeRow& r : kKRecipes) {
+    if (name == r.name) {
+      *out = r.id;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<KRecipeId> all_krecipes() {
+  std::vector<KRecipeId> v;
+  for (const KRecipeRow& r : kKRecipes) v.push_back(r.id);
+  return v;
+}
+
+OutFormat krecipe_format(KRecipeId id) noexcept {
+  const KRecipeRow* r = krow(id);
+  return r ? r->format : OutFormat::kE4M3FN;
+}
+
+std::int64_t kside_token_bytes(KRecipeId id) noexcept {
+  const KRecipeRow* r = krow(id);
+  if (!r) return 0;
+  return r->format == OutFormat::kE2M1 ? 64 + 4 : 128 + 4;
+}
+
 }  // namespace indexer_q

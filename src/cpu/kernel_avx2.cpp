@@ -515,3 +515,6 @@ void encode_mxfp4_avx2(const float* y, float inv, std::uint8_t* out, std::int64_
 }  // namespace cpu
 }  // namespace detail
 }  // namespace indexer_q
+
+// The key side's kernel on this file's encoders (SPEC-kside.md, src/cpu/kside_body.h).
+#include "cpu/kside_avx2.inc"

@@ -1,0 +1,121 @@
+// The key side's one SIMD body (SPEC-kside.md section 2), included by each ISA translation unit
+// (src/cpu/kside_avx2.inc at the end of kernel_avx2.cpp, src/cpu/kside_avx512.inc at the end of
+// kernel_avx512.cpp) and compiled there with that TU's flags; everything has internal linkage
+// (see cpu_internal.h). It is instantiated per ISA policy P and per key recipe KR.
+//
+// A token's 128 values live in kN = 128 / P::kW registers in natural order (register k, lane l
+// = dim kW * k + l), so no step moves a value to another place:
+//   - sum of squares per group of 4 dims and the xor butterfly over the 32 group sums: P::ss
+//     (a 4 x 4 transpose inside 128-bit lanes, the fma chain, then the exact pairing of masks
+//     16, 8, 4, 2, 1 as adds of registers and of permuted lanes);
+//   - t = fma(ss, 2^-7, eps) and the MUFU.RSQ model (rsq_sm90, src/common/rsq_sm90.cpp);
+//   - RoPE on dims 64..127: the freqs row is interleaved like the dims, so
+//     out = fma(dup_even(x), f, (dup_odd(x) * swap_pairs(f)) with the even lanes negated);
+//   - Hadamard strides below kW inside a register: fma(v, +-1, partner lanes) = a + b or a - b
+//     exactly; the larger strides pair registers;
+//   - FP8 / FP4 quantization with the query side's encoders of the same TU (clamp_encode: clip,
+//     NaN -> +448, e4m3fn nearest even; the E2M1 encoder without bf16 rounding: ties toward zero,
+//     no -0, NaN -> 0x7).
+// Every value goes through the same IEEE operations, in the same order, as kside_row<KR>.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "common/kside_problem.h"
+#include "common/rsq_sm90.h"
+#include "cpu/kside_internal.h"
+
+namespace indexer_q {
+namespace detail {
+namespace cpu {
+namespace {
+
+constexpr float kKsideScaleFloor = 1e-4f;
+constexpr float kKsideFp8Max = 448.0f;
+constexpr float kKsideFp4Max = 6.0f;
+constexpr float kKsideHadamard = 0x1.6a09e6p-4f;  // bits 0x3db504f3
+
+template <class P, class KR, DType kDt>
+void kside_simd_tokens(const KProblem& p, std::int64_t t_begin, std::int64_t t_end) {
+  using V = typename P::V;
+  constexpr int kW = P::kW;
+  constexpr int kN = 128 / kW;
+  const typename P::Consts c;
+  alignas(64) float w[128];
+  for (int i = 0; i < 128; ++i) w[i] = load_scalar(p.weight, p.dtype, i);
+  const V hscale = P::set1(kKsideHadamard);
+  for (std::int64_t t = t_begin; t < t_end; ++t) {
+    const std::int64_t slot = p.slots[t];
+    if (slot < 0) continue;  // no destination
+    const std::int64_t pos = p.pos_dtype == DType::kInt32
+                                 ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[t])
+                                 : static_cast<const std::int64_t*>(p.positions)[t];
+    V R[kN];
+    P::template load<kDt>(p.input, t * p.input_stride, R);
+    // Steps 2-6: RMSNorm.
+    const float nf = rsq_sm90(std::fmaf(P::ss(R, c), 0x1p-7f, p.eps));
+    const V vnf = P::set1(nf);
+    for (int k = 0; k < kN; ++k) R[k] = P::mul(P::mul(R[k], vnf), P::load(w + kW * k));
+    // Step 7: RoPE on dims 64..127.
+    const float* f = p.freqs + pos * 64;
+    for (int k = 64 / kW; k < kN; ++k) R[k] = P::rope(R[k], P::load(f + kW * k - 64), c);
+    // Step 8: butterflies at strides 1, 2, 4, ... (inside registers, then across), * 1/sqrt(128).
+    P::inreg_stages(R, c);
+    for (int s = 1; s < kN; s <<= 1)
+      for (int k = 0; k < kN; ++k)
+        if ((k & s) == 0) {
+          const V a = R[k], b = R[k + s];
+          R[k] = P::add(a, b);
+          R[k + s] = P::sub(a, b);
+        }
+    for (int k = 0; k < kN; ++k) R[k] = P::mul(R[k], hscale);
+    // Section 3: the token's row of its page.
+    std::uint8_t* page = p.cache + (slot >> p.log2_page) * p.page_bytes;
+    const std::int64_t r = slot & (p.page_size - 1);
+    std::uint8_t* codes = page + KR::kCodeBytes * r;
+    std::uint8_t* scales = page + KR::kCodeBytes * p.page_size + 4 * r;
+    if (!KR::kFp4) {
+      V m = P::zero();
+      for (int k = 0; k < kN; ++k) m = P::absmax(m, R[k], c);
+      const float scale = std::fmaxf(kKsideScaleFloor, P::hmax(m)) / kKsideFp8Max;
+      const float inv = 1.0f / scale;
+      P::fp8_codes(R, inv, codes, c);
+      std::memcpy(scales, &scale, 4);
+    } else {
+      constexpr int kB = 32 / kW;  // registers per block of 32 dims
+      for (int b = 0; b < 4; ++b) {
+        V m = P::zero();
+        for (int k = kB * b; k < kB * b + kB; ++k) m = P::absmax(m, R[k], c);
+        const float sr = std::fmaxf(kKsideScaleFloor, P::hmax(m)) / kKsideFp4Max;
+        std::uint32_t sb;
+        std::memcpy(&sb, &sr, 4);
+        const std::uint32_t e = ((sb >> 23) & 0xffu) + ((sb & 0x7fffffu) != 0u ? 1u : 0u);
+        const std::uint32_t ib = (254u - e) << 23;  // 2^(127 - e); e = 255 gives -inf
+        float inv;
+        std::memcpy(&inv, &ib, 4);
+        P::fp4_block_codes(R + kB * b, inv, codes + 16 * b, c);
+        scales[b] = std::uint8_t(e);
+      }
+    }
+  }
+}
+
+// The kernel entry of policy P: recipe and dtype dispatch.
+template <class P>
+void kside_simd_kernel(const KProblem& p, std::int64_t t_begin, std::int64_t t_end) {
+  with_krecipe(p.recipe, [&](auto rec) {
+    using KR = decltype(rec);
+    switch (p.dtype) {
+      case DType::kBFloat16: kside_simd_tokens<P, KR, DType::kBFloat16>(p, t_begin, t_end); break;
+      case DType::kFloat16: kside_simd_tokens<P, KR, DType::kFloat16>(p, t_begin, t_end); break;
+      default: kside_simd_tokens<P, KR, DType::kFloat32>(p, t_begin, t_end); break;
+    }
+  });
+}
+
+}  // namespace
+}  // namespace cpu
+}  // namespace detail
+}  // namespace indexer_q

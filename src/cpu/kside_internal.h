@@ -1,0 +1,29 @@
+// The key side of the CPU backend (SPEC-kside.md): one kernel per ISA variant of
+// src/cpu/isa_list.inc, each the generic body of src/cpu/kside_body.h instantiated per key
+// recipe (kside_kernel_scalar: src/common/kside_row.h as is).
+#pragma once
+
+#include <cstdint>
+
+#include "common/kside_problem.h"
+#include "indexer_q/indexer_q.h"
+
+namespace indexer_q {
+namespace detail {
+namespace cpu {
+
+// Stores tokens [t_begin, t_end) of p (tokens with a negative slot are skipped). Same bytes as
+// kside_reference_run.
+using KsideKernelFn = void (*)(const KProblem& p, std::int64_t t_begin, std::int64_t t_end);
+
+#define IQ_CPU_VARIANT(Enum, suffix, check) \
+  void kside_kernel_##suffix(const KProblem& p, std::int64_t t_begin, std::int64_t t_end);
+#include "cpu/isa_list.inc"
+#undef IQ_CPU_VARIANT
+
+// The key-side kernel of a compiled-in variant (nullptr if `isa` is not compiled in).
+KsideKernelFn kside_kernel_for(CpuIsa isa);
+
+}  // namespace cpu
+}  // namespace detail
+}  // namespace indexer_q
