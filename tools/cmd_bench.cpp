@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "common/problem.h"
+#include "kside_cli.h"
 #include "workload.h"
 
 namespace indexer_q {
@@ -69,6 +70,7 @@ const char* kBenchDescription =
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
+  if (argv_names_kside_recipe(argc, argv)) return cmd_bench_kside(argc, argv);  // the key side
   Args a("bench", bench_options(), argc, argv);
   if (a.help()) {
     std::fputs(a.help_text("indexer-q bench [options]", kBenchDescription, recipes_help()).c_str(), stdout);

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "common/problem.h"
 #include "common/row.h"
+#include "kside_cli.h"
 #include "workload.h"
 
 namespace indexer_q {
@@ -214,6 +215,7 @@ std::string toggled_recipe_name(RecipeId id) {
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
+  if (argv_names_kside_recipe(argc, argv)) return cmd_run_kside(argc, argv);  // the key side
   Args a("run", run_options(), argc, argv);
   if (a.help()) {
     std::fputs(a.help_text("indexer-q run [options]", kRunDescription, recipes_help()).c_str(), stdout);

@@ -10,6 +10,8 @@
 
 #include "cli.h"
 #include "io/safetensors.h"
+#include "io/kside_case.h"
+#include "kside_cli.h"
 #include "workload.h"
 
 namespace indexer_q {
@@ -202,6 +204,15 @@ int cmd_verify(int argc, char** argv) {
     if (!io::read_safetensors(path, &st, &err)) {
       std::printf("%s\n  UNREADABLE: %s\n", path.c_str(), err.c_str());
       ++bad_files;
+      continue;
+    }
+    if (io::is_kside_file(st)) {  // a key-side file (SPEC-kside.md): the whole cache is compared
+      if (!kside_verify_file(path, st, targets, &exact_runs, &differ_runs, &failed_runs)) ++bad_files;
+      continue;
+    }
+    if (io::is_rsq_table_file(st)) {  // the MUFU.RSQ table the key side's host model is built from
+      std::printf("%s\n  (the MUFU.RSQ table of the key side's host model: not an op case; every entry is checked\n"
+                  "   by the tests, KsideRsq.EveryTableEntryMatchesTheGoldenTable)\n", path.c_str());
       continue;
     }
     const auto var = st.metadata.find("variant");

@@ -55,5 +55,16 @@ float rsq_sm90(float x) noexcept {
   return float_of(std::uint32_t(std::int64_t(t) - std::int64_t(k - s12) * (std::int64_t(1) << 23)));
 }
 
+void rsq_sm90_n(const float* x, float* out, int n) noexcept {
+  for (int j = 0; j < n; ++j) {
+    std::uint32_t b = bits_of(x[j]);
+    if (b - 1u >= 0x7f7fffffu) continue;  // not a positive finite nonzero float: no lookup
+    if (b < 0x00800000u) b = bits_of(float_of(b) * 0x1p24f);
+    const std::uint32_t i = (((b >> 23) & 1u) ^ 1u) << 23 | (b & 0x7fffffu);  // p = (e - 127) & 1
+    __builtin_prefetch(indexer_q_rsq_sm90_delta2 + (i >> 2));
+  }
+  for (int j = 0; j < n; ++j) out[j] = rsq_sm90(x[j]);
+}
+
 }  // namespace detail
 }  // namespace indexer_q

@@ -18,6 +18,11 @@ std::uint32_t rsq_sm90_table(std::uint32_t i) noexcept;
 // subnormals scaled by 2^24 first.
 float rsq_sm90(float x) noexcept;
 
+// rsq_sm90 of n values (out may alias x). The table is 4 MiB and looked up at random places, so
+// every lookup is likely a cache miss: this first prefetches the n entries' cache lines, then
+// computes, so the misses overlap. Same bits as n calls of rsq_sm90.
+void rsq_sm90_n(const float* x, float* out, int n) noexcept;
+
 // The host's reciprocal-square-root model for kside_row<KR>(..., RsqSm90{}).
 struct RsqSm90 {
   float operator()(float x) const noexcept { return rsq_sm90(x); }

@@ -96,6 +96,11 @@ bool is_kside_file(const StFile& file) {
   return it != file.metadata.end() && parse_krecipe(it->second, &r);
 }
 
+bool is_rsq_table_file(const StFile& file) {
+  auto it = file.metadata.find("variant");
+  return it != file.metadata.end() && it->second == "mufu_rsq_table";
+}
+
 bool load_kside_case(const StFile& f, KsideCase* out, std::string* error) {
   KsideCase k;
   auto v = f.metadata.find("variant");

@@ -39,6 +39,8 @@ struct KsideCase {
 
 // True if the file's metadata "variant" names a key-side recipe (v4_k_fp8, v4_k_fp4).
 bool is_kside_file(const StFile& file);
+// True for the MUFU.RSQ table file (metadata "variant" = "mufu_rsq_table", SPEC-kside.md section 5).
+bool is_rsq_table_file(const StFile& file);
 // Parses a key-side golden file; false + *error (naming the tensor or metadata key) when it is
 // not one or is inconsistent (a plan row whose ragged_id is past out_loc included).
 bool load_kside_case(const StFile& file, KsideCase* out, std::string* error);

@@ -1,0 +1,499 @@
+// The key side in the indexer-q commands (SPEC-kside.md): verify of key-side golden files and
+// 'run' / 'bench' with a key-side recipe. The op is called through the public API only
+// (run(KStoreArgs)); buffers live in the target's runtime (host or CUDA device memory).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/kside_problem.h"
+#include "io/kside_case.h"
+#include "kside_cli.h"
+#include "workload.h"
+
+namespace indexer_q {
+namespace cli {
+
+bool argv_names_kside_recipe(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) {  // argv: the command's arguments (after "indexer-q CMD")
+    std::string v;
+    const std::string s = argv[i];
+    if (s == "--recipe" && i + 1 < argc) v = argv[i + 1];
+    else if (s.rfind("--recipe=", 0) == 0) v = s.substr(9);
+    else continue;
+    for (KRecipeId r : all_krecipes())
+      if (v.find(krecipe_name(r)) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string krecipe_names() {
+  std::string s;
+  for (KRecipeId r : all_krecipes()) s += (s.empty() ? "" : "|") + std::string(krecipe_name(r));
+  return s;
+}
+
+std::string kside_recipes_help() {
+  return "key-side recipes (SPEC-kside.md; 'run' and 'bench' take them with --recipe, 'verify' reads their\n"
+         "golden files): RMSNorm (MUFU.RSQ model), RoPE on dims 64..127, Hadamard, stored in a paged cache:\n"
+         "  v4_k_fp8              e4m3fn codes + fp32 scale per token (132 bytes)\n"
+         "  v4_k_fp4              e2m1 code pairs + 4 UE8M0 block scales per token (68 bytes)\n";
+}
+
+namespace {
+
+// A key-side call's tensors in a runtime's memory, uploaded from a host case.
+class KDeviceCase {
+ public:
+  KDeviceCase(DeviceRuntime& rt, const io::KsideCase& k, DType pos_dtype, const float* shared_freqs = nullptr)
+      : rt_(rt), k_(k), pos_dtype_(pos_dtype) {
+    input_ = up(k.input.data(), k.input.size());
+    weight_ = up(k.weight.data(), k.weight.size());
+    if (shared_freqs) {
+      freqs_ = const_cast<float*>(shared_freqs);
+    } else {
+      freqs_ = static_cast<float*>(up(k.freqs.data(), k.freqs.size() * 4));
+      own_freqs_ = true;
+    }
+    if (pos_dtype == DType::kInt32) {
+      std::vector<std::int32_t> p32(k.positions.begin(), k.positions.end());
+      positions_ = up(p32.data(), p32.size() * 4);
+    } else {
+      positions_ = up(k.positions.data(), k.positions.size() * 8);
+    }
+    slots_ = up(k.slots.data(), k.slots.size() * 8);
+    cache_bytes_ = std::size_t(k.num_pages * k.page_bytes);
+    cache_ = static_cast<std::uint8_t*>(rt.alloc(std::max<std::size_t>(cache_bytes_, 1)));
+  }
+  ~KDeviceCase() {
+    for (void* p : {input_, weight_, positions_, slots_, static_cast<void*>(cache_)}) rt_.release(p);
+    if (own_freqs_) rt_.release(freqs_);
+  }
+  KDeviceCase(const KDeviceCase&) = delete;
+  KDeviceCase& operator=(const KDeviceCase&) = delete;
+
+  const float* freqs() const { return freqs_; }
+  void fill(std::uint8_t v) { rt_.fill(cache_, v, cache_bytes_); }
+  Status run(const Options& o) {
+    const Device dev = rt_.device();
+    KStoreArgs a;
+    a.recipe = k_.recipe;
+    a.input = TensorView::contiguous(input_, k_.dtype, {k_.N, 128}, dev);
+    a.weight = TensorView::contiguous(weight_, k_.dtype, {128}, dev);
+    a.eps = k_.eps;
+    a.freqs = TensorView::contiguous(freqs_, DType::kFloat32, {k_.max_pos, 64}, dev);
+    a.positions = TensorView::contiguous(positions_, pos_dtype_, {k_.N}, dev);
+    a.slots = TensorView::contiguous(slots_, DType::kInt64, {k_.N}, dev);
+    a.kvcache = TensorView::contiguous(cache_, DType::kUInt8, {k_.num_pages, k_.page_bytes}, dev);
+    a.page_size = k_.page_size;
+    return indexer_q::run(a, o);
+  }
+  std::vector<std::uint8_t> download() {
+    std::vector<std::uint8_t> out(cache_bytes_);
+    rt_.synchronize();
+    rt_.to_host(out.data(), cache_, cache_bytes_);
+    return out;
+  }
+
+ private:
+  void* up(const void* src, std::size_t bytes) {
+    void* p = rt_.alloc(std::max<std::size_t>(bytes, 1));
+    if (bytes) rt_.to_device(p, src, bytes);
+    return p;
+  }
+  DeviceRuntime& rt_;
+  const io::KsideCase& k_;
+  DType pos_dtype_;
+  void *input_ = nullptr, *weight_ = nullptr, *positions_ = nullptr, *slots_ = nullptr;
+  float* freqs_ = nullptr;
+  bool own_freqs_ = false;
+  std::uint8_t* cache_ = nullptr;
+  std::size_t cache_bytes_ = 0;
+};
+
+// The expected cache with fill `fill` outside the written rows, from one with fill `from`.
+std::vector<std::uint8_t> refill(const io::KsideCase& k, const std::vector<std::uint8_t>& want, std::uint8_t from,
+                                 std::uint8_t fill) {
+  if (from == fill) return want;
+  std::vector<bool> written(want.size(), false);
+  const std::int64_t cb = kside_token_bytes(k.recipe) - 4;
+  for (std::int64_t s : k.slots) {
+    if (s < 0 || s >= k.num_pages * k.page_size) continue;
+    const std::int64_t page = s / k.page_size, r = s % k.page_size;
+    for (std::int64_t i = 0; i < cb; ++i) written[std::size_t(page * k.page_bytes + cb * r + i)] = true;
+    for (std::int64_t i = 0; i < 4; ++i) written[std::size_t(page * k.page_bytes + cb * k.page_size + 4 * r + i)] = true;
+  }
+  std::vector<std::uint8_t> out = want;
+  for (std::size_t i = 0; i < out.size(); ++i)
+    if (!written[i]) out[i] = fill;
+  return out;
+}
+
+struct CacheDiff {
+  std::int64_t bytes = 0;
+  std::vector<std::int64_t> first;
+};
+CacheDiff compare_cache(const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want) {
+  CacheDiff d;
+  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i)
+    if (got[i] != want[i]) {
+      if (d.first.size() < 5) d.first.push_back(std::int64_t(i));
+      ++d.bytes;
+    }
+  return d;
+}
+
+std::string describe_byte(const io::KsideCase& k, std::int64_t i) {
+  const std::int64_t page = i / k.page_bytes, off = i % k.page_bytes;
+  const std::int64_t cb = kside_token_bytes(k.recipe) - 4;
+  if (off < cb * k.page_size) return fmt("page %lld row %lld code byte %lld", (long long)page, (long long)(off / cb),
+                                         (long long)(off % cb));
+  const std::int64_t so = off - cb * k.page_size;
+  return fmt("page %lld row %lld scale byte %lld", (long long)page, (long long)(so / 4), (long long)(so % 4));
+}
+
+}  // namespace
+
+bool kside_verify_file(const std::string& path, const io::StFile& st, const std::vector<Target>& targets,
+                       int* exact_runs, int* differ_runs, int* failed_runs) {
+  io::KsideCase k;
+  std::string err;
+  if (!io::load_kside_case(st, &k, &err)) {
+    std::printf("%s\n  UNREADABLE: inconsistent key-side case: %s\n", path.c_str(), err.c_str());
+    return false;
+  }
+  const std::int64_t skipped = std::count_if(k.slots.begin(), k.slots.end(), [](std::int64_t s) { return s < 0; });
+  std::printf("%s  (variant %s; N=%lld (%lld skipped), %s, page_size %lld, %lld page(s) of %lld bytes, plan %s, "
+              "ratio %lld)\n",
+              path.c_str(), krecipe_name(k.recipe), (long long)k.N, (long long)skipped, dtype_name(k.dtype),
+              (long long)k.page_size, (long long)k.num_pages, (long long)k.page_bytes, k.mode.c_str(),
+              (long long)k.compress_ratio);
+  for (const Target& t : targets) {
+    const std::string line = fmt("  %-20s %-12s", krecipe_name(k.recipe), t.label.c_str());
+    try {
+      KDeviceCase dc(*t.rt, k, DType::kInt64);
+      CacheDiff worst;
+      Status s;
+      for (std::uint8_t fill : {k.cache_fill, std::uint8_t(k.cache_fill ^ 0xff)}) {
+        dc.fill(fill);
+        s = dc.run(t.options());
+        if (!s.ok()) break;
+        const CacheDiff d = compare_cache(dc.download(), refill(k, k.kvcache, k.cache_fill, fill));
+        if (d.bytes > worst.bytes || worst.first.empty()) worst = d;
+      }
+      if (!s.ok()) {
+        std::printf("%s%s: %s\n", line.c_str(), s.code() == StatusCode::kUnavailable ? "UNAVAILABLE" : "FAILED",
+                    s.message().c_str());
+        ++*failed_runs;
+        continue;
+      }
+      std::printf("%skvcache bytes differ: %lld of %lld   %s\n", line.c_str(), (long long)worst.bytes,
+                  (long long)k.kvcache.size(), worst.bytes == 0 ? "exact" : "DIFFER");
+      if (worst.bytes) {
+        std::string s2 = "    first diffs:";
+        for (std::int64_t i : worst.first) s2 += " [" + describe_byte(k, i) + "]";
+        std::printf("%s\n", s2.c_str());
+        ++*differ_runs;
+      } else {
+        ++*exact_runs;
+      }
+    } catch (const std::exception& e) {
+      std::printf("%sFAILED: %s\n", line.c_str(), e.what());
+      ++*failed_runs;
+    }
+  }
+  return true;
+}
+
+namespace {
+
+// A synthetic key-side call: N tokens of N(0,1) rows times a per-token power of two in [2^-4, 2^4],
+// RMSNorm weight 1 + 0.25 N(0,1), eps 1e-6, a real RoPE table (interleaved, max_pos 4096), random
+// positions, slots a random permutation of the cache (N rows, rounded up to whole pages).
+io::KsideCase make_kside_workload(KRecipeId recipe, std::int64_t N, DType dtype, std::int64_t page_size,
+                                  std::uint64_t seed, bool make_freqs = true) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  io::KsideCase k;
+  k.recipe = recipe;
+  k.mode = "synthetic";
+  k.N = N;
+  k.dtype = dtype;
+  k.page_size = page_size;
+  k.page_bytes = kside_token_bytes(recipe) * page_size;
+  k.num_pages = (N + page_size - 1) / page_size;
+  k.max_pos = 4096;
+  const std::size_t es = dtype_size(dtype);
+  auto put = [&](std::vector<std::uint8_t>& buf, std::size_t i, float v) {
+    if (dtype == DType::kFloat32) std::memcpy(buf.data() + 4 * i, &v, 4);
+    else {
+      const std::uint16_t h = dtype == DType::kBFloat16 ? f32_to_bf16(v) : f32_to_f16(v);
+      std::memcpy(buf.data() + 2 * i, &h, 2);
+    }
+  };
+  k.input.assign(std::size_t(N) * 128 * es, 0);
+  for (std::int64_t t = 0; t < N; ++t) {
+    const double mag = std::ldexp(1.0, int(rng() % 9) - 4);
+    for (int i = 0; i < 128; ++i) put(k.input, std::size_t(t * 128 + i), float(nd(rng) * mag));
+  }
+  k.weight.assign(128 * es, 0);
+  for (int i = 0; i < 128; ++i) put(k.weight, std::size_t(i), float(1.0 + 0.25 * nd(rng)));
+  if (make_freqs) {
+    k.freqs.resize(std::size_t(k.max_pos) * 64);
+    for (std::int64_t p = 0; p < k.max_pos; ++p)
+      for (int j = 0; j < 32; ++j) {
+        const double th = std::pow(10000.0, -2.0 * j / 64.0);
+        k.freqs[std::size_t(p * 64 + 2 * j)] = float(std::cos(double(p) * th));
+        k.freqs[std::size_t(p * 64 + 2 * j + 1)] = float(std::sin(double(p) * th));
+      }
+  }
+  k.positions.resize(std::size_t(N));
+  for (auto& p : k.positions) p = std::int64_t(rng() % std::uint64_t(k.max_pos));
+  std::vector<std::int64_t> perm(std::size_t(k.num_pages * page_size));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  k.slots.assign(perm.begin(), perm.begin() + N);
+  return k;
+}
+
+// The reference's cache for a host case (fill `fill`).
+std::vector<std::uint8_t> reference_cache(const io::KsideCase& k, DType pos_dtype, std::uint8_t fill, Status* st) {
+  auto rt = make_cpu_runtime();
+  KDeviceCase dc(*rt, k, pos_dtype);
+  dc.fill(fill);
+  Options o;
+  o.backend = Backend::kReference;
+  *st = dc.run(o);
+  return dc.download();
+}
+
+KRecipeId krecipe_or_throw(const std::string& name) {
+  KRecipeId r;
+  if (!parse_krecipe(name, &r))
+    throw UsageError("option --recipe: unknown key-side recipe '" + name + "' (key-side recipes: " + krecipe_names() +
+                     "; query-side and key-side recipes are not mixed in one call)");
+  return r;
+}
+
+std::vector<OptionSpec> kside_common_options(bool bench) {
+  std::vector<OptionSpec> v = {
+      {"recipe", bench ? "LIST" : "NAME", bench ? "key-side recipes: NAME[,NAME...] (" + krecipe_names() + ")"
+                                                : "the key-side recipe (" + krecipe_names() + ")"},
+      {"backend", "B", backend_names() + " (default auto: cuda when a device is usable and\nneither --isa nor --threads is given, else cpu)"},
+      {"isa", "I", "cpu backend instruction set: " + isa_names() + " (default auto)"},
+      {"threads", "N", "cpu backend threads, >= 1 (default: the library default)"},
+      {"tokens", bench ? "LIST" : "T", bench ? "comma-separated token counts (default 1,8,64,256,1024,4096,16384,65536)"
+                                             : "tokens, >= 1 (default 4096)"},
+      {"page-size", "P", "tokens per cache page, a power of two (default 64)"},
+      {"dtype", "D", "input / weight dtype: bf16|fp16|fp32 (default fp32, as SGLang)"},
+      {"pos-dtype", "D", "positions dtype: int32|int64 (default int64)"},
+      {"seed", "S", "workload seed, >= 0 (default 1)"},
+      {"warmup", "N", "untimed calls before timing, >= 0 (default 5)"},
+      {"iters", "N", "timed samples; the median is reported, >= 1 (default 20)"},
+  };
+  if (bench) {
+    v.push_back({"rotate-mb", "M", "cpu only: rotate among buffer sets spanning at least M MiB (default 16; 0 = one set)"});
+    v.push_back({"format", "F", "table|csv (default table)"});
+    v.push_back({"no-check", nullptr, "skip the byte comparison against the scalar reference"});
+  }
+  return v;
+}
+
+const char* kKsideWorkload =
+    "Workload (deterministic from --seed): N tokens of 128 values ~ N(0,1) times a per-token power\n"
+    "of two in [2^-4, 2^4], RMSNorm weight 1 + 0.25 N(0,1), eps 1e-6, a real RoPE table (theta_j =\n"
+    "10000^(-2j/64), interleaved, max_pos 4096), random positions, and slots a random permutation of\n"
+    "a cache of ceil(N / page_size) pages. Bytes moved per call: per token its input row, position,\n"
+    "slot (8 bytes), freqs row (256 bytes) read and its token bytes (132 / 68) written; the weight\n"
+    "once.";
+
+}  // namespace
+
+int cmd_run_kside(int argc, char** argv) {
+  Args a("run", kside_common_options(false), argc, argv);
+  if (a.help()) {
+    std::fputs(a.help_text("indexer-q run --recipe v4_k_fp8|v4_k_fp4 [options]",
+                           std::string("Stores one synthetic key-side call into a paged cache on the backend, checks every\n"
+                                       "byte of the cache against the scalar reference and reports the time.\n") +
+                               kKsideWorkload + "\nExit status: 0 if the cache is bit-exact, 1 if not (or on an error), 2 for a bad command line.",
+                           kside_recipes_help())
+                   .c_str(),
+               stdout);
+    return 0;
+  }
+  if (!a.positional().empty()) throw UsageError("unexpected argument '" + a.positional()[0] + "'");
+  const KRecipeId recipe = krecipe_or_throw(a.str("recipe", "v4_k_fp8"));
+  const std::int64_t N = a.integer("tokens", 4096, 1, std::int64_t(1) << 24);
+  const std::int64_t ps = a.integer("page-size", 64, 1, std::int64_t(1) << 20);
+  if (ps & (ps - 1)) throw UsageError("option --page-size: expected a power of two, got " + std::to_string(ps));
+  const DType dtype = parse_dtype_option(a, "dtype", "fp32");
+  const DType pos_dtype = parse_pos_dtype_option(a, "pos-dtype", "int64");
+  const std::uint64_t seed = std::uint64_t(a.integer("seed", 1, 0, INT64_MAX - 2048));
+  const int warmup = int(a.integer("warmup", 5, 0, 1000000));
+  const int iters = int(a.integer("iters", 20, 1, 1000000));
+  Runtimes rts;
+  const Target t = select_target(a, &rts);
+  const io::KsideCase k = make_kside_workload(recipe, N, dtype, ps, seed);
+  KDeviceCase dc(*t.rt, k, pos_dtype);
+  dc.fill(0xA5);
+  Status s = dc.run(t.options());
+  if (!s.ok()) {
+    std::fprintf(stderr, "indexer-q run: %s\n", s.message().c_str());
+    return 1;
+  }
+  const std::vector<std::uint8_t> got = dc.download();
+  const std::vector<std::uint8_t> want = reference_cache(k, pos_dtype, 0xA5, &s);
+  if (!s.ok()) {
+    std::fprintf(stderr, "indexer-q run: reference: %s\n", s.message().c_str());
+    return 1;
+  }
+  const CacheDiff d = compare_cache(got, want);
+  const double us = t.rt->time_median_us([&] { (void)dc.run(t.options()); }, warmup, iters);
+  const std::int64_t bytes = detail::kside_bytes_moved(N, dtype, pos_dtype, recipe);
+  std::printf("indexer-q run: %s on %s (%s)\n", krecipe_name(recipe), t.label.c_str(), t.rt->name().c_str());
+  std::printf("  tokens %lld, %s input, %s positions, page_size %lld, %lld page(s) of %lld bytes\n", (long long)N,
+              dtype_name(dtype), dtype_name(pos_dtype), (long long)ps, (long long)k.num_pages, (long long)k.page_bytes);
+  std::printf("  time %.2f us (median of %d), %.1f ns/token, %.2f GB/s (%s moved)\n", us, iters, 1e3 * us / double(N),
+              double(bytes) / (us * 1e3), human_bytes(double(bytes)).c_str());
+  std::printf("  cache vs reference: %lld of %lld bytes differ -> %s\n", (long long)d.bytes, (long long)got.size(),
+              d.bytes == 0 ? "exact" : "DIFFER");
+  if (d.bytes) {
+    std::string s2 = "    first diffs:";
+    for (std::int64_t i : d.first) s2 += " [" + describe_byte(k, i) + "]";
+    std::printf("%s\n", s2.c_str());
+  }
+  return d.bytes == 0 ? 0 : 1;
+}
+
+int cmd_bench_kside(int argc, char** argv) {
+  Args a("bench", kside_common_options(true), argc, argv);
+  if (a.help()) {
+    std::fputs(a.help_text("indexer-q bench --recipe v4_k_fp8[,v4_k_fp4] [options]",
+                           std::string("Times key-side stores for every (recipe, tokens) pair on one backend, beside a plain\n"
+                                       "copy of the same traffic on the same device (as the query side's bench; heads = 1).\n") +
+                               kKsideWorkload +
+                               "\ncsv: backend,isa,tokens,heads,dtype,threads,pdl,sets,us_median,gbps,copy_us,copy_gbps,"
+                               "ratio_to_copy,exact,recipe\n(and ns_token in the table).",
+                           kside_recipes_help())
+                   .c_str(),
+               stdout);
+    return 0;
+  }
+  if (!a.positional().empty()) throw UsageError("unexpected argument '" + a.positional()[0] + "'");
+  std::vector<KRecipeId> recipes;
+  {
+    const std::string s = a.str("recipe", "v4_k_fp8");
+    std::size_t at = 0;
+    while (at <= s.size()) {
+      const std::size_t c = std::min(s.find(',', at), s.size());
+      recipes.push_back(krecipe_or_throw(s.substr(at, c - at)));
+      at = c + 1;
+    }
+  }
+  const std::vector<std::int64_t> tokens =
+      a.int_list("tokens", {1, 8, 64, 256, 1024, 4096, 16384, 65536}, 1, std::int64_t(1) << 24);
+  const std::int64_t ps = a.integer("page-size", 64, 1, std::int64_t(1) << 20);
+  if (ps & (ps - 1)) throw UsageError("option --page-size: expected a power of two, got " + std::to_string(ps));
+  const DType dtype = parse_dtype_option(a, "dtype", "fp32");
+  const DType pos_dtype = parse_pos_dtype_option(a, "pos-dtype", "int64");
+  const std::uint64_t seed = std::uint64_t(a.integer("seed", 1, 0, INT64_MAX - 2048));
+  const int warmup = int(a.integer("warmup", 5, 0, 1000000));
+  const int iters = int(a.integer("iters", 20, 1, 1000000));
+  const std::int64_t rotate_mb = a.integer("rotate-mb", 16, 0, 65536);
+  const bool csv = a.choice("format", "table", {"table", "csv"}) == "csv";
+  const bool check = !a.flag("no-check");
+  Runtimes rts;
+  const Target t = select_target(a, &rts);
+  DeviceRuntime& rt = *t.rt;
+  const bool gpu = t.backend == Backend::kCuda;
+  const std::string isa_col =
+      t.backend == Backend::kCpu ? cpu_isa_name(t.isa) : gpu ? "-" : cpu_isa_name(CpuIsa::kScalar);
+  const std::string threads_col = gpu ? "-" : std::to_string(t.threads);
+  const Options opts = t.options();
+  const char* pdl_col = gpu ? (opts.enable_pdl ? "on" : "off") : "-";
+  if (csv) {
+    std::printf("backend,isa,tokens,heads,dtype,threads,pdl,sets,us_median,gbps,copy_us,copy_gbps,ratio_to_copy,"
+                "exact,recipe\n");
+  } else {
+    std::printf("indexer-q bench: %s on %s, %s, %s positions, page_size %lld, warmup %d, iters %d\n", t.label.c_str(),
+                rt.name().c_str(), dtype_name(dtype), dtype_name(pos_dtype), (long long)ps, warmup, iters);
+    std::printf("%-10s %-10s %-7s %8s %7s %5s %11s %9s %9s %10s %9s %6s\n", "recipe", "backend", "isa", "tokens",
+                "threads", "sets", "us_median", "ns/token", "GB/s", "copy_GB/s", "vs_copy", "exact");
+  }
+  std::fflush(stdout);
+  bool all_ok = true;
+  for (KRecipeId recipe : recipes) {
+    for (std::int64_t N : tokens) {
+      auto fail = [&](const std::string& why) {
+        std::fprintf(stderr, "indexer-q bench: %s, tokens %lld: %s\n", krecipe_name(recipe), (long long)N, why.c_str());
+        all_ok = false;
+      };
+      const std::int64_t ws = detail::kside_bytes_moved(N, dtype, pos_dtype, recipe);
+      std::int64_t nsets = 1;
+      if (!gpu && rotate_mb > 0)
+        nsets = std::min<std::int64_t>(1024, std::max<std::int64_t>(1, ((rotate_mb << 20) + ws - 1) / ws));
+      std::vector<io::KsideCase> hosts;
+      hosts.reserve(std::size_t(nsets));
+      hosts.push_back(make_kside_workload(recipe, N, dtype, ps, seed));
+      for (std::int64_t i = 1; i < nsets; ++i) {
+        hosts.push_back(make_kside_workload(recipe, N, dtype, ps, seed + std::uint64_t(i), false));
+        hosts.back().freqs.clear();
+      }
+      std::vector<std::unique_ptr<KDeviceCase>> sets;
+      sets.emplace_back(new KDeviceCase(rt, hosts[0], pos_dtype));
+      for (std::int64_t i = 1; i < nsets; ++i)
+        sets.emplace_back(new KDeviceCase(rt, hosts[std::size_t(i)], pos_dtype, sets[0]->freqs()));
+      std::string exact = "-";
+      sets[0]->fill(0xA5);
+      Status s = sets[0]->run(opts);
+      if (!s.ok()) {
+        fail(s.message());
+        continue;
+      }
+      if (check) {
+        const std::vector<std::uint8_t> got = sets[0]->download();
+        const std::vector<std::uint8_t> want = reference_cache(hosts[0], pos_dtype, 0xA5, &s);
+        const CacheDiff d = compare_cache(got, want);
+        exact = s.ok() && d.bytes == 0 ? "yes" : "NO";
+        if (exact != "yes") fail(fmt("cache differs from the reference: %lld bytes", (long long)d.bytes));
+      }
+      std::size_t k = 0;
+      Status timed;
+      const double us = rt.time_median_us(
+          [&] {
+            const Status st = sets[k]->run(opts);
+            if (!st.ok()) timed = st;
+            k = (k + 1) % sets.size();
+          },
+          warmup, iters);
+      rt.synchronize();
+      if (!timed.ok()) {
+        fail(timed.message());
+        continue;
+      }
+      const std::size_t copy_bytes = std::size_t(ws / 2);
+      const double copy_us = rt.copy_median_us(copy_bytes, warmup, iters);
+      const double gbps = double(ws) / (us * 1e3);
+      const double copy_gbps = 2.0 * double(copy_bytes) / (copy_us * 1e3);
+      if (csv) {
+        std::printf("%s,%s,%lld,1,%s,%s,%s,%lld,%.3f,%.3f,%.3f,%.3f,%.4f,%s,%s\n", backend_name(t.backend),
+                    isa_col.c_str(), (long long)N, dtype_name(dtype), threads_col.c_str(), pdl_col, (long long)nsets,
+                    us, gbps, copy_us, copy_gbps, gbps / copy_gbps, exact.c_str(), krecipe_name(recipe));
+      } else {
+        std::printf("%-10s %-10s %-7s %8lld %7s %5lld %11.2f %9.2f %9.2f %10.2f %9.3f %6s\n", krecipe_name(recipe),
+                    backend_name(t.backend), isa_col.c_str(), (long long)N, threads_col.c_str(), (long long)nsets, us,
+                    1e3 * us / double(N), gbps, copy_gbps, gbps / copy_gbps, exact.c_str());
+      }
+      std::fflush(stdout);
+    }
+  }
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace cli
+}  // namespace indexer_q
