@@ -46,57 +46,96 @@ void kside_simd_tokens(const KProblem& p, std::int64_t t_begin, std::int64_t t_e
   alignas(64) float w[128];
   for (int i = 0; i < 128; ++i) w[i] = load_scalar(p.weight, p.dtype, i);
   const V hscale = P::set1(kKsideHadamard);
-  for (std::int64_t t = t_begin; t < t_end; ++t) {
-    const std::int64_t slot = p.slots[t];
-    if (slot < 0) continue;  // no destination
-    const std::int64_t pos = p.pos_dtype == DType::kInt32
-                                 ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[t])
-                                 : static_cast<const std::int64_t*>(p.positions)[t];
-    V R[kN];
-    P::template load<kDt>(p.input, t * p.input_stride, R);
-    // Steps 2-6: RMSNorm.
-    const float nf = rsq_sm90(std::fmaf(P::ss(R, c), 0x1p-7f, p.eps));
-    const V vnf = P::set1(nf);
-    for (int k = 0; k < kN; ++k) R[k] = P::mul(P::mul(R[k], vnf), P::load(w + kW * k));
-    // Step 7: RoPE on dims 64..127.
-    const float* f = p.freqs + pos * 64;
-    for (int k = 64 / kW; k < kN; ++k) R[k] = P::rope(R[k], P::load(f + kW * k - 64), c);
-    // Step 8: butterflies at strides 1, 2, 4, ... (inside registers, then across), * 1/sqrt(128).
-    P::inreg_stages(R, c);
-    for (int s = 1; s < kN; s <<= 1)
-      for (int k = 0; k < kN; ++k)
-        if ((k & s) == 0) {
-          const V a = R[k], b = R[k + s];
-          R[k] = P::add(a, b);
-          R[k + s] = P::sub(a, b);
-        }
-    for (int k = 0; k < kN; ++k) R[k] = P::mul(R[k], hscale);
-    // Section 3: the token's row of its page.
-    std::uint8_t* page = p.cache + (slot >> p.log2_page) * p.page_bytes;
-    const std::int64_t r = slot & (p.page_size - 1);
-    std::uint8_t* codes = page + KR::kCodeBytes * r;
-    std::uint8_t* scales = page + KR::kCodeBytes * p.page_size + 4 * r;
-    if (!KR::kFp4) {
-      V m = P::zero();
-      for (int k = 0; k < kN; ++k) m = P::absmax(m, R[k], c);
-      const float scale = std::fmaxf(kKsideScaleFloor, P::hmax(m)) / kKsideFp8Max;
-      const float inv = 1.0f / scale;
-      P::fp8_codes(R, inv, codes, c);
-      std::memcpy(scales, &scale, 4);
-    } else {
-      constexpr int kB = 32 / kW;  // registers per block of 32 dims
-      for (int b = 0; b < 4; ++b) {
+  // Tokens go in blocks: first every token's norm factor (loads, sum of squares, the MUFU.RSQ
+  // model: a long dependency chain per token, independent across tokens, so the processor
+  // overlaps them; its table look-ups, the freqs rows and the cache rows are prefetched), then
+  // the rest of each token with its rows reloaded from L1.
+  constexpr int kBlock = 16;
+  for (std::int64_t tb = t_begin; tb < t_end; tb += kBlock) {
+    const int nb = int(t_end - tb < kBlock ? t_end - tb : kBlock);
+    float nfs[kBlock];
+    for (int j = 0; j < nb; ++j) {
+      nfs[j] = 1.0f;  // skipped tokens: unused
+      const std::int64_t slot = p.slots[tb + j];
+      if (slot < 0) continue;
+      // The token's freqs row (256 bytes at a position of its own) and its cache row are fetched
+      // while the block's norm factors are computed.
+      const std::int64_t pos = p.pos_dtype == DType::kInt32
+                                   ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[tb + j])
+                                   : static_cast<const std::int64_t*>(p.positions)[tb + j];
+      const char* fr = reinterpret_cast<const char*>(p.freqs + pos * 64);
+      for (int l = 0; l < 256; l += 64) __builtin_prefetch(fr + l);
+      std::uint8_t* page = p.cache + (slot >> p.log2_page) * p.page_bytes;
+      const std::uint8_t* row = page + KR::kCodeBytes * (slot & (p.page_size - 1));
+      for (int l = 0; l < KR::kCodeBytes; l += 64) __builtin_prefetch(row + l, 1);
+      V R[kN];
+      P::template load<kDt>(p.input, (tb + j) * p.input_stride, R);
+      // Steps 2-4: t = fma(ss, 2^-7, eps).
+      nfs[j] = std::fmaf(P::ss(R, c), 0x1p-7f, p.eps);
+    }
+    rsq_sm90_n(nfs, nfs, nb);  // step 5: nf = MUFU.RSQ(t), the block's table lookups overlapped
+    for (int j = 0; j < nb; ++j) {
+      const std::int64_t t = tb + j;
+      const std::int64_t slot = p.slots[t];
+      if (slot < 0) continue;  // no destination
+      const std::int64_t pos = p.pos_dtype == DType::kInt32
+                                   ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[t])
+                                   : static_cast<const std::int64_t*>(p.positions)[t];
+      V R[kN];
+      P::template load<kDt>(p.input, t * p.input_stride, R);
+      // Step 6: d = (x * nf) * w.
+      const V vnf = P::set1(nfs[j]);
+#pragma GCC unroll 16
+      for (int k = 0; k < kN; ++k) R[k] = P::mul(P::mul(R[k], vnf), P::load(w + kW * k));
+      // Step 7: RoPE on dims 64..127.
+      const float* f = p.freqs + pos * 64;
+#pragma GCC unroll 16
+      for (int k = 64 / kW; k < kN; ++k) R[k] = P::rope(R[k], P::load(f + kW * k - 64), c);
+      // Step 8: butterflies at strides 1, 2, 4, ... (inside registers, then across), * 1/sqrt(128).
+      P::inreg_stages(R, c);
+#pragma GCC unroll 4
+      for (int s = 1; s < kN; s <<= 1)
+#pragma GCC unroll 16
+        for (int k = 0; k < kN; ++k)
+          if ((k & s) == 0) {
+            const V a = R[k], b = R[k + s];
+            R[k] = P::add(a, b);
+            R[k + s] = P::sub(a, b);
+          }
+#pragma GCC unroll 16
+      for (int k = 0; k < kN; ++k) R[k] = P::mul(R[k], hscale);
+      // Section 3: the token's row of its page.
+      std::uint8_t* page = p.cache + (slot >> p.log2_page) * p.page_bytes;
+      const std::int64_t r = slot & (p.page_size - 1);
+      std::uint8_t* codes = page + KR::kCodeBytes * r;
+      std::uint8_t* scales = page + KR::kCodeBytes * p.page_size + 4 * r;
+      if (!KR::kFp4) {
         V m = P::zero();
-        for (int k = kB * b; k < kB * b + kB; ++k) m = P::absmax(m, R[k], c);
-        const float sr = std::fmaxf(kKsideScaleFloor, P::hmax(m)) / kKsideFp4Max;
-        std::uint32_t sb;
-        std::memcpy(&sb, &sr, 4);
-        const std::uint32_t e = ((sb >> 23) & 0xffu) + ((sb & 0x7fffffu) != 0u ? 1u : 0u);
-        const std::uint32_t ib = (254u - e) << 23;  // 2^(127 - e); e = 255 gives -inf
-        float inv;
-        std::memcpy(&inv, &ib, 4);
-        P::fp4_block_codes(R + kB * b, inv, codes + 16 * b, c);
-        scales[b] = std::uint8_t(e);
+#pragma GCC unroll 16
+        for (int k = 0; k < kN; ++k) m = P::absmax(m, R[k], c);
+        const float amax = P::hmax(m);  // never NaN
+        const float scale = (amax > kKsideScaleFloor ? amax : kKsideScaleFloor) / kKsideFp8Max;
+        const float inv = 1.0f / scale;
+        P::fp8_codes(R, inv, codes, c);
+        std::memcpy(scales, &scale, 4);
+      } else {
+        constexpr int kB = 32 / kW;  // registers per block of 32 dims
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; ++b) {
+          V m = P::zero();
+#pragma GCC unroll 4
+          for (int k = kB * b; k < kB * b + kB; ++k) m = P::absmax(m, R[k], c);
+          const float amax = P::hmax(m);  // never NaN
+          const float sr = (amax > kKsideScaleFloor ? amax : kKsideScaleFloor) / kKsideFp4Max;
+          std::uint32_t sb;
+          std::memcpy(&sb, &sr, 4);
+          const std::uint32_t e = ((sb >> 23) & 0xffu) + ((sb & 0x7fffffu) != 0u ? 1u : 0u);
+          const std::uint32_t ib = (254u - e) << 23;  // 2^(127 - e); e = 255 gives -inf
+          float inv;
+          std::memcpy(&inv, &ib, 4);
+          P::fp4_block_codes(R + kB * b, inv, codes + 16 * b, c);
+          scales[b] = std::uint8_t(e);
+        }
       }
     }
   }
