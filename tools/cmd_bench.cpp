@@ -73,7 +73,7 @@ int cmd_bench(int argc, char** argv) {
   if (argv_names_kside_recipe(argc, argv)) return cmd_bench_kside(argc, argv);  // the key side
   Args a("bench", bench_options(), argc, argv);
   if (a.help()) {
-    std::fputs(a.help_text("indexer-q bench [options]", kBenchDescription, recipes_help()).c_str(), stdout);
+    std::fputs(a.help_text("indexer-q bench [options]", kBenchDescription, recipes_help() + kside_recipes_help()).c_str(), stdout);
     return 0;
   }
   if (!a.positional().empty()) throw UsageError("unexpected argument '" + a.positional()[0] + "'");

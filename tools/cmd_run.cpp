@@ -218,7 +218,7 @@ int cmd_run(int argc, char** argv) {
   if (argv_names_kside_recipe(argc, argv)) return cmd_run_kside(argc, argv);  // the key side
   Args a("run", run_options(), argc, argv);
   if (a.help()) {
-    std::fputs(a.help_text("indexer-q run [options]", kRunDescription, recipes_help()).c_str(), stdout);
+    std::fputs(a.help_text("indexer-q run [options]", kRunDescription, recipes_help() + kside_recipes_help()).c_str(), stdout);
     return 0;
   }
   if (!a.positional().empty()) throw UsageError("unexpected argument '" + a.positional()[0] + "'");

@@ -77,6 +77,9 @@ const char* kVerifyDescription =
     "(FP4) and weights_out values and, if any, the first few differing indices; then a summary\n"
     "line. A directory stands for the *.safetensors files under it (recursively); other files not\n"
     "named *.safetensors are skipped with a note (so a shell glob may match a README).\n"
+    "Key-side files (variant v4_k_fp8 | v4_k_fp4, SPEC-kside.md, docs/KSIDE.md): positions and slots\n"
+    "come from the file's plan, out_loc, mode and compress_ratio; the cache is filled with the file's\n"
+    "cache_fill (then its complement) before each run and every byte of it is compared.\n"
     "Exit status: 0 if every file was read and every run is exact, 1 otherwise (a backend that\n"
     "cannot run a file's recipe counts as a failure), 2 for a bad command line.";
 
@@ -114,7 +117,7 @@ int cmd_verify(int argc, char** argv) {
   Args a("verify", verify_options(), argc, argv);
   if (a.help()) {
     std::fputs(a.help_text("indexer-q verify [options] FILE.safetensors|DIR...", kVerifyDescription,
-                           recipes_help()).c_str(),
+                           recipes_help() + kside_recipes_help()).c_str(),
                stdout);
     return 0;
   }
