@@ -209,6 +209,22 @@ TEST(Kside, SkippedTokensWriteNothing) {
   }
 }
 
+// The cache may be typed int8 (raw bytes): the same bytes.
+TEST(Kside, Int8CacheSameBytes) {
+  for (KRecipeId recipe : all_krecipes()) {
+    const KCall c = random_call(recipe, 40, DType::kFloat16, DType::kInt32, 16, 21);
+    const auto want = run_ok(c, reference_options(), 0x42);
+    for (const auto& be : iqtest::backends_under_test({1, 2})) {
+      if (be.cuda) continue;
+      std::vector<std::uint8_t> cache(c.cache_size(), 0x42);
+      KStoreArgs a = c.args(cache.data());
+      a.kvcache.dtype = DType::kInt8;
+      ASSERT_TRUE(run(a, be.options).ok()) << be.name;
+      EXPECT_EQ(cache, want) << be.name;
+    }
+  }
+}
+
 TEST(Kside, ZeroTokensIsValid) {
   const KCall c = random_call(KRecipeId::kV4KFp4, 0, DType::kFloat32, DType::kInt32, 64, 3);
   std::vector<std::uint8_t> cache(c.cache_size(), 0x11);

@@ -28,13 +28,18 @@ float float_of(std::uint32_t u) {
 
 }  // namespace
 
-std::uint32_t rsq_sm90_table(std::uint32_t i) noexcept {
+namespace {
+// Entry i of the table (shared by the exported look-up and the model, so both inline it).
+inline std::uint32_t table_entry(std::uint32_t i) {
   i &= 0xffffffu;
   const float x = float_of(((127u + (i >> 23)) << 23) | (i & 0x7fffffu));
   const float nearest = float(1.0 / std::sqrt(double(x)));  // both double ops rounded, then to float
   const int delta = int((indexer_q_rsq_sm90_delta2[i >> 2] >> (2 * (i & 3u))) & 3u) - 2;
   return std::uint32_t(std::int64_t(bits_of(nearest)) + delta);
 }
+}  // namespace
+
+std::uint32_t rsq_sm90_table(std::uint32_t i) noexcept { return table_entry(i); }
 
 float rsq_sm90(float x) noexcept {
   std::uint32_t b = bits_of(x);
@@ -51,7 +56,7 @@ float rsq_sm90(float x) noexcept {
   const int e = int(b >> 23) - 127;
   const int p = e & 1;
   const int k = (e - p) / 2;
-  const std::uint32_t t = rsq_sm90_table((std::uint32_t(p) << 23) | (b & 0x7fffffu));
+  const std::uint32_t t = table_entry((std::uint32_t(p) << 23) | (b & 0x7fffffu));
   return float_of(std::uint32_t(std::int64_t(t) - std::int64_t(k - s12) * (std::int64_t(1) << 23)));
 }
 
