@@ -341,6 +341,14 @@ OutFormat krecipe_format(KRecipeId id) noexcept;
 // Bytes one token occupies in the cache: 132 (v4_k_fp8) or 68 (v4_k_fp4); 0 for an unknown id.
 std::int64_t kside_token_bytes(KRecipeId id) noexcept;
 
+namespace detail {
+// The table of the host's MUFU.RSQ model (SPEC-kside.md step 5; src/common/rsq_sm90.h): the bits
+// of MUFU.RSQ(x_i) for i < 2^24, x_i = 2^(i >> 23) * (1 + (i & 0x7fffff) * 2^-23). For code that
+// computes the key side outside the library's backends (the torch binding's composed path gathers
+// from it on the tensors' device). Not a stable API.
+std::uint32_t rsq_sm90_table(std::uint32_t i) noexcept;
+}  // namespace detail
+
 // The library version, "MAJOR.MINOR.PATCH".
 const char* version() noexcept;
 

@@ -30,6 +30,12 @@ from ._ops import (
     recipes,
     resolve_recipe,
 )
+from .kside import (
+    KSIDE_RECIPES,
+    compress_norm_rope_store,
+    kside_store,
+    plan_positions_slots,
+)
 
 __all__ = [
     "RECIPES",
@@ -46,4 +52,8 @@ __all__ = [
     "recipe_info",
     "recipes",
     "resolve_recipe",
+    "KSIDE_RECIPES",
+    "compress_norm_rope_store",
+    "kside_store",
+    "plan_positions_slots",
 ]

@@ -63,6 +63,19 @@ def _fake_quant_q_composed(recipe, q_input, q_out, q_sf, weight, weights_out, we
     return None
 
 
+# The key side (indexer_q/kside.py): kside_store writes the paged cache in place.
+@torch.library.register_fake("indexer_q::kside_store")
+def _fake_kside_store(recipe, input, weight, eps, freqs, positions, slots, kvcache, page_size,
+                      enable_pdl=False):
+    return None
+
+
+@torch.library.register_fake("indexer_q::kside_store_composed")
+def _fake_kside_store_composed(recipe, input, weight, eps, freqs, positions, slots, kvcache,
+                               page_size, enable_pdl=False):
+    return None
+
+
 # ---- the recipes: the library's list (include/indexer_q/recipes.inc), read from the library ------
 class RecipeInfo(NamedTuple):
     """The library's descriptor of one recipe (``indexer_q::Recipe``). The values are the

@@ -1,0 +1,366 @@
+// The key side (SPEC-kside.md section 2) as ATen operations, for devices without a native
+// kernel (XPU and whatever reaches CompositeExplicitAutograd) and as kside_store_composed on any
+// device. It must give the native kernels' bytes, and it uses no float64 (devices such as many
+// XPUs have none): float32, int32 / int64 and bool tensors only.
+//
+// Every ATen call goes through the dispatcher by the stable C shim (as composed.cpp), which cannot
+// pass a Scalar: constants are device tensors; a float add is a - (-b); an int64 add is the sum
+// over a stacked pair (aten::add / sub take an alpha Scalar that integer tensors refuse as a
+// double).
+//
+// Exactness, step by step:
+//  - fmaf has no ATen op. fma_exact() computes it with integers: each float32 operand is
+//    (sign, 24-bit integer significand m, exponent e) with value m * 2^e; the product's
+//    significand ma * mb (< 2^48) is exact in int64; both addends are aligned to a common
+//    exponent e0 = (higher top) - 62 (left shifts are exact; an operand shifted right keeps a
+//    sticky bit, and it is then so far below the other that the sum keeps >= 60 significant bits,
+//    so one sticky bit decides the rounding), added once in int64 (|sum| < 2^63), and the sum is
+//    rounded to nearest even at 24 bits (or at 2^-149 for subnormal results) by shifts and
+//    masks; the rounded significand q (<= 2^24) times 2^ulp is formed by two exact float32
+//    multiplies by powers of two (overflow gives Inf, as rounding does). Exponent arithmetic is
+//    small integers in float32 (exact below 2^24). An exactly zero sum is +0, or -0 when both
+//    addends are -0 (IEEE). Operands with an Inf or NaN take a * b + c in float32, which gives
+//    fmaf's Inf / NaN results (the sign of a NaN does not reach any byte here).
+//  - the reciprocal square root is the library's MUFU.RSQ model (SPEC-kside.md step 5): its 2^24
+//    table entries (indexer_q::detail::rsq_sm90_table) as an int32 tensor on the device (built
+//    and uploaded once per device, 64 MiB), gathered by index_select; the even power of two is
+//    applied by an exact float32 multiply (the results are normal for every argument).
+//  - everything else is the spec's float32 operation by the same ATen operation: products,
+//    sums, differences, divisions by device tensors (true IEEE divisions), fmin / fmax with C
+//    semantics (NaN ignored: fmax(|y|, 0) before amax; fmin(v, 448) maps NaN to 448), the
+//    e4m3fn conversion (round to nearest even; |v| <= 448), e2m1 codes by counting thresholds.
+//  - tokens: a token is written when slot >= 0, slot < num_pages * page_size and position in
+//    [0, max_pos) (on the CPU the validator has already rejected every other non-negative slot);
+//    its 132 / 68 bytes are index_copy_'d into the flat cache at SPEC-kside.md section 3's place.
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+
+#include "kside_binding.h"
+
+namespace indexer_q {
+namespace torch_binding {
+
+namespace {
+
+using torch::headeronly::ScalarType;
+using Shape = std::vector<std::int64_t>;
+constexpr ScalarType F = ScalarType::Float, I32 = ScalarType::Int, L = ScalarType::Long, U8 = ScalarType::Byte;
+
+template <class... A>
+Tensor aten(const char* name, const char* overload, const A&... args) {
+  std::array<StableIValue, sizeof...(A)> stack{torch::stable::detail::from(args)...};
+  IQ_SHIM_CHECK(torch_call_dispatcher(name, overload, stack.data(), TORCH_ABI_VERSION));
+  return torch::stable::detail::to<Tensor>(stack[0]);
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) { return aten("aten::mul", "Tensor", a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return aten("aten::div", "Tensor", a, b); }
+Tensor neg(const Tensor& a) { return aten("aten::neg", "", a); }
+Tensor sub(const Tensor& a, const Tensor& b) { return torch::stable::subtract(a, b); }  // float only
+Tensor add(const Tensor& a, const Tensor& b) { return sub(a, neg(b)); }                  // float only
+Tensor abs(const Tensor& a) { return aten("aten::abs", "", a); }
+Tensor fmax(const Tensor& a, const Tensor& b) { return aten("aten::fmax", "", a, b); }
+Tensor fmin(const Tensor& a, const Tensor& b) { return aten("aten::fmin", "", a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return aten("aten::gt", "Tensor", a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return aten("aten::lt", "Tensor", a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return aten("aten::ge", "Tensor", a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return aten("aten::eq", "Tensor", a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return aten("aten::ne", "Tensor", a, b); }
+Tensor land(const Tensor& a, const Tensor& b) { return aten("aten::logical_and", "", a, b); }
+Tensor lor(const Tensor& a, const Tensor& b) { return aten("aten::logical_or", "", a, b); }
+Tensor lnot(const Tensor& a) { return aten("aten::logical_not", "", a); }
+Tensor lxor(const Tensor& a, const Tensor& b) { return aten("aten::logical_xor", "", a, b); }
+Tensor band(const Tensor& a, const Tensor& b) { return aten("aten::bitwise_and", "Tensor", a, b); }
+Tensor bor(const Tensor& a, const Tensor& b) { return aten("aten::bitwise_or", "Tensor", a, b); }
+Tensor bxor(const Tensor& a, const Tensor& b) { return aten("aten::bitwise_xor", "Tensor", a, b); }
+Tensor shl(const Tensor& a, const Tensor& b) { return aten("aten::bitwise_left_shift", "Tensor", a, b); }
+Tensor shr(const Tensor& a, const Tensor& b) { return aten("aten::bitwise_right_shift", "Tensor", a, b); }
+Tensor isnan(const Tensor& a) { return aten("aten::isnan", "", a); }
+Tensor isfinite(const Tensor& a) { return aten("aten::isfinite", "", a); }
+Tensor floor(const Tensor& a) { return aten("aten::floor", "", a); }
+Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) { return aten("aten::where", "self", c, a, b); }
+Tensor view_as_dtype(const Tensor& a, ScalarType t) { return aten("aten::view", "dtype", a, t); }
+Tensor index_select(const Tensor& a, std::int64_t dim, const Tensor& index) {
+  return aten("aten::index_select", "", a, dim, index);
+}
+Tensor nonzero(const Tensor& a) { return aten("aten::nonzero", "", a); }
+Tensor stack(const std::vector<Tensor>& ts, std::int64_t dim) { return aten("aten::stack", "", ts, dim); }
+Tensor view(const Tensor& a, const Shape& s) { return torch::stable::view(a, s); }
+Tensor reshape(const Tensor& a, const Shape& s) { return torch::stable::reshape(a, s); }
+Tensor narrow(const Tensor& a, std::int64_t d, std::int64_t start, std::int64_t len) {
+  Tensor t = a;  // a handle: narrow takes a non-const reference
+  return torch::stable::narrow(t, d, start, len);
+}
+Tensor pick(const Tensor& a, std::int64_t d, std::int64_t i) { return torch::stable::select(a, d, i); }
+Tensor to_dtype(const Tensor& a, ScalarType t) {
+  return torch::stable::to(a, t, std::nullopt, std::nullopt, std::nullopt, false, /*copy=*/true);
+}
+Tensor cat(const std::vector<Tensor>& ts, std::int64_t dim) { return aten("aten::cat", "", ts, dim); }
+Tensor amax_dim(const Tensor& a, std::int64_t dim) { return torch::stable::amax(a, dim, /*keepdim=*/false); }
+
+struct Consts {
+  torch::stable::Device dev;
+  Tensor scalar(double v, ScalarType t) const { return torch::stable::full(Shape{}, v, t, std::nullopt, dev); }
+  Tensor filled(const Shape& s, double v, ScalarType t) const {
+    return torch::stable::full(s, v, t, std::nullopt, dev);
+  }
+  Tensor li(std::int64_t v) const { return scalar(double(v), L); }   // |v| < 2^53: exact
+  Tensor f(double v) const { return scalar(v, F); }                  // a float32 value: exact
+};
+
+// int64 a + b (same shape): the sum over a stacked pair.
+Tensor iadd(const Tensor& a, const Tensor& b) {
+  return torch::stable::sum(stack({a, b}, 0), std::vector<std::int64_t>{0}, false, L);
+}
+Shape shape_of(const Tensor& t) {
+  const auto s = t.sizes();
+  return Shape(s.begin(), s.end());
+}
+
+// Float32 tensor (integer values, |v| < 2^24) -> int64 tensor.
+Tensor to_long(const Tensor& f) { return to_dtype(f, L); }
+// 2^n as float32, for integer-valued float32 n in [-126, 127].
+Tensor pow2(const Tensor& n, const Consts& k) {
+  return view_as_dtype(to_dtype(shl(to_long(add(n, k.f(127.0))), k.li(23)), I32), F);
+}
+// Index (float32, integer-valued) of the highest set bit of int64 v > 0 (v < 2^63); anything for 0.
+Tensor top_bit(const Tensor& v, const Consts& k) {
+  const Tensor fb = to_long(view_as_dtype(to_dtype(v, F), I32));  // float32 bits of v (rounded)
+  Tensor t = sub(to_dtype(band(shr(fb, k.li(23)), k.li(0xff)), F), k.f(127.0));
+  t = fmax(t, k.f(0.0));
+  // the conversion may have rounded up to the next power of two
+  return where(eq(shr(v, to_long(t)), k.li(0)), fmax(sub(t, k.f(1.0)), k.f(0.0)), t);
+}
+
+// A finite float32 as sign, significand (int64) and exponent (float32, integer-valued).
+struct Dec {
+  Tensor neg, m, e;
+};
+Dec decompose(const Tensor& x, const Consts& k) {
+  const Tensor u = view_as_dtype(x, I32);
+  const Tensor u64 = band(to_dtype(u, L), k.li(0xffffffffLL));
+  const Tensor E = band(shr(u64, k.li(23)), k.li(0xff));
+  const Tensor M = band(u64, k.li(0x7fffff));
+  const Tensor normal = gt(E, k.li(0));
+  Dec d;
+  d.neg = lt(u, k.scalar(0.0, I32));
+  d.m = where(normal, bor(M, k.li(0x800000)), M);
+  d.e = where(normal, sub(to_dtype(E, F), k.f(150.0)), k.f(-149.0));
+  return d;
+}
+// v (int64 >= 0) times 2^sh (sh float32, integer-valued): exact for sh >= 0 (the caller keeps the
+// result below 2^63); for sh < 0 shifted right with a sticky low bit.
+Tensor align(const Tensor& v, const Tensor& sh, const Consts& k) {
+  const Tensor ls = to_long(fmin(fmax(sh, k.f(0.0)), k.f(62.0)));
+  const Tensor rs = to_long(fmin(fmax(neg(sh), k.f(0.0)), k.f(60.0)));
+  const Tensor right = shr(v, rs);
+  const Tensor lost = ne(bxor(v, shl(right, rs)), k.li(0));
+  return where(ge(sh, k.f(0.0)), shl(v, ls), bor(right, to_dtype(lost, L)));
+}
+
+// fmaf(a, b, c) for float32 tensors of one shape, exactly (see the file comment).
+Tensor fma_exact(const Tensor& a, const Tensor& b, const Tensor& c, const Consts& k) {
+  const Dec A = decompose(a, k), B = decompose(b, k), C = decompose(c, k);
+  const Tensor mp = mul(A.m, B.m);  // < 2^48, exact
+  const Tensor ep = add(A.e, B.e);
+  const Tensor sp = lxor(A.neg, B.neg);
+  const Tensor pz = eq(mp, k.li(0)), cz = eq(C.m, k.li(0));
+  const Tensor none = k.f(-10000.0);
+  const Tensor tp = where(pz, none, add(add(top_bit(mp, k), k.f(1.0)), ep));  // exclusive tops
+  const Tensor tc = where(cz, none, add(add(top_bit(C.m, k), k.f(1.0)), C.e));
+  const Tensor e0 = sub(fmax(tp, tc), k.f(62.0));
+  const Tensor P = align(mp, sub(ep, e0), k), Cv = align(C.m, sub(C.e, e0), k);
+  const Tensor S = iadd(where(sp, neg(P), P), where(C.neg, neg(Cv), Cv));  // |S| < 2^63
+  const Tensor sneg = lt(S, k.li(0));
+  const Tensor Aa = abs(S);
+  // round |S| * 2^e0 to float32 (nearest even)
+  const Tensor top = top_bit(Aa, k);
+  const Tensor ulp = fmax(sub(add(top, e0), k.f(23.0)), k.f(-149.0));
+  const Tensor sh = sub(ulp, e0);
+  const Tensor shL = to_long(fmin(fmax(neg(sh), k.f(0.0)), k.f(40.0)));
+  const Tensor shR = to_long(fmin(fmax(sh, k.f(0.0)), k.f(62.0)));
+  const Tensor qR = shr(Aa, shR);
+  const Tensor rem = bxor(Aa, shl(qR, shR));
+  const Tensor half = shr(shl(k.li(1), shR), k.li(1));
+  const Tensor odd = eq(band(qR, k.li(1)), k.li(1));
+  const Tensor up = land(gt(shR, k.li(0)), lor(gt(rem, half), land(eq(rem, half), odd)));
+  Tensor q = add(to_dtype(qR, F), to_dtype(up, F));                      // <= 2^24: exact
+  q = where(lt(sh, k.f(0.0)), to_dtype(shl(Aa, shL), F), q);              // < 2^24: exact
+  const Tensor at63 = land(eq(sh, k.f(63.0)), gt(Aa, k.li(std::int64_t(1) << 62)));
+  q = where(gt(sh, k.f(62.0)), to_dtype(at63, F), q);
+  const Tensor h1 = floor(div(ulp, k.f(2.0)));
+  const Tensor mag = mul(mul(q, pow2(h1, k)), pow2(sub(ulp, h1), k));
+  Tensor r = where(sneg, neg(mag), mag);
+  // an exactly zero sum: +0, or -0 when both addends are -0 (or a -0 addend and a zero product of
+  // negative sign)
+  const Tensor zero = eq(S, k.li(0));
+  const Tensor neg_zero = land(land(pz, cz), land(sp, C.neg));
+  r = where(zero, where(neg_zero, k.f(-0.0), k.f(0.0)), r);
+  const Tensor finite = land(land(isfinite(a), isfinite(b)), isfinite(c));
+  return where(finite, r, add(mul(a, b), c));
+}
+
+// ---- the MUFU.RSQ model's table on a device, built once per device (never freed) ----
+std::mutex g_table_mu;
+std::map<std::pair<int, int>, Tensor*> g_tables;
+
+const Tensor& rsq_table_on(const torch::stable::Device& dev) {
+  std::lock_guard<std::mutex> lock(g_table_mu);
+  const auto key = std::make_pair(int(dev.type()), int(dev.index()));
+  auto it = g_tables.find(key);
+  if (it != g_tables.end()) return *it->second;
+  static std::vector<std::int32_t>* host = nullptr;
+  if (!host) {
+    host = new std::vector<std::int32_t>(std::size_t(1) << 24);
+    for (std::uint32_t i = 0; i < (1u << 24); ++i) (*host)[i] = std::int32_t(detail::rsq_sm90_table(i));
+  }
+  const Tensor cpu = torch::stable::from_blob(host->data(), Shape{std::int64_t(1) << 24}, Shape{1},
+                                              torch::stable::Device(torch::headeronly::DeviceType::CPU), I32);
+  Tensor* t = new Tensor(torch::stable::to(cpu, I32, std::nullopt, dev, std::nullopt, false, /*copy=*/true));
+  g_tables[key] = t;
+  return *t;
+}
+
+// rsq_mufu(t) of SPEC-kside.md step 5, element-wise.
+Tensor rsq_model(const Tensor& t, const Consts& k) {
+  const Tensor b = band(to_dtype(view_as_dtype(t, I32), L), k.li(0xffffffffLL));
+  const Tensor subn = land(lt(b, k.li(0x00800000)), ne(b, k.li(0)));
+  const Tensor tt = where(subn, mul(t, k.f(0x1p24)), t);  // exact
+  const Tensor s12 = where(subn, k.f(12.0), k.f(0.0));
+  const Tensor bb = band(to_dtype(view_as_dtype(tt, I32), L), k.li(0xffffffffLL));
+  const Tensor E = band(shr(bb, k.li(23)), k.li(0xff));
+  const Tensor p = bxor(band(E, k.li(1)), k.li(1));  // (E - 127) & 1
+  const Tensor kk = div(sub(sub(to_dtype(E, F), k.f(127.0)), to_dtype(p, F)), k.f(2.0));  // exact
+  const Tensor idx = bor(shl(p, k.li(23)), band(bb, k.li(0x7fffff)));
+  const Tensor T = view_as_dtype(index_select(rsq_table_on(t.device()), 0, reshape(idx, Shape{-1})), F);
+  const Tensor n = fmin(fmax(sub(s12, kk), k.f(-126.0)), k.f(127.0));  // in [-64, 75] for real inputs
+  Tensor r = mul(reshape(T, shape_of(t)), pow2(n, k));
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  r = where(eq(b, k.li(0x7f800000)), k.f(0.0), r);
+  r = where(eq(b, k.li(0)), k.f(inf), r);
+  r = where(gt(b, k.li(0x80000000LL)), k.f(nan), r);  // negative (and negative NaN)
+  r = where(eq(b, k.li(0x80000000LL)), k.f(-inf), r);
+  r = where(isnan(t), k.f(nan), r);
+  return r;
+}
+
+}  // namespace
+
+void kside_composed_forward(const KTorchArgs& a) {
+  const KStoreArgs args = make_kargs(a);
+  throw_if_error(indexer_q::validate(args));  // nothing is written on error
+  const std::int64_t N = args.input.sizes[0];
+  if (N == 0) return;
+  const bool fp4 = krecipe_format(a.recipe) == OutFormat::kE2M1;
+  const std::int64_t CB = fp4 ? 64 : 128, ps = a.page_size;
+  const std::int64_t num_pages = args.kvcache.sizes[0], page_bytes = args.kvcache.sizes[1];
+  const std::int64_t max_pos = args.freqs.sizes[0];
+  int log2_ps = 0;
+  while ((std::int64_t(1) << log2_ps) < ps) ++log2_ps;
+  const Consts k{a.input.device()};
+
+  // the tokens to write
+  const Tensor pos = to_dtype(a.positions, L), slots = a.slots;
+  const Tensor valid = land(land(ge(slots, k.li(0)), lt(slots, k.li(num_pages * ps))),
+                            land(ge(pos, k.li(0)), lt(pos, k.li(max_pos))));
+  const Tensor idx = reshape(nonzero(valid), Shape{-1});
+  const std::int64_t K = idx.sizes()[0];
+  if (K == 0) return;
+  const Tensor tok_pos = index_select(pos, 0, idx), tok_slot = index_select(slots, 0, idx);
+
+  // 1. x, w as float32 (exact)
+  const Tensor x = to_dtype(index_select(a.input, 0, idx), F);  // (K, 128)
+  const Tensor w = view(to_dtype(a.weight, F), Shape{1, 128});
+  // 2-3. sums of squares per group of 4, fma-chained; the xor butterfly (halving, masks 16..1)
+  const Tensor g = view(x, Shape{K, 32, 4});
+  const Tensor g0 = pick(g, 2, 0), g1 = pick(g, 2, 1), g2 = pick(g, 2, 2), g3 = pick(g, 2, 3);
+  Tensor s = mul(g0, g0);
+  s = fma_exact(g1, g1, s, k);
+  s = fma_exact(g2, g2, s, k);
+  s = fma_exact(g3, g3, s, k);
+  for (std::int64_t m = 16; m >= 1; m /= 2) s = add(narrow(s, 1, 0, m), narrow(s, 1, m, m));
+  const Tensor ss = reshape(s, Shape{K});
+  // 4-5. t = fma(ss, 2^-7, eps); nf = rsq_mufu(t)
+  const Tensor t = fma_exact(ss, k.filled(Shape{K}, 0x1p-7, F), k.filled(Shape{K}, double(float(a.eps)), F), k);
+  const Tensor nf = view(rsq_model(t, k), Shape{K, 1});
+  // 6. d = (x * nf) * w
+  Tensor d = mul(mul(x, nf), w);  // (K, 128), owned
+  // 7. RoPE on dims 64..127: fma(xr, c, -(xi * s)), fma(xr, s, xi * c)
+  const Tensor fr = view(index_select(a.freqs, 0, tok_pos), Shape{K, 32, 2});
+  const Tensor c = pick(fr, 2, 0), sn = pick(fr, 2, 1);
+  const Tensor rope = view(narrow(d, 1, 64, 64), Shape{K, 32, 2});
+  Tensor xr = pick(rope, 2, 0), xi = pick(rope, 2, 1);
+  const Tensor nr = fma_exact(xr, c, neg(mul(xi, sn)), k);
+  const Tensor ni = fma_exact(xr, sn, mul(xi, c), k);
+  torch::stable::copy_(xr, nr);
+  torch::stable::copy_(xi, ni);
+  // 8. Hadamard, strides 1, 2, ..., 64, then * 0x1.6a09e6p-4
+  for (std::int64_t st = 1; st < 128; st *= 2) {
+    const Tensor dv = view(d, Shape{K, 128 / (2 * st), 2, st});
+    const Tensor lo = pick(dv, 2, 0), hi = pick(dv, 2, 1);
+    d = reshape(stack({add(lo, hi), sub(lo, hi)}, 2), Shape{K, 128});
+  }
+  const Tensor y = mul(d, k.f(0x1.6a09e6p-4));
+
+  Tensor codes, scale_bytes;  // (K, CB), (K, 4) uint8
+  const Tensor ay = fmax(abs(y), k.f(0.0));  // NaN -> 0 (fmax semantics)
+  if (!fp4) {
+    const Tensor amax = view(amax_dim(ay, 1), Shape{K, 1});
+    const Tensor scale = div(fmax(k.filled(Shape{K, 1}, double(1e-4f), F), amax), k.filled(Shape{K, 1}, 448.0, F));
+    const Tensor inv = div(k.filled(Shape{K, 1}, 1.0, F), scale);
+    const Tensor v = fmax(fmin(mul(y, inv), k.f(448.0)), k.f(-448.0));  // NaN -> +448
+    codes = view_as_dtype(to_dtype(v, ScalarType::Float8_e4m3fn), U8);
+    scale_bytes = view(view_as_dtype(torch::stable::contiguous(scale), U8), Shape{K, 4});
+  } else {
+    const Tensor yb = view(y, Shape{K, 4, 32});
+    const Tensor amax = view(amax_dim(view(ay, Shape{K, 4, 32}), 2), Shape{K, 4, 1});
+    const Tensor sr = div(fmax(k.filled(Shape{K, 4, 1}, double(1e-4f), F), amax), k.filled(Shape{K, 4, 1}, 6.0, F));
+    const Tensor sb = band(to_dtype(view_as_dtype(sr, I32), L), k.li(0xffffffffLL));
+    const Tensor e = add(to_dtype(band(shr(sb, k.li(23)), k.li(0xff)), F),
+                         to_dtype(ne(band(sb, k.li(0x7fffff)), k.li(0)), F));  // 0..256, exact
+    const Tensor e_ok = lt(e, k.f(255.0));  // 2^(127 - e) from bits; e = 255: -Inf
+    const Tensor inv = where(e_ok, view_as_dtype(to_dtype(shl(to_long(fmax(sub(k.f(254.0), e), k.f(0.0))), k.li(23)), I32), F),
+                             k.f(-std::numeric_limits<float>::infinity()));
+    const Tensor v = mul(yb, inv);
+    const Tensor av = fmin(abs(v), k.f(6.0));  // NaN -> 6
+    Tensor code = k.filled(Shape{K, 4, 32}, 0.0, F);
+    for (double thr : {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0}) code = add(code, to_dtype(gt(av, k.f(thr)), F));
+    code = add(code, mul(to_dtype(land(lt(v, k.f(0.0)), ne(code, k.f(0.0))), F), k.f(8.0)));
+    const Tensor pairs = view(code, Shape{K, 64, 2});
+    codes = to_dtype(add(pick(pairs, 2, 0), mul(pick(pairs, 2, 1), k.f(16.0))), U8);  // (K, 64)
+    scale_bytes = to_dtype(view(e, Shape{K, 4}), U8);
+  }
+
+  // SPEC-kside.md section 3: flat byte offsets of each token's code and scale bytes
+  const Tensor page = shr(tok_slot, k.li(log2_ps)), row = band(tok_slot, k.li(ps - 1));
+  const Tensor base = mul(page, k.li(page_bytes));
+  const Tensor code0 = iadd(base, mul(row, k.li(CB)));
+  const Tensor scale0 = iadd(base, iadd(mul(row, k.li(4)), k.filled(Shape{K}, double(CB * ps), L)));
+  auto offsets = [&](const Tensor& start, std::int64_t n) {
+    const Tensor ones = k.filled(Shape{K, n}, 1.0, L);
+    // 0, 1, ..., n - 1 (exact small integers in float32): a cumulative sum of ones, minus one
+    const Tensor ramp = sub(aten("aten::cumsum", "", k.filled(Shape{n}, 1.0, F), std::int64_t(0),
+                                 std::optional<ScalarType>(F)),
+                            k.f(1.0));
+    const Tensor ar = mul(ones, view(to_long(ramp), Shape{1, n}));
+    return reshape(iadd(mul(ones, view(start, Shape{K, 1})), ar), Shape{-1});
+  };
+  const Tensor dst = cat({offsets(code0, CB), offsets(scale0, 4)}, 0);
+  const Tensor src = cat({reshape(codes, Shape{-1}), reshape(scale_bytes, Shape{-1})}, 0);
+  Tensor flat = view(view_as_dtype(a.kvcache, U8), Shape{-1});
+  aten("aten::index_copy_", "", flat, std::int64_t(0), dst, src);
+}
+
+}  // namespace torch_binding
+}  // namespace indexer_q

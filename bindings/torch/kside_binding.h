@@ -1,0 +1,40 @@
+// Glue of the key side's torch operators (kside.cpp) and their composed ATen implementation
+// (composed_kside.cpp). LibTorch stable ABI only, like binding.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "binding.h"
+#include "indexer_q/indexer_q.h"
+
+namespace indexer_q {
+namespace torch_binding {
+
+// The key-side operator's arguments as torch tensors, in schema order.
+struct KTorchArgs {
+  KRecipeId recipe;
+  const Tensor& input;
+  const Tensor& weight;
+  double eps;
+  const Tensor& freqs;
+  const Tensor& positions;
+  const Tensor& slots;
+  const Tensor& kvcache;
+  std::int64_t page_size;
+};
+
+// The recipe of a key-side name; throws naming every known name otherwise.
+KRecipeId krecipe_or_throw(const std::string& name);
+
+// The library's KStoreArgs for the tensors (one TensorView each). Tensors on a device the library
+// cannot name (XPU, ...) must all be on input's device; they are then described as CUDA memory of
+// that index, so the validator checks shapes, dtypes and strides without reading positions/slots.
+KStoreArgs make_kargs(const KTorchArgs& a);
+
+// The composed ATen implementation (composed_kside.cpp): validates, then computes SPEC-kside.md
+// section 2 with ATen operations on the tensors' device and writes the valid tokens' cache rows.
+void kside_composed_forward(const KTorchArgs& a);
+
+}  // namespace torch_binding
+}  // namespace indexer_q

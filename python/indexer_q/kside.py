@@ -1,0 +1,96 @@
+"""The indexer's key side (SPEC-kside.md): RMSNorm, RoPE on dims 64..127, the 128-point Hadamard
+transform and FP8 / FP4 quantization of compressed key tokens, stored into a paged cache.
+
+``torch.ops.indexer_q.kside_store(recipe, input, weight, eps, freqs, positions, slots, kvcache,
+page_size, enable_pdl=False)`` is the operator (recipes ``v4_k_fp8``: 132 bytes a token,
+``v4_k_fp4``: 68 bytes); a negative slot skips its token. ``compress_norm_rope_store`` takes
+SGLang's plan-driven call instead (positions and slots derived from the plan on the tensors'
+device, without a host synchronization).
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+from ._ops import _freqs_table
+
+KSIDE_RECIPES: Tuple[str, ...] = tuple(torch.ops.indexer_q.krecipes())
+
+_U32 = 0xFFFFFFFF
+
+
+def _err(arg: str, what: str) -> ValueError:
+    return ValueError(f"indexer_q: {arg}: {what}")
+
+
+def plan_positions_slots(plan: torch.Tensor, out_loc: torch.Tensor, *, is_decode: bool,
+                         compress_ratio: int = 4) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(positions, slots), both int64 (N,), from SGLang's plan (SPEC-kside.md section 1).
+
+    plan: (N, 16) uint8, one little-endian struct per token. Extend: {u32 seq_len, u16 ragged_id,
+    ...}; seq_len 0xFFFFFFFF, or ragged_id >= len(out_loc), skips the token; slot =
+    out_loc[ragged_id]. Decode: {u32 seq_len, ...}; the token is skipped unless seq_len %
+    compress_ratio == 0; slot = out_loc[t]. position = int32(seq_len - compress_ratio) (32-bit
+    unsigned subtraction, reinterpreted as signed). A skipped token gets slot -1 (the op writes
+    nothing for it) and position 0.
+    """
+    if not isinstance(plan, torch.Tensor) or plan.dtype != torch.uint8:
+        raise TypeError("indexer_q: plan: expected a uint8 tensor of shape (N, 16)")
+    if plan.dim() != 2 or plan.shape[1] != 16:
+        raise _err("plan", f"expected shape (N, 16), got {tuple(plan.shape)}")
+    if not isinstance(out_loc, torch.Tensor) or out_loc.dtype != torch.int64 or out_loc.dim() != 1:
+        raise TypeError("indexer_q: out_loc: expected a 1-D int64 tensor")
+    if out_loc.device != plan.device:
+        raise _err("out_loc", f"expected the device of plan ({plan.device}), got {out_loc.device}")
+    ratio = int(compress_ratio)
+    if ratio <= 0 or ratio > _U32:
+        raise _err("compress_ratio", f"expected a positive 32-bit integer, got {compress_ratio}")
+    n, m = plan.shape[0], out_loc.shape[0]
+    if is_decode and m != n:
+        raise _err("out_loc", f"expected {n} entries (one per token, decode), got {m}")
+    if not is_decode and m < n:
+        raise _err("out_loc", f"expected at least {n} entries (extend), got {m}")
+    words = plan.contiguous().view(torch.int32)  # (N, 4), little-endian
+    seq_len = words[:, 0].to(torch.int64) & _U32
+    if is_decode:
+        take = (seq_len % ratio) == 0
+        slot = out_loc[:n]
+    else:
+        ragged = words[:, 1].to(torch.int64) & 0xFFFF
+        take = (seq_len != _U32) & (ragged < m)
+        slot = out_loc[ragged.clamp(max=max(m - 1, 0))] if m > 0 else torch.zeros_like(ragged)
+    slots = torch.where(take, slot, torch.full_like(slot, -1))
+    p = (seq_len - ratio) & _U32
+    positions = torch.where(p >= 2**31, p - 2**32, p)
+    positions = torch.where(take, positions, torch.zeros_like(positions))
+    return positions, slots
+
+
+def kside_store(recipe: str, input: torch.Tensor, weight: torch.Tensor, eps: float,
+                freqs: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                kvcache: torch.Tensor, page_size: int, *, enable_pdl: bool = False,
+                composed: bool = False) -> None:
+    """Stores the tokens into kvcache (in place). freqs may be the complex64 (max_pos, 32) table.
+    composed=True runs the composed ATen implementation on any device."""
+    op = torch.ops.indexer_q.kside_store_composed if composed else torch.ops.indexer_q.kside_store
+    op(recipe, input, weight, float(eps), _freqs_table(freqs), positions, slots, kvcache,
+       int(page_size), bool(enable_pdl))
+
+
+def compress_norm_rope_store(kv: torch.Tensor, plan: torch.Tensor, *, norm_weight: torch.Tensor,
+                             norm_eps: float, freq_cis: torch.Tensor, out_loc: torch.Tensor,
+                             kvcache: torch.Tensor, page_size: int, use_fp4: bool = False,
+                             is_decode: bool = False, compress_ratio: int = 4,
+                             enable_pdl: bool = False) -> None:
+    """SGLang's call of the key side: normalizes, rotates, transforms and quantizes the compressed
+    key tokens kv (N, 128) and stores each into its row of the paged cache kvcache
+    (num_pages, page_bytes) uint8: 132 bytes a token (FP8) or 68 (use_fp4). Positions and slots
+    come from plan / out_loc / is_decode / compress_ratio (plan_positions_slots); freq_cis is the
+    complex64 (max_pos, 32) table or its (max_pos, 64) float32 view. Tokens the plan skips, and on
+    a GPU tokens whose position or slot is out of range, write nothing."""
+    positions, slots = plan_positions_slots(plan, out_loc, is_decode=is_decode,
+                                            compress_ratio=compress_ratio)
+    kside_store("v4_k_fp4" if use_fp4 else "v4_k_fp8", kv, norm_weight, norm_eps, freq_cis,
+                positions, slots, kvcache, page_size, enable_pdl=enable_pdl)
