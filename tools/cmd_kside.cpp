@@ -296,6 +296,9 @@ std::vector<OptionSpec> kside_common_options(bool bench) {
       {"warmup", "N", "untimed calls before timing, >= 0 (default 5)"},
       {"iters", "N", "timed samples; the median is reported, >= 1 (default 20)"},
   };
+  if (!bench)
+    v.push_back({"save", "FILE", "also write the call and the checked cache as a key-side file (plan convention,\n"
+                                 "extend mode, ratio 4; readable by 'indexer-q verify')"});
   if (bench) {
     v.push_back({"rotate-mb", "M", "cpu only: rotate among buffer sets spanning at least M MiB (default 16; 0 = one set)"});
     v.push_back({"format", "F", "table|csv (default table)"});
@@ -311,6 +314,49 @@ const char* kKsideWorkload =
     "a cache of ceil(N / page_size) pages. Bytes moved per call: per token its input row, position,\n"
     "slot (8 bytes), freqs row (256 bytes) read and its token bytes (132 / 68) written; the weight\n"
     "once.";
+
+// A key-side file of case k with the expected cache `cache` (fill 0xA5), in SGLang's plan
+// convention (SPEC-kside.md section 1): extend mode, ratio 4, seq_len = position + 4, ragged_id =
+// token, out_loc = the slots (a skipped token: seq_len 0xFFFFFFFF).
+bool save_kside_file(const std::string& path, const io::KsideCase& k, const std::vector<std::uint8_t>& cache,
+                     const std::string& producer, std::string* err) {
+  io::StFile f;
+  auto put = [&](const char* name, const char* dt, std::vector<std::int64_t> shape, const void* data,
+                 std::size_t bytes) {
+    io::StTensor t;
+    t.dtype = dt;
+    t.shape = std::move(shape);
+    t.data.assign(static_cast<const std::uint8_t*>(data), static_cast<const std::uint8_t*>(data) + bytes);
+    f.tensors[name] = std::move(t);
+  };
+  const char* dt = io::dtype_to_safetensors(k.dtype);
+  put("input", dt, {k.N, 128}, k.input.data(), k.input.size());
+  put("weight", dt, {128}, k.weight.data(), k.weight.size());
+  put("freqs_cis", "F32", {k.max_pos, 64}, k.freqs.data(), k.freqs.size() * 4);
+  std::vector<std::uint8_t> plan(std::size_t(k.N) * 16, 0);
+  for (std::int64_t t = 0; t < k.N; ++t) {
+    const std::uint32_t seq = k.slots[std::size_t(t)] < 0 ? 0xffffffffu : std::uint32_t(k.positions[std::size_t(t)] + 4);
+    const std::uint16_t ragged = std::uint16_t(t);
+    std::memcpy(plan.data() + 16 * t, &seq, 4);
+    std::memcpy(plan.data() + 16 * t + 4, &ragged, 2);
+  }
+  put("plan", "U8", {k.N, 16}, plan.data(), plan.size());
+  put("out_loc", "I64", {k.N}, k.slots.data(), k.slots.size() * 8);
+  put("kvcache", "U8", {k.num_pages, k.page_bytes}, cache.data(), cache.size());
+  f.metadata["variant"] = krecipe_name(k.recipe);
+  f.metadata["mode"] = "extend";
+  f.metadata["compress_ratio"] = "4";
+  f.metadata["page_size"] = std::to_string(k.page_size);
+  f.metadata["page_bytes"] = std::to_string(k.page_bytes);
+  f.metadata["num_tokens"] = std::to_string(k.N);
+  f.metadata["input_dtype"] = dtype_name(k.dtype);
+  std::uint32_t eb;
+  std::memcpy(&eb, &k.eps, 4);
+  f.metadata["eps_bits"] = fmt("0x%08x", eb);
+  f.metadata["cache_fill"] = "0xa5";
+  f.metadata["producer"] = producer;
+  return io::write_safetensors(path, f, err);
+}
 
 }  // namespace
 
@@ -366,6 +412,19 @@ int cmd_run_kside(int argc, char** argv) {
     std::string s2 = "    first diffs:";
     for (std::int64_t i : d.first) s2 += " [" + describe_byte(k, i) + "]";
     std::printf("%s\n", s2.c_str());
+  }
+  if (a.has("save")) {
+    if (N > 65535) {
+      std::fprintf(stderr, "indexer-q run: --save: at most 65535 tokens (the plan's ragged_id is 16 bits)\n");
+      return 1;
+    }
+    std::string err;
+    const std::string path = a.str("save", "");
+    if (!save_kside_file(path, k, want, std::string("indexer-q run, reference, seed ") + std::to_string(seed), &err)) {
+      std::fprintf(stderr, "indexer-q run: --save: %s\n", err.c_str());
+      return 1;
+    }
+    std::printf("  saved: %s (the call in the plan convention and the reference's cache)\n", path.c_str());
   }
   return d.bytes == 0 ? 0 : 1;
 }

@@ -129,7 +129,15 @@ bool load_kside_case(const StFile& f, KsideCase* out, std::string* error) {
   }
 
   const StTensor *input, *weight, *freqs, *plan, *out_loc, *cache;
-  if (!get_tensor(f, "input", "F32", 2, &input, error) || !get_tensor(f, "weight", "F32", 1, &weight, error) ||
+  // input and weight: F32 in SGLang's production path and in the golden files; BF16 / F16 taken too.
+  auto in = f.tensors.find("input");
+  const std::string in_dt = in == f.tensors.end() ? "F32" : in->second.dtype;
+  if (in_dt != "F32" && in_dt != "BF16" && in_dt != "F16") {
+    *error = "tensor 'input': expected dtype F32, BF16 or F16, got " + in_dt;
+    return false;
+  }
+  if (!get_tensor(f, "input", in_dt.c_str(), 2, &input, error) ||
+      !get_tensor(f, "weight", in_dt.c_str(), 1, &weight, error) ||
       !get_tensor(f, "freqs_cis", "F32", 2, &freqs, error) || !get_tensor(f, "plan", "U8", 2, &plan, error) ||
       !get_tensor(f, "out_loc", "I64", 1, &out_loc, error) || !get_tensor(f, "kvcache", "U8", 2, &cache, error))
     return false;
@@ -147,7 +155,10 @@ bool load_kside_case(const StFile& f, KsideCase* out, std::string* error) {
     return false;
   }
   k.num_pages = cache->shape[0];
-  k.dtype = DType::kFloat32;
+  if (!dtype_from_safetensors(in_dt, &k.dtype)) {
+    *error = "tensor 'input': dtype " + in_dt + " is not one of the library's";
+    return false;
+  }
   k.input = input->data;
   k.weight = weight->data;
   k.freqs.resize(freqs->data.size() / 4);
