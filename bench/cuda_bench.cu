@@ -9,14 +9,22 @@
 //   - times each call and a device-to-device copy of half the op's bytes (so bytes read +
 //     written are equal) the same way, in the same run: 20 calls captured in one CUDA graph,
 //     the graph replayed, events around each replay, median replay / 20,
-//   - optionally (--shapes) times each recipe at fixed launch shapes too.
+//   - with PDL off and on (--pdl; a `pdl` column): each call of the captured graph is launched
+//     with programmatic stream serialization, so call n + 1 launches while call n runs (the
+//     engines launch this op that way on sm_90+); the baseline likewise (launch_dependents right
+//     after griddepcontrol.wait), and at decode sizes also with the position, freqs row and
+//     weight read before the wait (baseline-loads-before-wait: what treating them as ready
+//     before the previous kernel ends is worth; the library never does),
+//   - optionally (--shapes) times each recipe at fixed launch shapes too (lanes per row, block,
+//     and with PDL on, where the kernel triggers its dependents), and the baseline with its
+//     trigger after the stores.
 // vLLM's forms run with head_scale 0.125 (the others with 1).
 // Effective bytes per call = detail::bytes_moved: per row 128 * input size read + weight read +
 // codes written (128 fp8, or 64 fp4 + 4 block-scale bytes) + 4 weights_out; per token one
 // position and one freqs row (256 bytes).
 //
-//   indexer_q_cuda_bench [--tokens 1,64,1024,4096,16384,65536] [--heads 64] [--dtype bf16|fp16|fp32]
-//                        [--recipes v4_fp8,v4_fp4,...] [--iters N] [--shapes]
+//   indexer_q_cuda_bench [--tokens 1,8,64,256,1024,4096,16384,65536] [--heads 64] [--dtype bf16|fp16|fp32]
+//                        [--recipes v4_fp8,v4_fp4,...] [--iters N] [--pdl off,on] [--shapes]
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -82,6 +90,53 @@ __global__ void fill_pos(std::int64_t* p, std::uint64_t n, std::int64_t max_pos)
   for (std::uint64_t i = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += std::uint64_t(gridDim.x) * blockDim.x)
     p[i] = std::int64_t(hash32(i + 99) % std::uint32_t(max_pos));
+}
+
+// Floors for the decode sizes (--shapes), on the library's small-batch grid (16 threads per row,
+// 256-thread blocks), launched like the library (PDL on: trigger at the first instruction, then
+// griddepcontrol.wait): what = 0 stores one word per row and nothing else (launch, dependency
+// and completion alone); what = 1 adds the loads the op cannot avoid (the position, then the
+// freqs row it selects, and the q chunk) and stores 8 bytes per thread made from them (the
+// dependent round trip positions -> freqs). Their outputs are not the op's (not compared).
+__global__ void __launch_bounds__(256) floor_kernel(const detail::Problem p, int what) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  const std::int64_t rows = p.B * p.H;
+  const std::int64_t row = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 16;
+  const int l = threadIdx.x % 16;
+  if (row >= rows) return;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  if (what == 0) {
+    if (l == 0) p.weights_out[row] = 1.0f;
+    return;
+  }
+  const std::int64_t b = row / p.H;
+  const std::int64_t pos = static_cast<const std::int64_t*>(p.positions)[b];
+  const uint4 q = static_cast<const uint4*>(p.q_input)[row * 16 + l];
+  const float4 f = reinterpret_cast<const float4*>(p.freqs + (pos >= 0 && pos < p.max_pos ? pos : 0) * 64)[l];
+  uint2 o;
+  o.x = q.x ^ q.y ^ __float_as_uint(f.x) ^ __float_as_uint(f.y);
+  o.y = q.z ^ q.w ^ __float_as_uint(f.z) ^ __float_as_uint(f.w);
+  reinterpret_cast<uint2*>(p.q_out)[row * 16 + l] = o;
+  if (l == 0) p.weights_out[row] = __uint_as_float(o.x);
+}
+
+cudaError_t launch_floor(const detail::Problem& p, cudaStream_t s, bool pdl, int what) {
+  const unsigned grid = unsigned((p.rows() * 16 + 255) / 256);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(256);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, floor_kernel, p, what);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 std::vector<std::string> split(const char* s) {
@@ -160,7 +215,8 @@ struct Result {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::int64_t> tokens = {1, 64, 1024, 4096, 16384, 65536};
+  std::vector<std::int64_t> tokens = {1, 8, 64, 256, 1024, 4096, 16384, 65536};
+  std::vector<bool> pdls = {false, true};
   std::vector<std::int64_t> heads = {64};
   std::vector<RecipeId> recipes = all_recipes();
   std::string dts = "bf16";
@@ -177,6 +233,15 @@ int main(int argc, char** argv) {
       std::vector<std::int64_t>& v = a == "--tokens" ? tokens : heads;
       v.clear();
       for (const std::string& x : split(val)) v.push_back(std::atoll(x.c_str()));
+    } else if (a == "--pdl") {
+      pdls.clear();
+      for (const std::string& x : split(val)) {
+        if (x != "on" && x != "off") {
+          std::fprintf(stderr, "--pdl: expected a list of on|off, got %s\n", x.c_str());
+          return 2;
+        }
+        pdls.push_back(x == "on");
+      }
     } else if (a == "--dtype") {
       dts = val;
     } else if (a == "--iters") {
@@ -208,7 +273,7 @@ int main(int argc, char** argv) {
   ck(cudaGetDeviceProperties(&prop, 0), "properties");
   std::printf("# device: %s, %d SMs; %s input, int64 positions, weight_scale 0.37; median of %d replays of %d calls\n",
               prop.name, prop.multiProcessorCount, dtype_name(dt), iters, kPerGraph);
-  std::printf("csv,tokens,heads,dtype,recipe,shape,bytes,us,gbps,copy_us,copy_gbps,ratio_to_copy,gbps_vs_v4_fp8,bytes_equal\n");
+  std::printf("csv,tokens,heads,dtype,recipe,shape,pdl,bytes,us,gbps,copy_us,copy_gbps,ratio_to_copy,gbps_vs_v4_fp8,bytes_equal\n");
   std::string table;
   const std::int64_t max_pos = 4096;
   cudaStream_t s = nullptr;
@@ -284,21 +349,73 @@ int main(int argc, char** argv) {
 
         struct Entry {
           std::string shape;
+          bool pdl;
           std::function<void()> fn;
+          bool op = true;  // computes the op (bytes compared); false: a floor
         };
         std::vector<Entry> entries;
-        entries.push_back({"auto", [&] { ck(run(a, o), "run"); }});
+        for (const bool pdl : pdls) {
+          Options op = o;
+          op.enable_pdl = pdl;
+          entries.push_back({"auto", pdl, [&, op] { ck(run(a, op), "run"); }});
+        }
+        // Fixed shapes: lanes-block-trigger (t0 at start, t1 after the loads, t2 at exit; the
+        // trigger only matters with PDL on). Small grids try the latency shapes, large grids
+        // the throughput ones.
         if (shapes && ri < recipes.size()) {
-          for (auto lb : std::vector<std::pair<int, int>>{{4, 128}, {4, 256}, {8, 256}, {16, 256}}) {
-            detail::Variant v;
-            v.lanes = lb.first;
-            v.block = lb.second;
-            entries.push_back({"l" + std::to_string(lb.first) + "-b" + std::to_string(lb.second),
-                               [&, v] { ck(detail::cuda_run_variant(p, s, false, v), "run_variant"); }});
+          struct Shape {
+            int lanes, block, trigger;
+          };
+          std::vector<Shape> list;
+          if (rows <= 16384) {
+            for (int l : {16, 8})
+              for (int b : {64, 128, 256})
+                for (int t : {0, 1, 2}) list.push_back({l, b, t});
+            list.push_back({16, 32, 0});
+            list.push_back({4, 128, 0});
+            list.push_back({4, 128, 1});
+          } else {
+            for (int b : {128, 256})
+              for (int t : {0, 1, 2}) list.push_back({4, b, t});
+            list.push_back({8, 256, 1});
+          }
+          for (const bool pdl : pdls) {
+            for (const Shape& sh : list) {
+              if (!pdl && sh.trigger != 1) continue;  // the trigger is a no-op without PDL
+              detail::Variant v;
+              v.lanes = sh.lanes;
+              v.block = sh.block;
+              v.trigger = sh.trigger;
+              entries.push_back({"l" + std::to_string(sh.lanes) + "-b" + std::to_string(sh.block) +
+                                     (pdl ? "-t" + std::to_string(sh.trigger) : std::string()),
+                                 pdl, [&, v, pdl] { ck(detail::cuda_run_variant(p, s, pdl, v), "run_variant"); }});
+            }
           }
         }
-        if (rid == RecipeId::kV4Fp8 && ri < recipes.size())
-          entries.push_back({"baseline-warp-per-row", [&] { ck(bench::launch_baseline_warp(p, s), "baseline"); }});
+        if (rid == RecipeId::kV4Fp8 && ri < recipes.size()) {
+          for (const bool pdl : pdls) {
+            const bench::BaselinePdl bp = pdl ? bench::BaselinePdl::kTriggerEarly : bench::BaselinePdl::kOff;
+            entries.push_back({"baseline-warp-per-row", pdl, [&, bp] { ck(bench::launch_baseline_warp(p, s, bp), "baseline"); }});
+            if (pdl && rows <= 16384)
+              entries.push_back({"baseline-loads-before-wait", pdl, [&] {
+                                   ck(bench::launch_baseline_warp(p, s, bench::BaselinePdl::kLoadsBeforeWait), "baseline");
+                                 }});
+            if (pdl && shapes)
+              entries.push_back({"baseline-trigger-late", pdl, [&] {
+                                   ck(bench::launch_baseline_warp(p, s, bench::BaselinePdl::kTriggerLate), "baseline");
+                                 }});
+          }
+        }
+        if (shapes && rid == RecipeId::kV4Fp8 && ri < recipes.size() && rows <= 16384) {
+          for (const bool pdl : pdls) {
+            for (int what : {0, 1}) {
+              Entry e{what == 0 ? "floor-store-only" : "floor-pos-freqs-q", pdl,
+                      [&, pdl, what] { ck(launch_floor(p, s, pdl, what), "floor"); }};
+              e.op = false;
+              entries.push_back(e);
+            }
+          }
+        }
 
         // Expected bytes: the fallback kernel (process_row<R>).
         auto collect = [&](const std::function<void()>& fn) {
@@ -321,21 +438,21 @@ int main(int argc, char** argv) {
         const Result want = collect([&] { ck(detail::cuda_run_variant(p, s, false, fallback), "fallback"); });
 
         for (const Entry& e : entries) {
-          const bool equal = collect(e.fn) == want;
+          const bool equal = e.op ? collect(e.fn) == want : true;
           all_equal = all_equal && equal;
           const double us = time_median_us(s, e.fn, 10, iters);
           const double gbps = double(bytes) / us * 1e-3;
           const bool again = ri == recipes.size();
           const std::string name = std::string(recipe_name(rid)) + (again ? "(again)" : "");
-          if (rid == RecipeId::kV4Fp8 && e.shape == "auto" && !again) v4_gbps = gbps;
+          if (rid == RecipeId::kV4Fp8 && e.shape == "auto" && e.pdl == pdls[0] && !again) v4_gbps = gbps;
           const double vs_v4 = v4_gbps > 0 ? gbps / v4_gbps : 0.0;
-          std::printf("csv,%lld,%lld,%s,%s,%s,%lld,%.3f,%.1f,%.3f,%.1f,%.3f,%.3f,%s\n", (long long)T, (long long)H,
-                      dtype_name(dt), name.c_str(), e.shape.c_str(), (long long)bytes, us, gbps, copy_us, copy_gbps,
-                      copy_us / us, vs_v4, equal ? "yes" : "NO");
+          std::printf("csv,%lld,%lld,%s,%s,%s,%s,%lld,%.3f,%.1f,%.3f,%.1f,%.3f,%.3f,%s\n", (long long)T, (long long)H,
+                      dtype_name(dt), name.c_str(), e.shape.c_str(), e.pdl ? "on" : "off", (long long)bytes, us, gbps,
+                      copy_us, copy_gbps, copy_us / us, vs_v4, !e.op ? "-" : equal ? "yes" : "NO");
           char t[320];
-          std::snprintf(t, sizeof t, "%6lld %3lld %-22s %-22s %10lld B %9.3f us %7.1f GB/s  copy %7.1f GB/s  x%.3f copy  x%.3f v4_fp8 %s\n",
-                        (long long)T, (long long)H, name.c_str(), e.shape.c_str(), (long long)bytes, us, gbps,
-                        copy_gbps, copy_us / us, vs_v4, equal ? "" : "BYTES DIFFER");
+          std::snprintf(t, sizeof t, "%6lld %3lld %-18s %-22s pdl %-3s %10lld B %9.3f us %7.1f GB/s  copy %7.1f GB/s  x%.3f copy  x%.3f v4_fp8 %s\n",
+                        (long long)T, (long long)H, name.c_str(), e.shape.c_str(), e.pdl ? "on" : "off",
+                        (long long)bytes, us, gbps, copy_gbps, copy_us / us, vs_v4, equal ? "" : "BYTES DIFFER");
           table += t;
         }
         std::fflush(stdout);

@@ -22,7 +22,10 @@
 //    binary under compute-sanitizer);
 //  - misaligned pointers (the fallback) for every recipe;
 //  - the op on a non-default stream (no host synchronization), CUDA-graph capture and replay,
-//    PDL on and off; pointers of the wrong kind and launch errors.
+//    PDL on and off; with PDL, a producer kernel that lets its dependents launch at once and then
+//    writes q_input, weight and positions, the op, and a PDL consumer of its outputs in one graph
+//    (every shape and trigger placement; the overlap itself is checked to happen), and the
+//    default Options (PDL on) behind such a producer; pointers of the wrong kind and launch errors.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -95,6 +98,7 @@ struct DeviceCase {
     prob.q_sf = c.fp4() ? static_cast<std::uint8_t*>(sf.p) : nullptr;
     prob.weight = w.p;
     prob.weight_stride_b = c.weight_stride;
+    prob.weight_dtype = c.wdtype();
     prob.weights_out = static_cast<float*>(wo.p);
     prob.weight_scale = c.weight_scale;
     prob.head_scale = head_scale;
@@ -164,10 +168,10 @@ std::string variant_name(const detail::Variant& v) {
   return "lanes=" + std::to_string(v.lanes) + " block=" + std::to_string(v.block);
 }
 
-// Every shape the backend can launch: what choose_variant picks (16 lanes / 256, 4 lanes / 128)
-// and the other lane counts and block sizes cuda_run_variant accepts.
+// Every shape the backend can launch: what choose_variant picks (16, 8 or 4 lanes / 128) and the
+// other lane counts and block sizes cuda_run_variant accepts.
 std::vector<detail::Variant> all_variants() {
-  return {V(-1), V(0), V(4, 256), V(4, 128), V(4, 64), V(8, 256), V(8, 64), V(16, 256), V(16, 128)};
+  return {V(-1), V(0), V(4, 256), V(4, 128), V(4, 64), V(8, 256), V(8, 128), V(8, 64), V(16, 256), V(16, 128)};
 }
 
 // ---------------------------------------------------------------------------------------
@@ -928,6 +932,292 @@ TEST(Cuda, PdlGivesTheSameBytesAndWaitsForThePreviousKernel) {
       EXPECT_EQ(got[0].q_out, got[1].q_out);
       EXPECT_EQ(got[0].q_sf, got[1].q_sf);
       EXPECT_EQ(std::memcmp(got[0].weights_out.data(), got[1].weights_out.data(), got[0].weights_out.size() * 4), 0);
+      cudaStreamDestroy(s);
+    }
+  }
+}
+
+// ---- PDL with a producer that lets its dependents launch at once -----------------------------
+// A kernel of an engine's stream that writes the op's inputs (q_input, weight, positions) and,
+// as PDL producers may, executes griddepcontrol.launch_dependents first: the op's grid is then
+// launched and resident while the producer is still spinning, and only its griddepcontrol.wait
+// keeps it from reading the old bytes.
+struct ByteCopies {
+  const unsigned char* src[3];
+  unsigned char* dst[3];
+  std::size_t n[3];
+};
+__device__ __forceinline__ void trigger_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_primary() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__global__ void early_trigger_producer(ByteCopies c, long long cycles) {
+  trigger_dependents();
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (int k = 0; k < 3; ++k)
+    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n[k]; i += stride)
+      c.dst[k][i] = c.src[k][i];
+}
+// A dependent that reads before and after its griddepcontrol.wait: shows that the overlap above
+// is real on this device (before: the old word; after: the producer's).
+__global__ void probe_dependent(const std::uint32_t* q, std::uint32_t* seen) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    seen[0] = *reinterpret_cast<const volatile std::uint32_t*>(q);
+    wait_for_primary();
+    seen[1] = *reinterpret_cast<const volatile std::uint32_t*>(q);
+  } else {
+    wait_for_primary();
+  }
+}
+// A consumer of the op's outputs launched with PDL after it: copies q_out and weights_out once its
+// griddepcontrol.wait returns (the op may have let it launch at the op's first instruction).
+__global__ void pdl_consumer(ByteCopies c) {
+  wait_for_primary();
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (int k = 0; k < 3; ++k)
+    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n[k]; i += stride)
+      c.dst[k][i] = c.src[k][i];
+}
+
+template <typename... Args>
+cudaError_t launch_pdl(void (*k)(Args...), unsigned grid, unsigned block, cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, k, args...);
+}
+
+int device_cc_major() {
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  return major;
+}
+
+constexpr long long kProducerSpin = 2000000;  // ~1 ms at 2 GHz
+
+TEST(Cuda, PdlProducerThatTriggersEarlyIsOverlappedOnThisDevice) {
+  SKIP_WITHOUT_DEVICE();
+  if (device_cc_major() < 9) GTEST_SKIP() << "PDL needs sm_90+";
+  DevBuf q, src, seen;
+  ASSERT_TRUE(q.alloc(16) && src.alloc(16) && seen.alloc(8));
+  CUDA_OK(cudaMemset(q.p, 0x11, 16));
+  CUDA_OK(cudaMemset(src.p, 0x22, 16));
+  cudaStream_t s = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  ByteCopies c{};
+  c.src[0] = static_cast<const unsigned char*>(src.p);
+  c.dst[0] = static_cast<unsigned char*>(q.p);
+  c.n[0] = 16;
+  for (int k = 1; k < 3; ++k) {
+    c.src[k] = c.src[0];
+    c.dst[k] = c.dst[0];
+    c.n[k] = 0;
+  }
+  // Load both kernels first (lazy module loading at a first launch serializes it).
+  ByteCopies none = c;
+  none.n[0] = 0;
+  early_trigger_producer<<<1, 32, 0, s>>>(none, 0);
+  CUDA_OK(launch_pdl(probe_dependent, 1u, 32u, s, static_cast<const std::uint32_t*>(src.p),
+                     static_cast<std::uint32_t*>(seen.p)));
+  CUDA_OK(cudaStreamSynchronize(s));
+  // In stream order, then captured in a graph (as the op is used in the test below).
+  for (int graph = 0; graph < 2; ++graph) {
+    SCOPED_TRACE(graph ? "graph" : "stream");
+    CUDA_OK(cudaMemset(q.p, 0x11, 16));
+    CUDA_OK(cudaMemset(seen.p, 0, 8));
+    CUDA_OK(cudaDeviceSynchronize());
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t ge = nullptr;
+    if (graph) CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    early_trigger_producer<<<4, 128, 0, s>>>(c, kProducerSpin);
+    CUDA_OK(launch_pdl(probe_dependent, 4u, 128u, s, static_cast<const std::uint32_t*>(q.p),
+                       static_cast<std::uint32_t*>(seen.p)));
+    if (graph) {
+      CUDA_OK(cudaStreamEndCapture(s, &g));
+      CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+      CUDA_OK(cudaGraphLaunch(ge, s));
+    }
+    CUDA_OK(cudaStreamSynchronize(s));
+    std::uint32_t got[2] = {0, 0};
+    CUDA_OK(cudaMemcpy(got, seen.p, 8, cudaMemcpyDeviceToHost));
+    // Without this overlap the tests below could not catch a read before griddepcontrol.wait.
+    EXPECT_EQ(got[0], 0x11111111u) << "the dependent did not start before the producer wrote";
+    EXPECT_EQ(got[1], 0x22222222u) << "griddepcontrol.wait returned before the producer finished";
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+  }
+  cudaStreamDestroy(s);
+}
+
+// producer (writes q_input, weight, positions; triggers at once) -> the op (PDL on) -> consumer
+// (PDL, copies the outputs after its wait), captured in one CUDA graph, replayed with two input
+// sets; every output byte compared with the reference, for every shape and trigger placement.
+TEST(Cuda, PdlGraphWithEarlyProducerAndConsumerIsExact) {
+  SKIP_WITHOUT_DEVICE();
+  if (device_cc_major() < 9) GTEST_SKIP() << "PDL needs sm_90+";
+  std::vector<detail::Variant> variants = {V(-1), V(0)};
+  for (const auto& lb : std::vector<std::pair<int, int>>{{16, 256}, {16, 64}, {8, 128}, {4, 128}}) {
+    for (int t : {detail::kTriggerAtStart, detail::kTriggerAfterLoads, detail::kTriggerAtExit}) {
+      detail::Variant v = V(lb.first, lb.second);
+      v.trigger = t;
+      variants.push_back(v);
+    }
+  }
+  std::uint64_t seed = 400;
+  struct Size {
+    std::int64_t B, H;
+  };
+  for (RecipeId rid : {RecipeId::kV4Fp8, RecipeId::kV4Fp4, RecipeId::kVllmV4Fp8}) {
+    for (const Size sz : {Size{1, 64}, Size{8, 16}, Size{300, 64}}) {
+      HostCase c1 = iqtest::random_case(sz.B, sz.H, DType::kBFloat16, DType::kInt64, sz.H, ++seed, rid);
+      HostCase c2 = iqtest::random_case(sz.B, sz.H, DType::kBFloat16, DType::kInt64, sz.H, ++seed, rid);
+      c2.max_pos = c1.max_pos;
+      c2.freqs = c1.freqs;
+      c2.weight_scale = c1.weight_scale;  // a graph keeps its scalar arguments
+      for (std::int64_t b = 0; b < c2.B; ++b) iqtest::set_position(c2, b, (b * 7919 + 5) % c1.max_pos);
+      const Outputs want1 = reference_outputs(c1), want2 = reference_outputs(c2);
+      for (const detail::Variant& v : variants) {
+        SCOPED_TRACE(c1.describe() + " " + variant_name(v) + " trigger=" + std::to_string(v.trigger));
+        DeviceCase d;
+        ASSERT_TRUE(d.upload(c1));
+        DevBuf sq, sw, sp, cq, csf, cwo;  // staging inputs, the consumer's copies
+        ASSERT_TRUE(sq.alloc(c1.q_input.size()) && sw.alloc(c1.weight.size()) && sp.alloc(c1.positions.size()) &&
+                    cq.alloc(d.n_out) && csf.alloc(d.n_sf) && cwo.alloc(d.n_wo));
+        ByteCopies in{};
+        in.src[0] = static_cast<const unsigned char*>(sq.p);
+        in.src[1] = static_cast<const unsigned char*>(sw.p);
+        in.src[2] = static_cast<const unsigned char*>(sp.p);
+        in.dst[0] = static_cast<unsigned char*>(d.q.p);
+        in.dst[1] = static_cast<unsigned char*>(d.w.p);
+        in.dst[2] = static_cast<unsigned char*>(d.pos.p);
+        in.n[0] = c1.q_input.size();
+        in.n[1] = c1.weight.size();
+        in.n[2] = c1.positions.size();
+        ByteCopies out{};
+        out.src[0] = static_cast<const unsigned char*>(d.out.p);
+        out.src[1] = static_cast<const unsigned char*>(d.sf.p);
+        out.src[2] = static_cast<const unsigned char*>(d.wo.p);
+        out.dst[0] = static_cast<unsigned char*>(cq.p);
+        out.dst[1] = static_cast<unsigned char*>(csf.p);
+        out.dst[2] = static_cast<unsigned char*>(cwo.p);
+        out.n[0] = d.n_out;
+        out.n[1] = d.n_sf;
+        out.n[2] = d.n_wo;
+
+        cudaStream_t s = nullptr;
+        CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        cudaGraph_t g = nullptr;
+        CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        early_trigger_producer<<<132, 256, 0, s>>>(in, kProducerSpin);
+        const Status st = detail::cuda_run_variant(d.prob, s, true, v);
+        const cudaError_t ce = launch_pdl(pdl_consumer, 132u, 256u, s, out);
+        CUDA_OK(cudaStreamEndCapture(s, &g));
+        ASSERT_TRUE(st.ok()) << st.message();
+        CUDA_OK(ce);
+        cudaGraphExec_t ge = nullptr;
+        CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+        for (int round = 0; round < 2; ++round) {
+          const HostCase& c = round == 0 ? c1 : c2;
+          const Outputs& want = round == 0 ? want1 : want2;
+          // The op's input buffers hold stale bytes (positions: out of range, so a stale read shows
+          // as zero codes and NaN weights); the producer writes the real ones.
+          CUDA_OK(cudaMemcpy(sq.p, c.q_input.data(), c.q_input.size(), cudaMemcpyHostToDevice));
+          CUDA_OK(cudaMemcpy(sw.p, c.weight.data(), c.weight.size(), cudaMemcpyHostToDevice));
+          CUDA_OK(cudaMemcpy(sp.p, c.positions.data(), c.positions.size(), cudaMemcpyHostToDevice));
+          CUDA_OK(cudaMemset(d.q.p, 0x7f, c.q_input.size()));
+          CUDA_OK(cudaMemset(d.w.p, 0x7f, c.weight.size()));
+          CUDA_OK(cudaMemset(d.pos.p, 0x7f, c.positions.size()));
+          ASSERT_TRUE(d.poison(0x5A));
+          CUDA_OK(cudaMemset(cq.p, 0xA5, d.n_out));
+          CUDA_OK(cudaMemset(csf.p, 0xA5, d.n_sf));
+          CUDA_OK(cudaMemset(cwo.p, 0xA5, d.n_wo));
+          CUDA_OK(cudaDeviceSynchronize());
+          CUDA_OK(cudaGraphLaunch(ge, s));
+          CUDA_OK(cudaStreamSynchronize(s));
+          Outputs got;
+          ASSERT_TRUE(d.download(&got));
+          iqtest::Comparison cmp = iqtest::compare(got, want, c.H);
+          EXPECT_TRUE(cmp.exact()) << "round " << round << ", the op's outputs: " << cmp.summary();
+          Outputs copied;
+          copied.q_out.assign(d.n_out, 0);
+          copied.q_sf.assign(d.n_sf, 0);
+          copied.weights_out.assign(d.n_wo / 4, 0.0f);
+          CUDA_OK(cudaMemcpy(copied.q_out.data(), cq.p, d.n_out, cudaMemcpyDeviceToHost));
+          if (d.n_sf) CUDA_OK(cudaMemcpy(copied.q_sf.data(), csf.p, d.n_sf, cudaMemcpyDeviceToHost));
+          CUDA_OK(cudaMemcpy(copied.weights_out.data(), cwo.p, d.n_wo, cudaMemcpyDeviceToHost));
+          cmp = iqtest::compare(copied, want, c.H);
+          EXPECT_TRUE(cmp.exact()) << "round " << round << ", what the PDL consumer read: " << cmp.summary();
+        }
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(g);
+        cudaStreamDestroy(s);
+      }
+    }
+  }
+}
+
+// The public API's default (Options::enable_pdl = true) behind the same early producer, stream
+// order (no graph): every byte, small and large grids (both automatic trigger placements).
+TEST(Cuda, DefaultOptionsUsePdlAndWaitForTheProducer) {
+  SKIP_WITHOUT_DEVICE();
+  EXPECT_TRUE(Options{}.enable_pdl);
+  std::uint64_t seed = 500;
+  for (RecipeId rid : {RecipeId::kV4Fp8, RecipeId::kV4Fp4}) {
+    for (std::int64_t B : {1, 64, 1024}) {
+      const HostCase c = iqtest::random_case(B, 64, DType::kBFloat16, DType::kInt64, 64, ++seed, rid);
+      SCOPED_TRACE(c.describe());
+      const Outputs want = reference_outputs(c);
+      DeviceCase d;
+      ASSERT_TRUE(d.upload(c));
+      cudaStream_t s = nullptr;
+      CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      Options o;
+      o.backend = Backend::kCuda;
+      o.stream = s;
+      ASSERT_TRUE(d.call(c, o).ok());  // loads the kernel (a lazy first load would serialize)
+      CUDA_OK(cudaStreamSynchronize(s));
+      DevBuf sq, sp;
+      ASSERT_TRUE(sq.alloc(c.q_input.size()) && sp.alloc(c.positions.size()));
+      CUDA_OK(cudaMemcpy(sq.p, c.q_input.data(), c.q_input.size(), cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemcpy(sp.p, c.positions.data(), c.positions.size(), cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemset(d.q.p, 0x7f, c.q_input.size()));
+      CUDA_OK(cudaMemset(d.pos.p, 0x7f, c.positions.size()));
+      ASSERT_TRUE(d.poison(0x5A));
+      CUDA_OK(cudaDeviceSynchronize());
+      ByteCopies in{};
+      in.src[0] = static_cast<const unsigned char*>(sq.p);
+      in.src[1] = static_cast<const unsigned char*>(sp.p);
+      in.src[2] = in.src[1];
+      in.dst[0] = static_cast<unsigned char*>(d.q.p);
+      in.dst[1] = static_cast<unsigned char*>(d.pos.p);
+      in.dst[2] = in.dst[1];
+      in.n[0] = c.q_input.size();
+      in.n[1] = c.positions.size();
+      in.n[2] = 0;
+      early_trigger_producer<<<132, 256, 0, s>>>(in, kProducerSpin);
+      CUDA_OK(cudaGetLastError());
+      const Status st = d.call(c, o);
+      ASSERT_TRUE(st.ok()) << st.message();
+      CUDA_OK(cudaStreamSynchronize(s));
+      Outputs got;
+      ASSERT_TRUE(d.download(&got));
+      const iqtest::Comparison cmp = iqtest::compare(got, want, c.H);
+      EXPECT_TRUE(cmp.exact()) << cmp.summary();
       cudaStreamDestroy(s);
     }
   }

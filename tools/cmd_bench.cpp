@@ -35,6 +35,9 @@ std::vector<OptionSpec> bench_options() {
                          "span at least M MiB (at most 1024 sets), so small cases are not timed out of\n"
                          "L1/L2 (default 16; 0 = one set)"},
       {"seed", "S", "workload seed, >= 0 (default 1)"},
+      {"pdl", "LIST", "cuda backend: programmatic dependent launch of the timed calls: on, off or\n"
+                      "on,off (default on,off: each case twice, PDL on then off; the library's\n"
+                      "default is on for sm_90+)"},
       {"format", "F", "table|csv (default table)"},
       {"no-check", nullptr, "skip the byte comparison of each case against the scalar reference"},
   };
@@ -59,9 +62,12 @@ const char* kBenchDescription =
     "CPU: small cases rotate among several buffer sets (see --rotate-mb; each set has its own\n"
     "inputs, positions and outputs, the freqs table is shared); 'sets' says how many. The copy\n"
     "rotates the same way (source/destination pairs spanning >= 16 MiB).\n"
-    "csv: one header line, then one row per case: backend,isa,tokens,heads,dtype,threads,sets,\n"
-    "us_median,gbps,copy_us,copy_gbps,ratio_to_copy,exact,recipe (isa and threads are '-' on a\n"
-    "GPU).\n"
+    "pdl            cuda: on or off (Options::enable_pdl of the timed calls; with it on, each of\n"
+    "                 the 20 captured calls launches while the previous one runs, as in an\n"
+    "                 engine's stream); '-' on the cpu\n"
+    "csv: one header line, then one row per case: backend,isa,tokens,heads,dtype,threads,pdl,\n"
+    "sets,us_median,gbps,copy_us,copy_gbps,ratio_to_copy,exact,recipe (isa and threads are '-'\n"
+    "on a GPU).\n"
     "A case the backend cannot run (e.g. a recipe it does not implement) is reported on stderr\n"
     "and the sweep goes on.\n"
     "Exit status: 0 if every case ran (and matched the reference), 1 otherwise, 2 for a bad\n"
@@ -89,6 +95,15 @@ int cmd_bench(int argc, char** argv) {
   const std::uint64_t seed = std::uint64_t(a.integer("seed", 1, 0, INT64_MAX - 2048));
   const bool csv = a.choice("format", "table", {"table", "csv"}) == "csv";
   const bool check = !a.flag("no-check");
+  std::vector<int> pdl_modes;  // 1 on, 0 off, -1 not applicable (cpu)
+  {
+    const std::string v = a.str("pdl", "on,off");
+    if (v == "on") pdl_modes = {1};
+    else if (v == "off") pdl_modes = {0};
+    else if (v == "on,off") pdl_modes = {1, 0};
+    else if (v == "off,on") pdl_modes = {0, 1};
+    else throw UsageError("--pdl: expected on, off or on,off, got '" + v + "'");
+  }
   Runtimes rts;
   const Target t = select_target(a, &rts);
   DeviceRuntime& rt = *t.rt;
@@ -96,16 +111,17 @@ int cmd_bench(int argc, char** argv) {
   const std::string isa_col =
       t.backend == Backend::kCpu ? cpu_isa_name(t.isa) : gpu ? "-" : cpu_isa_name(CpuIsa::kScalar);
   const std::string threads_col = gpu ? "-" : std::to_string(t.threads);
-  const Options opts = t.options();
+  const Options opts0 = t.options();
+  if (!gpu) pdl_modes = {-1};
 
   if (csv) {
-    std::printf("backend,isa,tokens,heads,dtype,threads,sets,us_median,gbps,copy_us,copy_gbps,ratio_to_copy,exact,"
-                "recipe\n");
+    std::printf("backend,isa,tokens,heads,dtype,threads,pdl,sets,us_median,gbps,copy_us,copy_gbps,ratio_to_copy,"
+                "exact,recipe\n");
   } else {
     std::printf("indexer-q bench: %s on %s, %s, %s positions, warmup %d, iters %d\n", t.label.c_str(),
                 rt.name().c_str(), dtype_name(dtype), dtype_name(pos_dtype), warmup, iters);
-    std::printf("%-20s %-10s %-7s %7s %5s %7s %5s %11s %9s %10s %9s %6s\n", "recipe", "backend", "isa", "tokens",
-                "heads", "threads", "sets", "us_median", "GB/s", "copy_GB/s", "vs_copy", "exact");
+    std::printf("%-20s %-10s %-7s %7s %5s %7s %3s %5s %11s %9s %10s %9s %6s\n", "recipe", "backend", "isa", "tokens",
+                "heads", "threads", "pdl", "sets", "us_median", "GB/s", "copy_GB/s", "vs_copy", "exact");
   }
   std::fflush(stdout);
   bool all_ok = true;
@@ -143,53 +159,63 @@ int cmd_bench(int argc, char** argv) {
           sets.emplace_back(new DeviceCase(rt, wi.data, sets[0]->freqs()));
         }
 
-        std::string exact = "-";
-        sets[0]->poison(0xff);
-        Status s = sets[0]->run(opts);
-        if (!s.ok()) {
-          fail(s.message());
-          continue;
-        }
-        if (check) {
-          Outputs out;
-          sets[0]->download(&out);
-          s = fill_expected(&w0.data);
-          if (!s.ok()) throw std::runtime_error(s.message());
-          const io::Diff d = io::compare_outputs(w0.data, out.q_out.data(),
-                                                 out.q_sf.empty() ? nullptr : out.q_sf.data(), out.weights_out.data());
-          exact = d.exact() ? "yes" : "NO";
-          if (!d.exact())
-            fail(fmt("output differs from the reference: %lld code bytes, %lld block-scale bytes, %lld weights",
-                     (long long)d.q_bytes, (long long)d.sf_bytes, (long long)d.weights));
-        }
+        bool have_expected = false;
+        for (const int pdl : pdl_modes) {
+          Options opts = opts0;
+          if (pdl >= 0) opts.enable_pdl = pdl == 1;
+          const char* pdl_col = pdl < 0 ? "-" : pdl ? "on" : "off";
+          std::string exact = "-";
+          sets[0]->poison(0xff);
+          Status s = sets[0]->run(opts);
+          if (!s.ok()) {
+            fail(s.message());
+            continue;
+          }
+          if (check) {
+            Outputs out;
+            sets[0]->download(&out);
+            if (!have_expected) {
+              s = fill_expected(&w0.data);
+              if (!s.ok()) throw std::runtime_error(s.message());
+              have_expected = true;
+            }
+            const io::Diff d = io::compare_outputs(w0.data, out.q_out.data(),
+                                                   out.q_sf.empty() ? nullptr : out.q_sf.data(), out.weights_out.data());
+            exact = d.exact() ? "yes" : "NO";
+            if (!d.exact())
+              fail(fmt("output differs from the reference: %lld code bytes, %lld block-scale bytes, %lld weights",
+                       (long long)d.q_bytes, (long long)d.sf_bytes, (long long)d.weights));
+          }
 
-        std::size_t k = 0;
-        Status timed;
-        const double us = rt.time_median_us(
-            [&] {
-              const Status st = sets[k]->run(opts);
-              if (!st.ok()) timed = st;
-              k = (k + 1) % sets.size();
-            },
-            warmup, iters);
-        rt.synchronize();
-        if (!timed.ok()) {
-          fail(timed.message());
-          continue;
-        }
-        const std::size_t copy_bytes = std::size_t(ws / 2);
-        const double copy_us = rt.copy_median_us(copy_bytes, warmup, iters);
-        const double gbps = double(ws) / (us * 1e3);
-        const double copy_gbps = 2.0 * double(copy_bytes) / (copy_us * 1e3);
+          std::size_t k = 0;
+          Status timed;
+          const double us = rt.time_median_us(
+              [&] {
+                const Status st = sets[k]->run(opts);
+                if (!st.ok()) timed = st;
+                k = (k + 1) % sets.size();
+              },
+              warmup, iters);
+          rt.synchronize();
+          if (!timed.ok()) {
+            fail(timed.message());
+            continue;
+          }
+          const std::size_t copy_bytes = std::size_t(ws / 2);
+          const double copy_us = rt.copy_median_us(copy_bytes, warmup, iters);
+          const double gbps = double(ws) / (us * 1e3);
+          const double copy_gbps = 2.0 * double(copy_bytes) / (copy_us * 1e3);
 
-        if (csv) {
-          std::printf("%s,%s,%lld,%lld,%s,%s,%lld,%.3f,%.3f,%.3f,%.3f,%.4f,%s,%s\n", backend_name(t.backend),
-                      isa_col.c_str(), (long long)T, (long long)H, dtype_name(dtype), threads_col.c_str(),
-                      (long long)nsets, us, gbps, copy_us, copy_gbps, gbps / copy_gbps, exact.c_str(), rname);
-        } else {
-          std::printf("%-20s %-10s %-7s %7lld %5lld %7s %5lld %11.2f %9.2f %10.2f %9.3f %6s\n", rname,
-                      backend_name(t.backend), isa_col.c_str(), (long long)T, (long long)H, threads_col.c_str(),
-                      (long long)nsets, us, gbps, copy_gbps, gbps / copy_gbps, exact.c_str());
+          if (csv) {
+            std::printf("%s,%s,%lld,%lld,%s,%s,%s,%lld,%.3f,%.3f,%.3f,%.3f,%.4f,%s,%s\n", backend_name(t.backend),
+                        isa_col.c_str(), (long long)T, (long long)H, dtype_name(dtype), threads_col.c_str(), pdl_col,
+                        (long long)nsets, us, gbps, copy_us, copy_gbps, gbps / copy_gbps, exact.c_str(), rname);
+          } else {
+            std::printf("%-20s %-10s %-7s %7lld %5lld %7s %3s %5lld %11.2f %9.2f %10.2f %9.3f %6s\n", rname,
+                        backend_name(t.backend), isa_col.c_str(), (long long)T, (long long)H, threads_col.c_str(),
+                        pdl_col, (long long)nsets, us, gbps, copy_gbps, gbps / copy_gbps, exact.c_str());
+          }
+          std::fflush(stdout);
         }
         std::fflush(stdout);
       }

@@ -346,16 +346,16 @@ std::vector<std::string> recipe_info_op(std::string name) {
 #define IQ_QUANT_Q_ARGS                                                                      \
   "(str recipe, Tensor q_input, Tensor(a!) q_out, Tensor(b!)? q_sf, Tensor weight, "         \
   "Tensor(c!) weights_out, float weight_scale, Tensor freqs, Tensor positions, "             \
-  "bool enable_pdl=False, float head_scale=1.0) -> ()"
+  "bool enable_pdl=True, float head_scale=1.0) -> ()"
 STABLE_TORCH_LIBRARY(indexer_q, m) {
   m.def(
       "fused_q_indexer_rope_hadamard_quant(Tensor q_input, Tensor(a!) q_fp8, Tensor weight, "
       "Tensor(b!) weights_out, float weight_scale, Tensor freqs, Tensor positions, "
-      "bool enable_pdl=False) -> ()");
+      "bool enable_pdl=True) -> ()");
   m.def(
       "fused_q_indexer_rope_hadamard_quant_composed(Tensor q_input, Tensor(a!) q_fp8, "
       "Tensor weight, Tensor(b!) weights_out, float weight_scale, Tensor freqs, "
-      "Tensor positions, bool enable_pdl=False) -> ()");
+      "Tensor positions, bool enable_pdl=True) -> ()");
   m.def("quant_q" IQ_QUANT_Q_ARGS);
   m.def("quant_q_composed" IQ_QUANT_Q_ARGS);
   m.def("recipes() -> str[]");

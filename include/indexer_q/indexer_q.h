@@ -225,7 +225,12 @@ struct Options {
   CpuIsa cpu_isa = CpuIsa::kAuto;  // CPU backend only
   int num_threads = 0;             // CPU backend only: 0 = cpu_num_threads(); 1 = inline
   void* stream = nullptr;          // CUDA backend only: a cudaStream_t; nullptr = default stream
-  bool enable_pdl = false;         // CUDA backend only: programmatic dependent launch (sm_90+)
+  // CUDA backend only: programmatic dependent launch. true (the default, as engines launch on
+  // Hopper): on sm_90+ devices the kernel is launched with programmatic stream serialization, so
+  // it launches while the previous kernel of the stream still runs and waits
+  // (griddepcontrol.wait) for it to finish before reading any tensor; it lets the next kernel
+  // launch early too. Ignored on devices before sm_90. false: a plain launch.
+  bool enable_pdl = true;
 };
 
 // The op's arguments, for every recipe: one model shared by the API, the CLI, the PyTorch

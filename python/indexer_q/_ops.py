@@ -40,39 +40,39 @@ torch.ops.load_library(library_path)
 # ---- fake (meta) implementations: the op writes its two outputs in place and returns nothing,
 # so tracing (torch.compile, FakeTensor, meta tensors) needs no shape logic.
 @torch.library.register_fake(_QUALNAME)
-def _fake(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=False):
+def _fake(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=True):
     return None
 
 
 @torch.library.register_fake(_QUALNAME_COMPOSED)
 def _fake_composed(
-    q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=False
+    q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=True
 ):
     return None
 
 
 @torch.library.register_fake(_QUANT_Q)
 def _fake_quant_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
-                  positions, enable_pdl=False, head_scale=1.0):
+                  positions, enable_pdl=True, head_scale=1.0):
     return None
 
 
 @torch.library.register_fake(_QUANT_Q_COMPOSED)
 def _fake_quant_q_composed(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale,
-                           freqs, positions, enable_pdl=False, head_scale=1.0):
+                           freqs, positions, enable_pdl=True, head_scale=1.0):
     return None
 
 
 # The key side (indexer_q/kside.py): kside_store writes the paged cache in place.
 @torch.library.register_fake("indexer_q::kside_store")
 def _fake_kside_store(recipe, input, weight, eps, freqs, positions, slots, kvcache, page_size,
-                      enable_pdl=False):
+                      enable_pdl=True):
     return None
 
 
 @torch.library.register_fake("indexer_q::kside_store_composed")
 def _fake_kside_store_composed(recipe, input, weight, eps, freqs, positions, slots, kvcache,
-                               page_size, enable_pdl=False):
+                               page_size, enable_pdl=True):
     return None
 
 
@@ -214,7 +214,7 @@ def fused_q_indexer_rope_hadamard_quant(
     positions: torch.Tensor,
     *,
     out_dtype: Optional[torch.dtype] = None,
-    enable_pdl: bool = False,
+    enable_pdl: bool = True,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Allocates and returns ``(q_fp8, weights_out)``.
 
@@ -313,7 +313,7 @@ def quant_q(
     q_out: Optional[torch.Tensor] = None,
     q_sf: Optional[torch.Tensor] = None,
     weights_out: Optional[torch.Tensor] = None,
-    enable_pdl: bool = False,
+    enable_pdl: bool = True,
     head_scale: float = 1.0,
 ) -> Tuple[QOut, torch.Tensor]:
     """Any recipe of the library by name (see :data:`RECIPES`); returns what the engine's entry
@@ -331,7 +331,8 @@ def quant_q(
     in (``q_out``, ``q_sf``, ``weights_out``) are written in place; the others are allocated on
     q_input's device. ``freqs`` is the recipe's
     (max_pos, 64) float32 table (interleaved recipes also take the complex64 (max_pos, 32)
-    freqs_cis). ``enable_pdl`` is used by the CUDA kernel only.
+    freqs_cis). ``enable_pdl`` (default True: programmatic dependent launch on sm_90+) is used
+    by the CUDA kernel only.
     """
     return _quant_q(torch.ops.indexer_q.quant_q, recipe, q_input, weight, weight_scale, freqs,
                     positions, out_dtype, q_out, q_sf, weights_out, enable_pdl, head_scale)
@@ -365,7 +366,7 @@ def fused_q_indexer_rope_first_quant(
     positions: torch.Tensor,
     *,
     out_dtype: Optional[torch.dtype] = None,
-    enable_pdl: bool = False,
+    enable_pdl: bool = True,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """The DeepSeek-V3.2 form (recipe ``v32_fp8``): RoPE on dims 0..63 with the (max_pos, 64)
     float32 ``cos_sin_cache`` in halves [cos x32 | sin x32], no Hadamard, FP8 with the per-row
@@ -382,7 +383,7 @@ def fused_q_indexer_rope_hadamard_fp4_quant(
     freqs_cis: torch.Tensor,
     positions: torch.Tensor,
     *,
-    enable_pdl: bool = False,
+    enable_pdl: bool = True,
 ) -> Tuple[Tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
     """The FP4 form (recipe ``v4_fp4``): RoPE on dims 64..127, Hadamard, E2M1 codes with one
     UE8M0 scale per 32 values. Returns ``((q_fp4, q_sf), weights_out)``: q_fp4 (B, H, 64)
@@ -400,7 +401,7 @@ def fused_indexer_q_rope_quant(
     head_scale: float,
     use_fp4: bool = False,
     *,
-    enable_pdl: bool = False,
+    enable_pdl: bool = True,
 ) -> Tuple[QOut, torch.Tensor]:
     """vLLM's call (``vllm/models/deepseek_v4/common/ops/fused_indexer_q.py``), same arguments,
     same results, same bytes (docs/SPEC-vllm.md): recipe ``vllm_v4_fp8``, or ``vllm_v4_mxfp4``

@@ -41,10 +41,14 @@
 // caller can detect it (isnan(weights_out)). No trap, no error code.
 //
 // Everything is enqueued on the caller's stream: no allocation, no host synchronization, so
-// the call can be captured in a CUDA graph. With enable_pdl on an sm_90+ device the kernel
-// is launched with programmatic stream serialization: it waits (griddepcontrol.wait) before
-// its first global load and lets dependents launch (griddepcontrol.launch_dependents) after
-// its last input load.
+// the call can be captured in a CUDA graph. With enable_pdl (the default) on an sm_90+ device
+// the kernel is launched with programmatic stream serialization (PDL): it may start while the
+// previous kernel of the stream runs. Before griddepcontrol.wait it only computes indices and
+// addresses from its launch parameters (every tensor may be the previous kernel's output); it
+// lets the next kernel launch (griddepcontrol.launch_dependents) at its first instruction when
+// the grid is small (choose_variant: decode sizes, where the next launch's latency would
+// otherwise follow this kernel's), after its input loads when it is larger (dependents resident
+// early crowd its own blocks). Warps past the last row exit at once.
 //
 // Misaligned pointers (q_input / freqs not 16-byte aligned, q_out not 8-byte aligned (FP8) or
 // 4-byte aligned (FP4), q_sf not 4-byte aligned) take a simple one-thread-per-row kernel with
@@ -82,14 +86,25 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+// griddepcontrol.wait with register inputs: the values passed (indices and addresses computed
+// from the launch parameters alone) are computed before the wait, so their parameter reads and
+// integer math overlap the previous kernel instead of following it.
+__device__ __forceinline__ void pdl_wait_after(std::uint64_t a, std::uint64_t b, const void* c, const void* d,
+                                               const void* e) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::"l"(a), "l"(b), "l"(c), "l"(d), "l"(e) : "memory");
+#else
+  asm volatile("" ::"l"(a), "l"(b), "l"(c), "l"(d), "l"(e) : "memory");
+#endif
+}
 __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
-// ---- loads, in program order (asm volatile keeps them in the order written, so every q
-// load is in flight before the position-dependent freqs loads are issued) ----
+// ---- loads, in program order (asm volatile keeps them in the order written: the position
+// first, then every q load, all in flight before the position-dependent freqs loads) ----
 __device__ __forceinline__ uint4 ld_stream16(const void* p) {  // read once: skip L1
   uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -171,17 +186,31 @@ __device__ __forceinline__ std::uint64_t batch_of(std::uint64_t row, std::uint32
   return (row >> 32) ? row / H : std::uint64_t(std::uint32_t(row) / H);
 }
 
+// Row r = b * H + h and the address of its q_input row: from the launch parameters alone (no
+// tensor is read), so the kernel computes them before griddepcontrol.wait.
+struct RowIndex {
+  std::uint64_t b, h;
+  const char* qrow;
+};
+template <int DT>
+__device__ __forceinline__ RowIndex row_index(const Problem& p, std::uint64_t row) {
+  RowIndex ix;
+  ix.b = batch_of(row, std::uint32_t(p.H));
+  ix.h = row - ix.b * std::uint64_t(p.H);
+  ix.qrow = static_cast<const char*>(p.q_input) + row * (kHeadDim * (DT == kF32 ? 4 : 2));
+  return ix;
+}
+
 template <int LANES, int DT, bool POS64>
-__device__ __forceinline__ void issue_loads(const Problem& p, std::uint64_t row, int l, RowLoad<LANES, DT>& r) {
+__device__ __forceinline__ void issue_loads(const Problem& p, const RowIndex& ix, int l, RowLoad<LANES, DT>& r) {
   constexpr int C = RowLoad<LANES, DT>::C, W = RowLoad<LANES, DT>::W;
-  const std::uint64_t b = batch_of(row, std::uint32_t(p.H));
-  const std::uint64_t h = row - b * std::uint64_t(p.H);
-  const char* qrow = static_cast<const char*>(p.q_input) + row * (kHeadDim * (DT == kF32 ? 4 : 2));
+  const std::uint64_t b = ix.b, h = ix.h;
+  const char* qrow = ix.qrow;
+  r.pos = ld_pos<POS64>(p.positions, b);  // first: the freqs loads depend on it
 #pragma unroll
   for (int c = 0; c < C; ++c)
 #pragma unroll
     for (int j = 0; j < W; ++j) r.q[c * W + j] = ld_stream16(qrow + ((c * LANES + l) * W + j) * 16);
-  r.pos = ld_pos<POS64>(p.positions, b);
   r.w = (l == 0) ? ld_weight<DT>(p.weight, b * std::uint64_t(p.weight_stride_b) + h) : 0u;
 }
 
@@ -212,7 +241,7 @@ __device__ __forceinline__ uint2 quantize_fp8(const float* v) {
 // every shuffle has the whole warp.
 template <class R, int LANES, int DT>
 __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row, int l, bool active,
-                                            const RowLoad<LANES, DT>& r) {
+                                            const RowLoad<LANES, DT>& r, int trigger) {
   constexpr int C = RowLoad<LANES, DT>::C, W = RowLoad<LANES, DT>::W;
   static_assert(!R::kFp4 || LANES >= 4, "an FP4 block of 32 dims spans 4 lanes' chunks");
   const bool valid = r.pos >= 0 && r.pos < p.max_pos;
@@ -237,7 +266,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       }
     }
   }
-  pdl_launch_dependents();  // every input of this thread has been requested
+  if (trigger == kTriggerAfterLoads) pdl_launch_dependents();  // every input of this thread requested
 
   float x[C][8];
 #pragma unroll
@@ -464,34 +493,34 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   }
 }
 
-// One row per LANES-thread group.
+// One row per LANES-thread group. `trigger` (kTrigger*) places griddepcontrol.launch_dependents.
+// Only index math precedes griddepcontrol.wait: every tensor (q_input, weight, positions, freqs)
+// may have been written by the previous kernel. Warps past the last row read and write nothing:
+// they exit without waiting (an exit counts as the trigger).
 template <class R, int LANES, int DT, bool POS64>
-__global__ void __launch_bounds__(256) rowgroup_kernel(const Problem p) {
+__global__ void __launch_bounds__(256) rowgroup_kernel(const Problem p, int trigger) {
   const std::uint64_t rows = std::uint64_t(p.B) * std::uint64_t(p.H);
   const std::uint64_t t = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int l = int(threadIdx.x % LANES);
   const std::uint64_t warp_row0 = (t & ~std::uint64_t(31)) / LANES;  // first row of this warp
   const std::uint64_t row = t / LANES;
-  pdl_wait();
-  if (warp_row0 >= rows) {
-    pdl_launch_dependents();
-    return;
-  }
+  if (trigger == kTriggerAtStart) pdl_launch_dependents();
+  if (warp_row0 >= rows) return;
+  const RowIndex ix = row_index<DT>(p, row < rows ? row : rows - 1);
+  pdl_wait_after(ix.b, ix.h, ix.qrow, p.positions, p.freqs);
   RowLoad<LANES, DT> cur;
-  issue_loads<LANES, DT, POS64>(p, row < rows ? row : rows - 1, l, cur);
-  compute_row<R, LANES, DT>(p, row, l, row < rows, cur);
+  issue_loads<LANES, DT, POS64>(p, ix, l, cur);
+  compute_row<R, LANES, DT>(p, row, l, row < rows, cur, trigger);
 }
 
 // Fallback for misaligned pointers: one thread per row, the scalar pipeline of row.h.
 template <class R, int DT, bool POS64>
-__global__ void __launch_bounds__(128) scalar_kernel(const Problem p) {
+__global__ void __launch_bounds__(128) scalar_kernel(const Problem p, int trigger) {
   const std::uint64_t rows = std::uint64_t(p.B) * std::uint64_t(p.H);
   const std::uint64_t row = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (trigger == kTriggerAtStart) pdl_launch_dependents();
+  if (row >= rows) return;
   pdl_wait();
-  if (row >= rows) {
-    pdl_launch_dependents();
-    return;
-  }
   const std::uint64_t b = row / std::uint64_t(p.H), h = row - b * std::uint64_t(p.H);
   const std::int64_t pos = ld_pos<POS64>(p.positions, b);
   const bool valid = pos >= 0 && pos < p.max_pos;
@@ -509,7 +538,7 @@ __global__ void __launch_bounds__(128) scalar_kernel(const Problem p) {
   float f[kFreqsDim];
   const float* frow = p.freqs + (valid ? pos : 0) * kFreqsDim;
   for (int i = 0; i < kFreqsDim; ++i) f[i] = frow[i];
-  pdl_launch_dependents();
+  if (trigger == kTriggerAfterLoads) pdl_launch_dependents();
   std::uint8_t* o = p.q_out + row * R::kOutBytes;
   std::uint8_t* sf = R::kFp4 ? p.q_sf + row * 4 : nullptr;
   if (!valid) {
@@ -563,7 +592,8 @@ Status check_ptr(const char* name, const void* ptr, int dev) {
 }
 
 template <typename K>
-cudaError_t launch(K kernel, std::uint64_t grid, unsigned block, cudaStream_t s, bool pdl, const Problem& p) {
+cudaError_t launch(K kernel, std::uint64_t grid, unsigned block, cudaStream_t s, bool pdl, const Problem& p,
+                   int trigger) {
   if (grid == 0) return cudaSuccess;
   if (grid > 0x7fffffffu) return cudaErrorInvalidConfiguration;
   cudaLaunchConfig_t cfg{};
@@ -575,11 +605,11 @@ cudaError_t launch(K kernel, std::uint64_t grid, unsigned block, cudaStream_t s,
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, p);
+  return cudaLaunchKernelEx(&cfg, kernel, p, trigger);
 }
 
 struct Launch {
-  Variant v;  // lanes 0 (fallback), 4, 8 or 16; block > 0
+  Variant v;  // lanes 0 (fallback), 4, 8 or 16; block > 0; trigger >= 0
   cudaStream_t stream;
   bool pdl;
 };
@@ -588,11 +618,12 @@ template <class R, int DT, bool POS64>
 cudaError_t launch_recipe(const Problem& p, const Launch& L) {
   const std::uint64_t rows = std::uint64_t(p.rows());
   const unsigned block = unsigned(L.v.block);
+  const int tr = L.v.trigger;
   switch (L.v.lanes) {
-    case 0: return launch(scalar_kernel<R, DT, POS64>, (rows + 127) / 128, 128, L.stream, L.pdl, p);
-    case 16: return launch(rowgroup_kernel<R, 16, DT, POS64>, (rows * 16 + block - 1) / block, block, L.stream, L.pdl, p);
-    case 8: return launch(rowgroup_kernel<R, 8, DT, POS64>, (rows * 8 + block - 1) / block, block, L.stream, L.pdl, p);
-    case 4: return launch(rowgroup_kernel<R, 4, DT, POS64>, (rows * 4 + block - 1) / block, block, L.stream, L.pdl, p);
+    case 0: return launch(scalar_kernel<R, DT, POS64>, (rows + 127) / 128, 128, L.stream, L.pdl, p, tr);
+    case 16: return launch(rowgroup_kernel<R, 16, DT, POS64>, (rows * 16 + block - 1) / block, block, L.stream, L.pdl, p, tr);
+    case 8: return launch(rowgroup_kernel<R, 8, DT, POS64>, (rows * 8 + block - 1) / block, block, L.stream, L.pdl, p, tr);
+    case 4: return launch(rowgroup_kernel<R, 4, DT, POS64>, (rows * 4 + block - 1) / block, block, L.stream, L.pdl, p, tr);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -611,6 +642,9 @@ cudaError_t launch_dtypes(const Problem& p, const Launch& L) {
   }
 }
 
+// Grids up to this many rows trigger their dependents at their start (choose_variant).
+constexpr std::int64_t kEarlyTriggerRows = 1024;
+
 bool aligned(const void* p, std::uintptr_t n) { return (reinterpret_cast<std::uintptr_t>(p) % n) == 0; }
 
 }  // namespace
@@ -626,12 +660,19 @@ bool cuda_available() {
 }
 
 Variant choose_variant(std::int64_t rows) {
-  // Measured on an H200 (docs/PERFORMANCE.md): up to 1024 rows the call is latency-bound and
-  // 16 threads per row (short per-thread chains) is fastest; above that 4 threads per row in
-  // blocks of 128.
+  // Measured on an H200 (docs/PERFORMANCE.md, bench/cuda_results/2026-11-30-h200-pdl/): up to
+  // 1024 rows the call is latency-bound and 16 threads per row (short per-thread chains) in
+  // blocks of 128 is fastest; up to 4096 rows 8 threads per row; above that 4 threads per row in
+  // blocks of 128 (throughput-bound).
+  // With PDL, a grid of up to 1024 rows triggers its dependents at its first instruction, so
+  // the next kernel's launch overlaps all of this one (1 token x 64 heads: 1.28 us against 1.37
+  // with the trigger after the loads); larger grids trigger after their loads (at 4096 - 16384
+  // rows an early trigger cost 10-20%: the next grids' blocks, resident and waiting, crowd this
+  // one's; from 65536 rows both placements are within 1%).
   Variant v;
-  v.lanes = rows <= 1024 ? 16 : 4;
-  v.block = rows <= 1024 ? 256 : 128;
+  v.lanes = rows <= 1024 ? 16 : rows <= 4096 ? 8 : 4;
+  v.block = 128;
+  v.trigger = rows <= kEarlyTriggerRows ? kTriggerAtStart : kTriggerAfterLoads;
   return v;
 }
 
@@ -667,7 +708,12 @@ Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant
   }
   const bool fast_ok = aligned(p.q_input, 16) && aligned(p.freqs, 16) &&
                        (fp4 ? aligned(p.q_out, 4) && aligned(p.q_sf, 4) : aligned(p.q_out, 8));
-  if (v.lanes < 0) v = choose_variant(p.rows());
+  const Variant chosen = choose_variant(p.rows());
+  if (v.lanes < 0) {
+    v.lanes = chosen.lanes;
+    v.block = chosen.block;
+  }
+  if (v.trigger < 0 || v.trigger > kTriggerAtExit) v.trigger = chosen.trigger;
   if (!fast_ok) v.lanes = 0;
   if (v.block <= 0) v.block = 256;
   const Launch L{v, static_cast<cudaStream_t>(stream), enable_pdl && device_cc_major(dev) >= 9};

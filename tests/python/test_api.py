@@ -14,7 +14,7 @@ def test_schema_defined_once_with_mutation_annotations():
     assert s == (
         "indexer_q::fused_q_indexer_rope_hadamard_quant(Tensor q_input, Tensor(a!) q_fp8, "
         "Tensor weight, Tensor(b!) weights_out, float weight_scale, Tensor freqs, "
-        "Tensor positions, bool enable_pdl=False) -> ()"), s
+        "Tensor positions, bool enable_pdl=True) -> ()"), s
     assert str(COMPOSED.default._schema) == s.replace(
         "fused_q_indexer_rope_hadamard_quant(", "fused_q_indexer_rope_hadamard_quant_composed(")
 
