@@ -3,8 +3,8 @@
 // of src/common/recipe.h; the host picks the instantiation through with_recipe).
 //
 // Design (the "row-group" kernel): each row of 128 values is processed by LANES consecutive
-// threads of one warp (LANES = 4, 8 or 16; choose_variant picks 16 up to 1024 rows, else 4
-// in blocks of 128, from H200 measurements in docs/PERFORMANCE.md). A lane holds
+// threads of one warp (LANES = 4, 8 or 16; choose_variant picks 16 up to 1024 rows, 8 up to
+// 4096, else 4, in blocks of 128, from H200 measurements in docs/PERFORMANCE.md). A lane holds
 // C = 128 / (8 * LANES) chunks of 8 contiguous values; element i of the row lives in
 //     chunk c = i / (8 * LANES),   lane l = (i / 8) % LANES,   slot k = i % 8.
 // Each chunk is one 16-byte load (bf16 / fp16) or two (fp32), and one 8-byte store of fp8
