@@ -6,10 +6,10 @@
 #      shape and the public API, random cases vs the reference, out-of-range tokens, misaligned
 #      pointers, graph + PDL, the device's rsqrtf against the host's MUFU.RSQ model) and the
 #      other key-side tests of the suite (*Kside*);
-#   3. compute-sanitizer memcheck on the out-of-range, misaligned and golden CUDA tests;
-#   4. `indexer-q verify tests/data/golden/kside` (every backend the CLI has);
-#   5. bench/cuda_kside_bench.cu: our kernel (automatic shape, and every fixed shape) vs the
-#      one-warp-per-token baseline vs a same-run device copy, PDL off and on, fp32 and bf16.
+#   3. bench/cuda_kside_bench.cu: our kernel (automatic shape, and every fixed shape) vs the
+#      one-warp-per-token baseline vs a same-run device copy, PDL off and on (fp32; bf16 last);
+#   4. compute-sanitizer memcheck on the out-of-range, misaligned and golden CUDA tests;
+#   5. `indexer-q verify tests/data/golden/kside` (every backend the CLI has).
 # Logs under $OUT (default ./kside_gpu_out); a summary is printed last.
 # GoogleTest: an installed one, or a source tree in GTEST_SRC (default .dev/googletest).
 # Lead's call through the device tool (builds on the device, about 3-5 minutes in all):
@@ -36,15 +36,20 @@ if [ -z "${SKIP_BUILD:-}" ]; then
   [ $rc -ne 0 ] && { grep -E "error|Error" "$OUT/build.log" | head -30 | tee -a "$SUM"; exit 1; }
 fi
 
-timeout 300 "$B/tests/indexer_q_tests" --gtest_filter='CudaKside.*' >"$OUT/gtest_cuda_kside.log" 2>&1
+timeout 150 "$B/tests/indexer_q_tests" --gtest_filter='CudaKside.*' >"$OUT/gtest_cuda_kside.log" 2>&1
 say "CudaKside.* rc=$?: $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gtest_cuda_kside.log" | tr '\n' ' ')"
 grep -E '^\[kside cuda|^\[  FAILED ' "$OUT/gtest_cuda_kside.log" | tee -a "$SUM"
 
-timeout 300 "$B/tests/indexer_q_tests" --gtest_filter='*Kside*:*KSide*:-CudaKside.*' >"$OUT/gtest_kside_other.log" 2>&1
-say "other key-side tests rc=$?: $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gtest_kside_other.log" | tr '\n' ' ')"
-
+if [ -z "${SKIP_BENCH:-}" ]; then
+  timeout 150 "$B/bench/indexer_q_cuda_kside_bench" --dtype fp32 --shapes --pdl both \
+    --tokens 1,8,64,512,1024,4096,16384,65536 >"$OUT/kside_bench_fp32.txt" 2>&1
+  say "kside bench fp32 (shapes, PDL off/on) rc=$?: $(tail -1 "$OUT/kside_bench_fp32.txt")"
+  # automatic shape and baseline, per size: ratio to copy and to the baseline
+  grep -E '^csv,.*,(baseline-warp-per-token|ours-auto)' "$OUT/kside_bench_fp32.txt" | \
+    awk -F, '{printf "  %6s %-9s %-26s pdl=%s %9s us  x%s copy  x%s baseline %s\n", $2, $4, $5, $6, $8, $12, $13, $14}' | tee -a "$SUM"
+fi
 if command -v compute-sanitizer >/dev/null 2>&1; then
-  timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/indexer_q_tests" \
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/indexer_q_tests" \
     --gtest_filter='CudaKside.OutOfRange*:CudaKside.Misaligned*:CudaKside.Golden*' >"$OUT/memcheck.log" 2>&1
   say "compute-sanitizer memcheck (out-of-range, misaligned, golden) rc=$?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 else
@@ -57,15 +62,12 @@ if [ -x "$B/tools/indexer-q" ]; then
 fi
 
 if [ -z "${SKIP_BENCH:-}" ]; then
-  timeout 200 "$B/bench/indexer_q_cuda_kside_bench" --dtype fp32 --shapes --pdl both \
-    --tokens 1,8,64,512,1024,4096,16384,65536 >"$OUT/kside_bench_fp32.txt" 2>&1
-  say "kside bench fp32 (shapes, PDL off/on) rc=$?: $(tail -1 "$OUT/kside_bench_fp32.txt")"
   timeout 100 "$B/bench/indexer_q_cuda_kside_bench" --dtype bf16 --pdl both \
     --tokens 1,64,4096,65536 >"$OUT/kside_bench_bf16.txt" 2>&1
   say "kside bench bf16 rc=$?: $(tail -1 "$OUT/kside_bench_bf16.txt")"
-  # automatic shape and baseline, per size: ratio to copy and to the baseline
-  grep -E '^csv,.*,(baseline-warp-per-token|ours-auto)' "$OUT/kside_bench_fp32.txt" | \
-    awk -F, '{printf "  %6s %-9s %-26s pdl=%s %9s us  x%s copy  x%s baseline %s\n", $2, $4, $5, $6, $8, $12, $13, $14}' | tee -a "$SUM"
 fi
+timeout 120 "$B/tests/indexer_q_tests" --gtest_filter='*Kside*:*KSide*:-CudaKside.*' >"$OUT/gtest_kside_other.log" 2>&1
+say "other key-side tests rc=$?: $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gtest_kside_other.log" | tr '\n' ' ')"
+
 say "total $(( $(date +%s) - t0 )) s"
 echo; cat "$SUM"

@@ -453,9 +453,14 @@ bool aligned(const void* p, std::uintptr_t n) { return (reinterpret_cast<std::ui
 }  // namespace
 
 KVariant kside_choose_variant(std::int64_t N) {
+  // Measured on an H200 (bench/cuda_kside_bench.cu --shapes, fp32 input, PDL off and on; logs in
+  // bench/cuda_results/2026-11-30-h200-kside): up to ~1024 tokens the call is latency-bound and 16
+  // lanes per token was fastest or within noise of it (1024 tokens, v4_k_fp4: 2.00-2.04 us vs 2.22
+  // for 8 lanes); from 4096 tokens 8 lanes in blocks of 64 was fastest or within 1% (65536 tokens:
+  // 12.7 us v4_k_fp8, 16.1 us v4_k_fp4; 4 and 32 lanes slower).
   KVariant v;
-  v.lanes = N <= 512 ? 16 : 8;
-  v.block = 128;
+  v.lanes = N <= 2048 ? 16 : 8;
+  v.block = N <= 2048 ? 128 : 64;
   return v;
 }
 
