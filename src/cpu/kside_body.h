@@ -49,8 +49,34 @@ void kside_simd_tokens(const KProblem& p, std::int64_t t_begin, std::int64_t t_e
   // Tokens go in blocks: first every token's norm factor (loads, sum of squares, the MUFU.RSQ
   // model: a long dependency chain per token, independent across tokens, so the processor
   // overlaps them; its table look-ups, the freqs rows and the cache rows are prefetched), then
-  // the rest of each token with its rows reloaded from L1.
+  // the rest of each token with its rows reloaded from L1, software-pipelined: the front of a
+  // token (norm, RoPE, Hadamard, scales) is issued before the codes of the previous one.
   constexpr int kBlock = 16;
+  constexpr int kB = 32 / kW;  // registers per FP4 block of 32 dims
+  // A token whose values and scales are ready and whose codes are not yet written: the encoding
+  // of token i runs after the front of token i + 1 (its loads, products, butterflies and scale
+  // divisions), so the two overlap.
+  struct Pending {
+    alignas(64) float y[128];
+    float scale, inv[4];
+    std::uint8_t e[4];
+    std::uint8_t *codes, *scales;
+  };
+  Pending pend[2];
+  std::int64_t np = 0;
+  auto back = [&](const Pending& q) {
+    V Y[kN];
+#pragma GCC unroll 16
+    for (int k = 0; k < kN; ++k) Y[k] = P::load(q.y + kW * k);
+    if (!KR::kFp4) {
+      P::fp8_codes(Y, q.inv[0], q.codes, c);
+      std::memcpy(q.scales, &q.scale, 4);
+    } else {
+#pragma GCC unroll 4
+      for (int b = 0; b < 4; ++b) P::fp4_block_codes(Y + kB * b, q.inv[b], q.codes + 16 * b, c);
+      std::memcpy(q.scales, q.e, 4);
+    }
+  };
   for (std::int64_t tb = t_begin; tb < t_end; tb += kBlock) {
     const int nb = int(t_end - tb < kBlock ? t_end - tb : kBlock);
     float nfs[kBlock];
@@ -107,19 +133,21 @@ void kside_simd_tokens(const KProblem& p, std::int64_t t_begin, std::int64_t t_e
       // Section 3: the token's row of its page.
       std::uint8_t* page = p.cache + (slot >> p.log2_page) * p.page_bytes;
       const std::int64_t r = slot & (p.page_size - 1);
-      std::uint8_t* codes = page + KR::kCodeBytes * r;
-      std::uint8_t* scales = page + KR::kCodeBytes * p.page_size + 4 * r;
+      Pending& cur = pend[np & 1];
+      cur.codes = page + KR::kCodeBytes * r;
+      cur.scales = page + KR::kCodeBytes * p.page_size + 4 * r;
+#pragma GCC unroll 16
+      for (int k = 0; k < kN; ++k) P::store(cur.y + kW * k, R[k]);
+      // The scales: amax (NaN ignored), then the divisions, a dependency chain that runs while
+      // the previous token's codes are encoded below.
       if (!KR::kFp4) {
         V m = P::zero();
 #pragma GCC unroll 16
         for (int k = 0; k < kN; ++k) m = P::absmax(m, R[k], c);
         const float amax = P::hmax(m);  // never NaN
-        const float scale = (amax > kKsideScaleFloor ? amax : kKsideScaleFloor) / kKsideFp8Max;
-        const float inv = 1.0f / scale;
-        P::fp8_codes(R, inv, codes, c);
-        std::memcpy(scales, &scale, 4);
+        cur.scale = (amax > kKsideScaleFloor ? amax : kKsideScaleFloor) / kKsideFp8Max;
+        cur.inv[0] = 1.0f / cur.scale;
       } else {
-        constexpr int kB = 32 / kW;  // registers per block of 32 dims
 #pragma GCC unroll 4
         for (int b = 0; b < 4; ++b) {
           V m = P::zero();
@@ -131,14 +159,15 @@ void kside_simd_tokens(const KProblem& p, std::int64_t t_begin, std::int64_t t_e
           std::memcpy(&sb, &sr, 4);
           const std::uint32_t e = ((sb >> 23) & 0xffu) + ((sb & 0x7fffffu) != 0u ? 1u : 0u);
           const std::uint32_t ib = (254u - e) << 23;  // 2^(127 - e); e = 255 gives -inf
-          float inv;
-          std::memcpy(&inv, &ib, 4);
-          P::fp4_block_codes(R + kB * b, inv, codes + 16 * b, c);
-          scales[b] = std::uint8_t(e);
+          std::memcpy(&cur.inv[b], &ib, 4);
+          cur.e[b] = std::uint8_t(e);
         }
       }
+      if (np > 0) back(pend[(np - 1) & 1]);
+      ++np;
     }
   }
+  if (np > 0) back(pend[(np - 1) & 1]);
 }
 
 // The kernel entry of policy P: recipe and dtype dispatch.
