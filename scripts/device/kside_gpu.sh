@@ -9,7 +9,8 @@
 #   3. bench/cuda_kside_bench.cu: our kernel (automatic shape, and every fixed shape) vs the
 #      one-warp-per-token baseline vs a same-run device copy, PDL off and on (fp32; bf16 last);
 #   4. compute-sanitizer memcheck on the out-of-range, misaligned and golden CUDA tests;
-#   5. `indexer-q verify tests/data/golden/kside` (every backend the CLI has).
+#   5. `indexer-q verify tests/data/golden/kside` (every backend the CLI has);
+#   6. the torch operator built with CUDA and tests/python/test_kside.py (SKIP_TORCH=1 skips).
 # Logs under $OUT (default ./kside_gpu_out); a summary is printed last.
 # GoogleTest: an installed one, or a source tree in GTEST_SRC (default .dev/googletest).
 # Lead's call through the device tool (builds on the device, about 3-5 minutes in all):
@@ -69,5 +70,15 @@ fi
 timeout 120 "$B/tests/indexer_q_tests" --gtest_filter='*Kside*:*KSide*:-CudaKside.*' >"$OUT/gtest_kside_other.log" 2>&1
 say "other key-side tests rc=$?: $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gtest_kside_other.log" | tr '\n' ' ')"
 
+# 6. (SKIP_TORCH=1 skips) the torch operator with CUDA, built into the same build dir, and
+#    tests/python/test_kside.py against it (native CUDA, composed on CUDA, golden files, errors).
+if [ -z "${SKIP_TORCH:-}" ] && python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  { cmake -S . -B "$B" -DINDEXER_Q_BUILD_TORCH=ON -DPython_EXECUTABLE="$(command -v python3)" &&
+    cmake --build "$B" -j"$J" --target indexer_q_torch_ops; } >"$OUT/build_torch.log" 2>&1
+  say "torch operator build rc=$?"
+  INDEXER_Q_TORCH_LIBRARY=$(ls "$B"/bindings/torch/_indexer_q_ops*.so | head -1) PYTHONPATH=python \
+    timeout 200 python3 -m pytest tests/python/test_kside.py -q -p no:cacheprovider >"$OUT/pytest_kside.log" 2>&1
+  say "pytest tests/python/test_kside.py rc=$?: $(tail -1 "$OUT/pytest_kside.log")"
+fi
 say "total $(( $(date +%s) - t0 )) s"
 echo; cat "$SUM"
