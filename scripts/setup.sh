@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs what indexer_q needs on a fresh Debian/Ubuntu machine. Idempotent.
 #   scripts/setup.sh          C++ build + tests: compiler, CMake, Ninja, GoogleTest
-#   scripts/setup.sh --python also the Python side: torch (CPU build), pytest, scikit-build-core
+#   scripts/setup.sh --python also the Python side: torch (CPU build), pytest, scikit-build-core,
+#                             triton (the Triton kernel's tests run through its CPU interpreter)
 set -euo pipefail
 
 want_python=0
 for arg in "$@"; do
   case "$arg" in
     --python) want_python=1 ;;
-    -h|--help) sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg' (expected --python or --help)" >&2; exit 2 ;;
   esac
 done

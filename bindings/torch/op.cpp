@@ -7,12 +7,16 @@
 //   CPU                        -> the library's CPU backend (threads = torch's intra-op count)
 //   CUDA                       -> the library's CUDA backend on torch's current stream
 //                                 (only when the build has CUDA: INDEXER_Q_TORCH_CUDA)
-//   XPU, and every other device -> the composed ATen implementation (composed.cpp), registered
-//   (CompositeExplicitAutograd)    for XPU and as the CompositeExplicitAutograd fallback
+//   XPU (CUDA without the CUDA  -> python/indexer_q/triton_dispatch.py: the Triton kernel where
+//   backend: ROCm)                 Triton serves the device and its known-answer check passed,
+//                                  else the composed path
+//   every other device         -> the composed ATen implementation (composed.cpp), registered
+//   (CompositeExplicitAutograd)    as the CompositeExplicitAutograd fallback
 //   Meta / FakeTensor          -> python/indexer_q/_ops.py (torch.library.register_fake)
 //
 // Each has a `_composed` twin (same schema) that runs the composed implementation on every
 // device, CPU included, so it can be tested against the native kernels and the golden files.
+// quant_q_check (same schema) runs the library's validator alone, for the Triton kernel.
 // Two small operators describe the library's recipe list to Python (no second table there):
 // indexer_q::recipes() -> str[] and indexer_q::recipe_info(str recipe) -> str[] (the descriptor's
 // columns as "column=value", values named by the library's *_name functions).
@@ -308,6 +312,15 @@ void quant_q_composed(std::string recipe, Tensor q_input, Tensor q_out,
                                 freqs, positions, head_scale));
 }
 
+// The library's validator alone, for implementations outside it (the Triton kernel of
+// python/indexer_q/triton_kernel.py): the checks quant_q makes, nothing written.
+void quant_q_check(std::string recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
+                   Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
+                   Tensor positions, bool /*enable_pdl*/, double head_scale) {
+  validate_or_throw(make_args(general_args(recipe, q_input, q_out, q_sf, weight, weights_out,
+                                           weight_scale, freqs, positions, head_scale)));
+}
+
 // ---- the recipe list, for Python -------------------------------------------------------------
 std::vector<std::string> recipes_op() {
   std::vector<std::string> out;
@@ -358,6 +371,7 @@ STABLE_TORCH_LIBRARY(indexer_q, m) {
       "Tensor positions, bool enable_pdl=True) -> ()");
   m.def("quant_q" IQ_QUANT_Q_ARGS);
   m.def("quant_q_composed" IQ_QUANT_Q_ARGS);
+  m.def("quant_q_check" IQ_QUANT_Q_ARGS);  // the validator alone (writes nothing)
   m.def("recipes() -> str[]");
   m.def("recipe_info(str recipe) -> str[]");
 }
@@ -374,12 +388,10 @@ STABLE_TORCH_LIBRARY_IMPL(indexer_q, CUDA, m) {
 }
 #endif
 
-STABLE_TORCH_LIBRARY_IMPL(indexer_q, XPU, m) {
-  m.impl("fused_q_indexer_rope_hadamard_quant",
-         TORCH_BOX(&indexer_q::torch_binding::composed_kernel));
-  m.impl("quant_q", TORCH_BOX(&indexer_q::torch_binding::quant_q_composed));
-}
-
+// XPU (and CUDA in a build without the CUDA backend, e.g. ROCm) get no C++ kernel here:
+// python/indexer_q/triton_dispatch.py registers one for those keys that runs the Triton kernel
+// where Triton serves the device and its known-answer check passed, else quant_q_composed.
+// Without the Python package they fall to the CompositeExplicitAutograd (composed) kernel below.
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CompositeExplicitAutograd, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant",
          TORCH_BOX(&indexer_q::torch_binding::composed_kernel));
@@ -387,6 +399,7 @@ STABLE_TORCH_LIBRARY_IMPL(indexer_q, CompositeExplicitAutograd, m) {
          TORCH_BOX(&indexer_q::torch_binding::composed_kernel));
   m.impl("quant_q", TORCH_BOX(&indexer_q::torch_binding::quant_q_composed));
   m.impl("quant_q_composed", TORCH_BOX(&indexer_q::torch_binding::quant_q_composed));
+  m.impl("quant_q_check", TORCH_BOX(&indexer_q::torch_binding::quant_q_check));
   // No tensor arguments: the dispatcher takes the CompositeExplicitAutograd kernel.
   m.impl("recipes", TORCH_BOX(&indexer_q::torch_binding::recipes_op));
   m.impl("recipe_info", TORCH_BOX(&indexer_q::torch_binding::recipe_info_op));

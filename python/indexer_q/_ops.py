@@ -315,6 +315,7 @@ def quant_q(
     weights_out: Optional[torch.Tensor] = None,
     enable_pdl: bool = True,
     head_scale: float = 1.0,
+    backend: Optional[str] = None,
 ) -> Tuple[QOut, torch.Tensor]:
     """Any recipe of the library by name (see :data:`RECIPES`); returns what the engine's entry
     point of that form returns (SGLang's, or vLLM's for the ``vllm_*`` recipes).
@@ -333,8 +334,16 @@ def quant_q(
     (max_pos, 64) float32 table (interleaved recipes also take the complex64 (max_pos, 32)
     freqs_cis). ``enable_pdl`` (default True: programmatic dependent launch on sm_90+) is used
     by the CUDA kernel only.
+    ``backend``: None (the dispatcher's choice, see :func:`available_backends`), ``"triton"``
+    (operator ``indexer_q::quant_q_triton``: the Triton kernel on any device Triton serves) or
+    ``"composed"`` (``indexer_q::quant_q_composed``).
     """
-    return _quant_q(torch.ops.indexer_q.quant_q, recipe, q_input, weight, weight_scale, freqs,
+    ops = {None: torch.ops.indexer_q.quant_q, "triton": torch.ops.indexer_q.quant_q_triton,
+           "composed": torch.ops.indexer_q.quant_q_composed}
+    if backend not in ops:
+        raise ValueError(f"indexer_q: backend: expected None, 'triton' or 'composed', got "
+                         f"{backend!r}")
+    return _quant_q(ops[backend], recipe, q_input, weight, weight_scale, freqs,
                     positions, out_dtype, q_out, q_sf, weights_out, enable_pdl, head_scale)
 
 
@@ -436,13 +445,22 @@ def available_backends() -> Dict[str, str]:
     """Which implementation each device type gets from the dispatcher in this build.
 
     "native": a kernel of the C++ library (CPU backend; CUDA backend when built with CUDA).
+    "triton": the Triton kernel (python/indexer_q/triton_kernel.py), for a device type without
+    a native kernel where Triton has a backend; its known-answer check runs at the first call
+    per device and a failure turns that device to "composed" (with one warning).
     "composed": the composed ATen implementation (the CompositeExplicitAutograd fallback).
     "other" stands for any device type not listed.
     """
     out: Dict[str, str] = {}
-    for device, key in (("cpu", "CPU"), ("cuda", "CUDA")):
+    for device, key in (("cpu", "CPU"), ("cuda", "CUDA"), ("xpu", "XPU")):
+        if key in _triton_dispatch.AUTO_KEYS:
+            out[device] = _triton_dispatch.path_for(device)
+            continue
         has = _has_kernel(key)
         out[device] = "unknown" if has is None else ("native" if has else "composed")
-    out["xpu"] = "composed"
     out["other"] = "composed"
     return out
+
+
+# indexer_q::quant_q_triton, and the Python kernel of devices without a native backend
+from . import triton_dispatch as _triton_dispatch  # noqa: E402

@@ -1,0 +1,406 @@
+"""The op as one Triton kernel, bit-exact by construction for every recipe of the library.
+
+This module imports triton; the rest of the package never needs it (python/indexer_q/
+triton_dispatch.py imports this module lazily). The kernel reproduces ``process_row<R>`` of
+src/common/row.h step by step, the recipe's columns arriving as compile-time constants taken
+from the library's descriptor (``indexer_q.recipe_info``), so a new recipe row that recombines
+existing steps needs no new code here.
+
+How it stays exact on every Triton target (NVIDIA, AMD, Intel, the CPU interpreter):
+
+- float32 only, no float64 anywhere;
+- every fused multiply-add is an explicit ``tl.fma`` and the compiler may not form others: each
+  launch passes ``enable_fp_fusion=False`` (Triton's option that otherwise lets LLVM contract a
+  product feeding an add);
+- every division is ``tl.math.div_rn`` (IEEE, round to nearest even); Triton's ``/`` on float32
+  is an approximate division on NVIDIA;
+- negation flips the sign bit (Triton's unary minus is ``0 - x``, which turns -0 into +0);
+- fmax / fmin / fabs are written with comparisons and bit masks, with the NaN rules of row.h,
+  never with a device min/max whose NaN or signed-zero behaviour varies;
+- inputs are decoded from their bits (bf16: << 16; fp16: the exact decode of row.h, subnormals
+  through an integer-to-float conversion and an exact power-of-two product); float constants
+  that are not exact binary fractions (1e-4, 1/sqrt(128), 1/6, 6 * 2^-126) are built from their
+  bits;
+- bf16 rounding points, the e4m3fn encoder, the UE8M0 exponent and its inverse, and the e2m1
+  codes are integer / bit operations (row.h's), not device conversion instructions;
+- subnormals: no instruction here is flushed on purpose. On NVIDIA Triton emits no ``.ftz``
+  for plain float32 arithmetic (its ``enable_reflect_ftz`` option only selects libdevice
+  variants, and no libdevice function is called); tests/python/test_triton.py checks the PTX
+  of every recipe's kernel for ``.ftz``, ``div.full`` / ``div.approx`` and ``fma`` counts. Other
+  targets are covered by the known-answer check of triton_dispatch.py (edge rows with
+  subnormal values) before the kernel is used on them.
+
+Layout: one program handles BLOCK_R rows; a row is loaded as 64 (even, odd) pairs, which is
+what RoPE and the Hadamard's first butterfly stage want; the later stages view the row as
+(128 / 2s, 2, s) and split the middle axis, so every add and subtract is the spec's, in the
+spec's stage order.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+# ---- recipe descriptor -> compile-time constants --------------------------------------------
+_FMT = {"e4m3fn": 0, "e4m3fnuz": 1, "e2m1": 2}
+_FOLD = {"times_scale": 0, "no_scale": 1, "scale_then_two_factors": 2, "two_factors": 3}
+_ROPE_OFF = {"last64": 64, "first64": 0}
+_FREQS = {"interleaved": 1, "halves": 0}
+_QUANT = {"sglang": 0, "vllm": 1}
+_IN_KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
+
+
+def recipe_constants(info) -> dict:
+    """The kernel's constexpr arguments for a RecipeInfo (KeyError: a step this kernel lacks)."""
+    fmt = _FMT[info.format]
+    quant = _QUANT[info.quant]
+    if quant == 1 and fmt == 1:
+        raise KeyError("vLLM's quantizer has no e4m3fnuz form")  # row.h's static_assert
+    return dict(
+        ROPE_OFF=_ROPE_OFF[info.rope_dims],
+        FREQS_INTERLEAVED=_FREQS[info.freqs_layout],
+        HADAMARD=bool(info.hadamard),
+        BF16_ROPE=bool(info.bf16_after_rope),
+        BF16_HAD=bool(info.bf16_after_hadamard),
+        FMT=fmt,
+        VLLM=quant,
+        FOLD=_FOLD[info.fold],
+    )
+
+
+# ---- scalar steps (row.h), elementwise on tensors --------------------------------------------
+@triton.jit
+def _bits(x):
+    return x.to(tl.uint32, bitcast=True)
+
+
+@triton.jit
+def _f32(u):
+    return u.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _const(bits: tl.constexpr):
+    # a float32 constant from its bits (no decimal -> double -> float double rounding)
+    return tl.full([], bits, tl.uint32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _neg(x):
+    return _f32(_bits(x) ^ 0x80000000)
+
+
+@triton.jit
+def _abs(x):
+    return _f32(_bits(x) & 0x7FFFFFFF)
+
+
+@triton.jit
+def _decode(v, KIND: tl.constexpr):
+    # bf16 / fp16 / fp32 element -> float32, exact (row.h bf16_to_f32 / f16_to_f32)
+    if KIND == 0:
+        return _f32(v.to(tl.uint16, bitcast=True).to(tl.uint32) << 16)
+    elif KIND == 1:
+        h = v.to(tl.uint16, bitcast=True).to(tl.uint32)
+        sign = (h & 0x8000) << 16
+        e = (h >> 10) & 0x1F
+        m = h & 0x3FF
+        sub = _f32(_bits(m.to(tl.float32) * _const(0x33800000)) | sign)  # m * 2^-24, exact
+        special = _f32(sign | 0x7F800000 | (m << 13))
+        normal = _f32(sign | ((e + 112) << 23) | (m << 13))
+        return tl.where(e == 0, sub, tl.where(e == 31, special, normal))
+    else:
+        return v
+
+
+@triton.jit
+def _round_bf16(x):
+    # nearest bf16, ties to even, and back; NaN stays NaN (quieted)
+    u = _bits(x)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    r = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return _f32(tl.where(nan, u | 0x00400000, r))
+
+
+@triton.jit
+def _e4m3fn(f):
+    # float32 -> e4m3fn code (uint32 in 0..255): nearest even, saturating, NaN -> 0x7f | sign
+    u = _bits(f)
+    sign = (u >> 24) & 0x80
+    a = u & 0x7FFFFFFF
+    # below 2^-6: |f| * 512 < 8 is exact; + 2^23 rounds it to an integer, ties to even
+    scaled = _f32(a) * 512.0
+    r_sub = _bits(scaled + 8388608.0) - 0x4B000000
+    r_norm = ((a + 0x7FFFF + ((a >> 20) & 1)) >> 20) - 960
+    code = tl.where(a < 0x3C800000, r_sub, r_norm)
+    code = tl.where(a >= 0x43E00000, 0x7E, code)
+    code = tl.where(a > 0x7F800000, 0x7F, code)
+    return sign | code
+
+
+@triton.jit
+def _max_ignoring_nan(amax, y):
+    # row.h amax_step: max(amax, |y|), a NaN y ignored (amax starts at +0, never NaN)
+    a = _abs(y)
+    return tl.where(a > amax, a, amax)
+
+
+# The combine function of the row maxima: Triton's own elementwise max (what tl.max reduces
+# with), named so that Triton's CPU interpreter takes its numpy fast path (any other combine
+# function runs there element by element in Python). tl.max itself is not called: it is a jit
+# function of Triton's standard library, which the interpreter cannot run if triton was
+# imported before TRITON_INTERPRET was set.
+_MAX_COMBINE = tl.standard._elementwise_max
+
+
+@triton.jit
+def _row_amax(y, axis: tl.constexpr):
+    # max over `axis` of |y| with NaN ignored: NaNs (and nothing else) become +0 first, then an
+    # exact max of non-negative, non-NaN values (any order, any max instruction: same value)
+    a = _abs(y)
+    a = tl.where(a > 0.0, a, 0.0)
+    return tl.reduce(a, axis, _MAX_COMBINE)
+
+
+@triton.jit
+def _fmax_floor(a, floor):
+    # fmaxf(floor, a) for a non-NaN a
+    return tl.where(a > floor, a, floor)
+
+
+@triton.jit
+def _e2m1_sglang(v):
+    # thresholds strictly below min(|v|, 6) (NaN -> 6); sign bit only on a nonzero code of v < 0
+    av = _abs(v)
+    a = tl.where(av < 6.0, av, 6.0)
+    m = ((a > 0.25).to(tl.uint32) + (a > 0.75).to(tl.uint32) + (a > 1.25).to(tl.uint32) +
+         (a > 1.75).to(tl.uint32) + (a > 2.5).to(tl.uint32) + (a > 3.5).to(tl.uint32) +
+         (a > 5.0).to(tl.uint32))
+    return m | tl.where((v < 0.0) & (m != 0), 8, 0).to(tl.uint32)
+
+
+@triton.jit
+def _e2m1_vllm(v):
+    # nearest, ties to even, saturating at 6, sign bit of v on every code; NaN -> 0x7
+    av = _abs(v)
+    a = tl.where(av < 6.0, av, 6.0)
+    m = ((a > 0.25).to(tl.uint32) + (a >= 0.75).to(tl.uint32) + (a > 1.25).to(tl.uint32) +
+         (a >= 1.75).to(tl.uint32) + (a > 2.5).to(tl.uint32) + (a >= 3.5).to(tl.uint32) +
+         (a > 5.0).to(tl.uint32))
+    code = m | ((_bits(v) >> 28) & 8)
+    return tl.where(v != v, 7, code)
+
+
+@triton.jit
+def _butterfly(x, BLOCK_R: tl.constexpr, S: tl.constexpr):
+    # one Hadamard stage at stride S (>= 2) on (BLOCK_R, 128): pairs (i, i + S), i's bit S clear
+    t = tl.reshape(x, (BLOCK_R, 64 // S, 2, S))
+    t = tl.permute(t, (0, 1, 3, 2))
+    a, b = tl.split(t)
+    t = tl.join(a + b, a - b)
+    t = tl.permute(t, (0, 1, 3, 2))
+    return tl.reshape(t, (BLOCK_R, 128))
+
+
+@triton.jit
+def quant_q_kernel(
+    q_ptr, w_ptr, freqs_ptr, pos_ptr, out_ptr, sf_ptr, wout_ptr,
+    n_rows, H, w_stride_b, max_pos, weight_scale, head_scale,
+    IN_KIND: tl.constexpr, W_KIND: tl.constexpr,
+    ROPE_OFF: tl.constexpr, FREQS_INTERLEAVED: tl.constexpr, HADAMARD: tl.constexpr,
+    BF16_ROPE: tl.constexpr, BF16_HAD: tl.constexpr, FMT: tl.constexpr, VLLM: tl.constexpr,
+    FOLD: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = pid.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R).to(tl.int64)
+    rmask = rows < n_rows
+    b = rows // H
+    h = rows - b * H
+
+    # ---- loads: the row as 64 (even, odd) pairs, the weight, the position's freqs row
+    p = tl.arange(0, 64)
+    e = tl.arange(0, 2)
+    offs = rows[:, None, None] * 128 + p[None, :, None] * 2 + e[None, None, :]
+    x = _decode(tl.load(q_ptr + offs, mask=rmask[:, None, None], other=0), IN_KIND)
+    w = _decode(tl.load(w_ptr + b * w_stride_b + h, mask=rmask, other=0), W_KIND)
+    pos = tl.load(pos_ptr + b, mask=rmask, other=0).to(tl.int64)
+    valid = (pos >= 0) & (pos < max_pos)
+    prow = tl.where(valid, pos, 0)  # an out-of-range row reads row 0 and writes the NaN marker
+
+    j = p - ROPE_OFF // 2  # the pair's index in the freqs row (rotated pairs: 0..31)
+    rot = (j >= 0) & (j < 32)
+    fmask = rmask[:, None] & rot[None, :]
+    fbase = freqs_ptr + prow[:, None] * 64
+    if FREQS_INTERLEAVED:
+        c = tl.load(fbase + 2 * j[None, :], mask=fmask, other=0.0)
+        s = tl.load(fbase + 2 * j[None, :] + 1, mask=fmask, other=0.0)
+    else:
+        c = tl.load(fbase + j[None, :], mask=fmask, other=0.0)
+        s = tl.load(fbase + 32 + j[None, :], mask=fmask, other=0.0)
+
+    # ---- RoPE (row.h rope_row), then the bf16 point of the rotated dims
+    xr, xi = tl.split(x)
+    xis = xi * s
+    xic = xi * c
+    nr = tl.fma(xr, c, _neg(xis))
+    ni = tl.fma(xr, s, xic)
+    if BF16_ROPE:
+        nr = _round_bf16(nr)
+        ni = _round_bf16(ni)
+    xr = tl.where(rot[None, :], nr, xr)
+    xi = tl.where(rot[None, :], ni, xi)
+
+    # ---- Hadamard: stride 1 on the pairs, then 2 .. 64, in that order
+    if HADAMARD:
+        y = tl.reshape(tl.join(xr + xi, xr - xi), (BLOCK_R, 128))
+        y = _butterfly(y, BLOCK_R, 2)
+        y = _butterfly(y, BLOCK_R, 4)
+        y = _butterfly(y, BLOCK_R, 8)
+        y = _butterfly(y, BLOCK_R, 16)
+        y = _butterfly(y, BLOCK_R, 32)
+        y = _butterfly(y, BLOCK_R, 64)
+        y = y * _const(0x3DB504F3)  # 0x1.6a09e6p-4f
+    else:
+        y = tl.reshape(tl.join(xr, xi), (BLOCK_R, 128))
+
+    ws = weight_scale
+    hs = head_scale
+    nan_w = _const(0x7FC00000)
+    if FMT == 2:
+        # ---- FP4: four blocks of 32 dims, UE8M0 exponent per block, e2m1 code pairs
+        if BF16_HAD:
+            y = _round_bf16(y)
+        yb = tl.reshape(y, (BLOCK_R, 4, 32))
+        amax = _row_amax(yb, 2)
+        if VLLM:
+            ratio = _fmax_floor(amax, _const(0x01C00000)) * _const(0x3E2AAAAB)
+            rb = _bits(ratio)
+            ex = tl.where((rb & 0x7F800000) == 0x7F800000, 254, ((rb + 0x7FFFFF) >> 23) & 0xFF)
+        else:
+            sc = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 6.0)
+            sb = _bits(sc)
+            ex = ((sb >> 23) & 0xFF) + ((sb & 0x7FFFFF) != 0).to(tl.uint32)
+        ex = ex.to(tl.uint32)
+        inv = _f32((254 - ex) << 23)
+        v = tl.reshape(yb * inv[:, :, None], (BLOCK_R, 64, 2))
+        v0, v1 = tl.split(v)
+        if VLLM:
+            code = _e2m1_vllm(v0) | (_e2m1_vllm(v1) << 4)
+        else:
+            code = _e2m1_sglang(v0) | (_e2m1_sglang(v1) << 4)
+        code = tl.where(valid[:, None], code, 0)
+        # q_sf: the four exponent bytes, block k in byte k (little-endian)
+        e02, e13 = tl.split(tl.reshape(ex, (BLOCK_R, 2, 2)))  # (e0, e2), (e1, e3)
+        e0, e2 = tl.split(e02)
+        e1, e3 = tl.split(e13)
+        sf = e0 | (e1 << 8) | (e2 << 16) | (e3 << 24)
+        sf = tl.where(valid, sf, 0)
+        if FOLD == 1:
+            wo = w * ws
+        else:
+            wo = (w * ws) * hs
+        wo = tl.where(valid, wo, nan_w)
+        tl.store(out_ptr + rows[:, None] * 64 + p[None, :], code.to(tl.uint8), mask=rmask[:, None])
+        tl.store(sf_ptr + rows, sf.to(tl.int32, bitcast=True), mask=rmask)
+        tl.store(wout_ptr + rows, wo, mask=rmask)
+    else:
+        # ---- FP8: one scale per row
+        amax = _row_amax(y, 1)
+        i = tl.arange(0, 128)
+        if VLLM:
+            qs = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 448.0)
+            scale = _f32((((_bits(qs) + 0x7FFFFF) >> 23) & 0xFF) << 23)  # pow2_ceil
+            v = tl.math.div_rn(y, scale[:, None])
+            code = tl.where(v != v, 0x7F, _e4m3fn(v))
+        else:
+            scale = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 448.0)
+            inv = tl.math.div_rn(1.0, scale)
+            t = y * inv[:, None]
+            t = tl.where(t < 448.0, t, 448.0)  # fminf(t, 448): NaN -> 448
+            t = tl.where(t > -448.0, t, -448.0)
+            code = _e4m3fn(t)
+            if FMT == 1:
+                code = tl.where(code == 0x80, 0, code)
+        code = tl.where(valid[:, None], code, 0)
+        if FOLD == 0:
+            wo = (w * ws) * scale
+        elif FOLD == 1:
+            wo = w * ws
+        elif FOLD == 2:
+            wo = ((w * scale) * ws) * hs
+        else:
+            wo = (w * ws) * hs
+        if FMT == 1:
+            wo = wo * 2.0
+        wo = tl.where(valid, wo, nan_w)
+        tl.store(out_ptr + rows[:, None] * 128 + i[None, :], code.to(tl.uint8), mask=rmask[:, None])
+        tl.store(wout_ptr + rows, wo, mask=rmask)
+
+
+# ---- launcher ---------------------------------------------------------------------------------
+def _f32_round(x: float) -> float:
+    """A Python float rounded to float32 once (nearest even; overflow -> +-Inf), as the binding
+    does with float(double)."""
+    return torch.tensor(float(x), dtype=torch.float64).to(torch.float32).item()
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels through its CPU interpreter (TRITON_INTERPRET=1 when this
+    module was imported)."""
+    return type(quant_q_kernel).__name__ == "InterpretedFunction"
+
+
+def default_block_rows(n_rows: int, device_type: str) -> int:
+    if interpreting():
+        return 512  # numpy per program: big blocks amortize the interpreter's per-op cost
+    return 8
+
+
+def launch(info, q_input: torch.Tensor, q_out: torch.Tensor, q_sf: Optional[torch.Tensor],
+           weight: torch.Tensor, weights_out: torch.Tensor, weight_scale: float,
+           freqs: torch.Tensor, positions: torch.Tensor, head_scale: float = 1.0,
+           block_rows: Optional[int] = None, num_warps: Optional[int] = None) -> None:
+    """Runs the kernel on arguments that the library's validator accepted (shapes, dtypes,
+    layouts, devices checked there): writes q_out (raw codes: any 1-byte dtype), q_sf (FP4) and
+    weights_out in place."""
+    B, H = q_input.shape[0], q_input.shape[1]
+    n_rows = B * H
+    if n_rows == 0:
+        return
+    consts = recipe_constants(info)
+    br = block_rows or default_block_rows(n_rows, q_input.device.type)
+    nw = num_warps or (4 if br >= 8 else 2)
+    out = q_out.view(torch.uint8)
+    sf = q_sf if q_sf is not None else weights_out  # unused by FP8 kernels: any pointer
+    grid = (triton.cdiv(n_rows, br),)
+    quant_q_kernel[grid](
+        q_input, weight, freqs, positions, out, sf, weights_out,
+        n_rows, H, weight.stride(0), freqs.shape[0],
+        _f32_round(weight_scale), _f32_round(head_scale),
+        IN_KIND=_IN_KIND[q_input.dtype], W_KIND=_IN_KIND[weight.dtype],
+        BLOCK_R=br, num_warps=nw, enable_fp_fusion=False, **consts,
+    )
+
+
+def ptx_of(info, dtype: str = "bf16", block_rows: Optional[int] = None, num_warps: int = 4,
+           arch: int = 90) -> str:
+    """The PTX of the kernel for a recipe, compiled for sm_<arch> without a GPU (inspection and
+    tests: no .ftz, no approximate division, which fma)."""
+    from triton.backends.compiler import GPUTarget
+
+    kind = {"bf16": 0, "fp16": 1, "fp32": 2}[dtype]
+    sig = {"q_ptr": "*" + dtype, "w_ptr": "*" + dtype, "freqs_ptr": "*fp32", "pos_ptr": "*i64",
+           "out_ptr": "*u8", "sf_ptr": "*i32", "wout_ptr": "*fp32", "n_rows": "i32", "H": "i32",
+           "w_stride_b": "i32", "max_pos": "i32", "weight_scale": "fp32", "head_scale": "fp32"}
+    cx = dict(IN_KIND=kind, W_KIND=kind, BLOCK_R=block_rows or default_block_rows(4096, "cuda"),
+              **recipe_constants(info))
+    sig.update({k: "constexpr" for k in cx})
+    src = triton.compiler.ASTSource(fn=quant_q_kernel, signature=sig, constexprs=cx)
+    k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                       options=dict(num_warps=num_warps, enable_fp_fusion=False))
+    return k.asm["ptx"]

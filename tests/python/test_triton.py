@@ -1,0 +1,356 @@
+"""The Triton kernel (python/indexer_q/triton_kernel.py) and its dispatch, byte for byte.
+
+On a CUDA machine the kernel runs compiled on the GPU; without one it runs through Triton's CPU
+interpreter (TRITON_INTERPRET=1, set here before the kernel module is imported), whose float32
+arithmetic is numpy's (IEEE, subnormals kept) and whose tl.fma is a true fused multiply-add in
+Triton >= 3.9 (checked by test_interpreter_fma_is_fused; every other test is skipped with that
+reason if it is not). The interpreter is slow, so on the CPU the random grid is reduced (each
+recipe meets every B once, with an H and a dtype rotating over the recipes; B = 333 only with
+H <= 8), the golden files run with bf16 inputs only and the automatic path's known-answer check
+on 3 of its cases; on CUDA every combination runs.
+
+Expected bytes: the golden files (tests/data/golden/**) and the library's native CPU operator.
+"""
+
+import os
+
+import pytest
+import torch
+
+_CUDA = torch.cuda.is_available()
+if not _CUDA:
+    # Read when kernels are decorated (module import) and again while they run (Triton imports
+    # parts of itself lazily and asserts the mode): it stays set for the rest of this process,
+    # which affects Triton kernels only (this file's, run last in tests/python).
+    os.environ["TRITON_INTERPRET"] = "1"
+triton = pytest.importorskip("triton", reason="triton is not installed (requirements-dev.txt)")
+from indexer_q import triton_dispatch, triton_kernel, triton_selfcheck  # noqa: E402
+if not _CUDA and not triton_kernel.interpreting():  # imported earlier without the interpreter
+    import importlib
+
+    triton_kernel = importlib.reload(triton_kernel)
+import triton.language as tl  # noqa: E402
+
+import indexer_q  # noqa: E402
+from conftest import (GOLDEN_DIR, QUANT, RECIPES, assert_same_outputs,  # noqa: E402
+                      golden_recipe_cases, load_golden, new_recipe_outputs)
+
+DEV = "cuda" if _CUDA else "cpu"
+# numpy's notes on Inf / NaN arithmetic inside the interpreter (the kernel computes on edge rows
+# and on lanes it discards): expected, not a finding
+pytestmark = [pytest.mark.filterwarnings(f"ignore:{m}:RuntimeWarning") for m in (
+    "invalid value encountered", "overflow encountered", "divide by zero encountered")]
+TRITON = torch.ops.indexer_q.quant_q_triton
+
+
+@triton.jit
+def _fma_probe(a_ptr, out_ptr):
+    a = tl.load(a_ptr)
+    b = tl.load(a_ptr + 1)
+    c = tl.load(a_ptr + 2)
+    tl.store(out_ptr, tl.fma(a, b, c))
+
+
+def _fma_is_fused():
+    # (1 + 2^-12)^2 - (1 + 2^-11) = 2^-24 exactly; a product rounded first gives 0
+    a = torch.tensor([1 + 2.0**-12, 1 + 2.0**-12, -(1 + 2.0**-11)], dtype=torch.float32,
+                     device=DEV)
+    out = torch.zeros(1, dtype=torch.float32, device=DEV)
+    _fma_probe[(1,)](a, out, enable_fp_fusion=False)
+    return out.item() == 2.0**-24
+
+
+_FUSED = _fma_is_fused()
+needs_exact_fma = pytest.mark.skipif(
+    not _FUSED, reason="this Triton's tl.fma rounds twice here (its CPU interpreter before 3.9 "
+    "computes a * b + c in two numpy steps), so no byte comparison can be exact")
+
+
+def test_interpreter_fma_is_fused():
+    assert _FUSED, "tl.fma must round once (see the skip reason of the other tests)"
+    if not _CUDA:
+        assert triton_kernel.interpreting()
+
+
+def _run_triton(recipe, q, w, ws, freqs, pos, hs=1.0, w2d=None, raw=False):
+    out = new_recipe_outputs(recipe, q, raw=raw, w2d=w2d)
+    TRITON(recipe, q, out[0], out[1], w, out[2], ws, freqs, pos, False, hs)
+    return out
+
+
+def _run_native_cpu(recipe, q, w, ws, freqs, pos, hs=1.0, w2d=None, raw=False):
+    q, w, freqs, pos = q.cpu(), w.cpu(), freqs.cpu(), pos.cpu()
+    out = new_recipe_outputs(recipe, q, raw=raw, w2d=w2d)
+    QUANT(recipe, q, out[0], out[1], w, out[2], ws, freqs, pos, False, hs)
+    return out
+
+
+# ---- golden files ------------------------------------------------------------------------------
+@needs_exact_fma
+@pytest.mark.parametrize("fp32_inputs", [False, True] if _CUDA else [False],
+                         ids=["bf16", "fp32"] if _CUDA else ["bf16"])
+@pytest.mark.parametrize("rel,recipe", golden_recipe_cases())
+def test_golden(rel, recipe, fp32_inputs):
+    x, ws, hs, want = load_golden(rel, recipe, DEV)
+    q, w = x["q_input"], x["weight"]
+    if fp32_inputs:  # bf16 -> fp32 is exact: same bytes
+        q, w = q.float(), w.float()
+    got = _run_triton(recipe, q, w, ws, x["freqs"], x["positions"], hs,
+                      w2d=want[2].dim() == 2)
+    assert_same_outputs(got, want, f"{rel} {recipe} triton {DEV}")
+
+
+# ---- random awkward grid vs the native CPU operator ----------------------------------------------
+_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+_BS = [0, 1, 7, 333]
+_HS = [1, 8, 64, 128]
+
+
+def _grid():
+    """CUDA: every (recipe, B, H, dtype). Interpreter: per recipe, each B once with an H and a
+    dtype that rotate over the recipes (so every recipe meets every B, and every H and dtype
+    are met), B = 333 with H <= 8."""
+    cases = []
+    for r, recipe in enumerate(RECIPES):
+        for i, b in enumerate(_BS):
+            for j, h in enumerate(_HS):
+                for k, dt in enumerate(_DTYPES):
+                    if not _CUDA:
+                        hs = _HS[:2] if b == 333 else _HS
+                        if h != hs[(r + i) % len(hs)] or k != (r + i + j) % 3:
+                            continue
+                    cases.append(pytest.param(recipe, b, h, dt,
+                                              id=f"{recipe}-B{b}-H{h}-{str(dt)[6:]}"))
+    return cases
+
+
+def _awkward_inputs(b, h, dt, seed):
+    g = torch.Generator().manual_seed(seed)
+    mag = torch.pow(10.0, torch.randint(-6, 5, (b, h, 1), generator=g).float())
+    q = torch.randn(b, h, 128, generator=g) * mag
+    if b * h > 3:
+        flat = q.view(-1, 128)
+        flat[0].zero_()                                   # all-zero row: the 1e-4 floor
+        flat[1] = torch.randn(128, generator=g) * 1e-38   # subnormal float32 values
+        flat[2, 5] = float("inf")                         # an Inf (scale Inf, inv 0)
+        flat[3, 70] = float("nan")                        # a NaN (ignored by amax)
+        flat[min(4, flat.shape[0] - 1), 64:] *= -0.0      # signed zeros in the rotated dims
+    if dt == torch.float16:
+        q = q.clamp(-60000, 60000)  # keep fp16 finite except the Inf above
+        if b * h > 3:
+            q.view(-1, 128)[2, 5] = float("inf")
+    q = q.to(dt)
+    wide = h + (3 if seed % 2 else 0)  # weight stride(0) > H for half of the cases
+    w = torch.randn(b, wide, generator=g).to(dt)[:, :h]
+    max_pos = 37
+    freqs = torch.randn(max_pos, 64, generator=g)
+    pdt = torch.int32 if seed % 3 else torch.int64
+    pos = torch.randint(0, max_pos, (b,), generator=g).to(pdt)
+    return q, w, freqs, pos
+
+
+@needs_exact_fma
+@pytest.mark.parametrize("recipe,b,h,dt", _grid())
+def test_grid_vs_native_cpu(recipe, b, h, dt):
+    seed = 1000 * b + 10 * h + _DTYPES.index(dt) + RECIPES.index(recipe) * 7919
+    q, w, freqs, pos = _awkward_inputs(b, h, dt, seed)
+    ws, hs = 0.37, 0.125
+    w2d = bool(seed % 2)
+    want = _run_native_cpu(recipe, q, w, ws, freqs, pos, hs, w2d=w2d)
+    got = _run_triton(recipe, q.to(DEV), w.to(DEV), ws, freqs.to(DEV), pos.to(DEV), hs, w2d=w2d)
+    assert_same_outputs(got, want, f"{recipe} B={b} H={h} {dt}")
+
+
+@needs_exact_fma
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_python_api_backend_triton(recipe):
+    q, w, freqs, pos = _awkward_inputs(5, 4, torch.bfloat16, 7)
+    want = indexer_q.quant_q(recipe, q, w, 0.5, freqs, pos, head_scale=0.25)
+    got = indexer_q.quant_q(recipe, q.to(DEV), w.to(DEV), 0.5, freqs.to(DEV), pos.to(DEV),
+                            head_scale=0.25, backend="triton")
+    flat = lambda r: (r[0][0], r[0][1], r[1]) if isinstance(r[0], tuple) else (r[0], None, r[1])
+    assert_same_outputs(flat(got), flat(want), f"{recipe} backend=triton")
+    with pytest.raises(ValueError, match="backend"):
+        indexer_q.quant_q(recipe, q, w, 0.5, freqs, pos, backend="cuda")
+
+
+# ---- arguments: the library's validator, nothing written ------------------------------------------
+@needs_exact_fma
+def test_bad_arguments_rejected_by_the_validator():
+    q, w, freqs, pos = _awkward_inputs(3, 4, torch.bfloat16, 5)
+    q, w, freqs, pos = q.to(DEV), w.to(DEV), freqs.to(DEV), pos.to(DEV)
+    q_out, _, w_out = new_recipe_outputs("v4_fp8", q)
+    with pytest.raises(RuntimeError, match="weight"):
+        TRITON("v4_fp8", q, q_out, None, w[:, :3], w_out, 0.5, freqs, pos)
+    with pytest.raises(RuntimeError, match="q_sf"):
+        q_fp4 = torch.zeros(3, 4, 64, dtype=torch.uint8, device=DEV)
+        TRITON("v4_fp4", q, q_fp4, None, w, w_out, 0.5, freqs, pos)
+    with pytest.raises(RuntimeError, match="freqs"):
+        TRITON("v4_fp8", q, q_out, None, w, w_out, 0.5, freqs[:, :32], pos)
+    assert bool((q_out.view(torch.uint8) == 0x5A).all()) and bool((w_out == -7.25).all())
+
+
+@needs_exact_fma
+def test_out_of_range_positions():
+    q, w, freqs, pos = _awkward_inputs(4, 8, torch.bfloat16, 9)
+    pos = pos.clone()
+    pos[1] = freqs.shape[0]
+    pos[3] = -1
+    q, w, freqs, pos = q.to(DEV), w.to(DEV), freqs.to(DEV), pos.to(DEV)
+    for recipe in RECIPES:
+        if DEV == "cpu":  # the validator reads host positions: an error naming positions
+            q_out, q_sf, w_out = new_recipe_outputs(recipe, q)
+            with pytest.raises(RuntimeError, match="positions"):
+                TRITON(recipe, q, q_out, q_sf, w, w_out, 0.5, freqs, pos)
+            assert bool((q_out.view(torch.uint8) == 0x5A).all())
+        else:  # device memory: the CUDA backend's convention (zero codes / q_sf, NaN weight)
+            got = _run_triton(recipe, q, w, 0.5, freqs, pos)
+            want = new_recipe_outputs(recipe, q)
+            QUANT(recipe, q, want[0], want[1], w, want[2], 0.5, freqs, pos)
+            assert_same_outputs(got, want, f"{recipe} out-of-range positions")
+            assert bool(torch.isnan(got[2].view(4, 8)[[1, 3]]).all())
+
+
+# ---- the known-answer check and the automatic path ----------------------------------------------
+def test_selfcheck_data_matches_golden_files():
+    with open(triton_selfcheck.DATA_PATH, "rb") as f:
+        shipped = f.read()
+    assert triton_selfcheck.build(GOLDEN_DIR) == shipped, (
+        "python/indexer_q/triton_selfcheck.bin is stale: regenerate it with "
+        "`python -m indexer_q.triton_selfcheck --write tests/data/golden`")
+    cases = triton_selfcheck.load()
+    assert {c["recipe"] for c in cases} >= {r for r in RECIPES if not r.endswith("_fnuz")}
+
+
+@needs_exact_fma
+def test_selfcheck_passes_here():
+    dev = torch.device(DEV, 0) if _CUDA else torch.device("cpu")
+    assert triton_dispatch._self_check(dev) is None
+
+
+@pytest.fixture
+def fresh_checks(monkeypatch):
+    monkeypatch.delenv("INDEXER_Q_TRITON", raising=False)
+    triton_dispatch.reset_checks()
+    if not _CUDA:  # the interpreter is slow: the automatic path's check on 3 of the cases
+        real_load = triton_selfcheck.load
+        monkeypatch.setattr(triton_selfcheck, "load", lambda: real_load()[:3])
+    yield
+    triton_dispatch.reset_checks()
+
+
+def _auto_call(recipe="v4_fp8"):
+    q, w, freqs, pos = _awkward_inputs(3, 4, torch.bfloat16, 3)
+    out = new_recipe_outputs(recipe, q.to(DEV))
+    triton_dispatch.auto_quant_q(recipe, q.to(DEV), out[0], out[1], w.to(DEV), out[2], 0.5,
+                                 freqs.to(DEV), pos.to(DEV), False, 1.0)
+    return out, _run_native_cpu(recipe, q, w, 0.5, freqs, pos)
+
+
+@needs_exact_fma
+def test_auto_path_uses_triton_after_a_passed_check(fresh_checks, monkeypatch, recwarn):
+    calls = []
+    real = triton_dispatch.run_triton
+    monkeypatch.setattr(triton_dispatch, "run_triton", lambda *a, **k: calls.append(1) or real(*a, **k))
+    got, want = _auto_call()
+    assert_same_outputs(got, want, "auto")
+    assert len(calls) > 1  # the check's runs, then the call itself
+    n = len(calls)
+    _auto_call()
+    assert len(calls) == n + 1  # no second check
+    assert not [w for w in recwarn if "indexer_q" in str(w.message)]
+    assert triton_dispatch.path_for(DEV) == "triton"
+
+
+@needs_exact_fma
+def test_auto_path_falls_back_once_on_a_mismatch(fresh_checks, monkeypatch):
+    real_load = triton_selfcheck.load
+
+    def corrupted():
+        cases = real_load()
+        cases[0]["q_out"] = cases[0]["q_out"].clone()
+        cases[0]["q_out"].view(-1)[7] ^= 0x01  # one byte off: the device "disagrees"
+        return cases
+
+    monkeypatch.setattr(triton_selfcheck, "load", corrupted)
+    calls = []
+    real = triton_dispatch.run_triton
+    with pytest.warns(RuntimeWarning, match="known-answer check failed") as rec:
+        got, want = _auto_call()
+    assert len([w for w in rec if "indexer_q" in str(w.message)]) == 1
+    assert_same_outputs(got, want, "fallback (composed)")  # the composed path's bytes
+    monkeypatch.setattr(triton_dispatch, "run_triton", lambda *a, **k: calls.append(1) or real(*a, **k))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # later calls: silent
+        for recipe in ("v4_fp8", "vllm_v4_mxfp4"):
+            got, want = _auto_call(recipe)
+            assert_same_outputs(got, want, f"fallback {recipe}")
+    assert calls == []  # the device stays on the composed path
+    assert triton_dispatch.path_for(DEV) == "composed"
+
+
+def test_auto_path_disabled_by_environment(fresh_checks, monkeypatch):
+    monkeypatch.setenv("INDEXER_Q_TRITON", "0")
+    monkeypatch.setattr(triton_dispatch, "_self_check", lambda d: pytest.fail("no check expected"))
+    got, want = _auto_call()
+    assert_same_outputs(got, want, "INDEXER_Q_TRITON=0")
+    assert triton_dispatch.path_for("xpu") == "composed"
+
+
+def test_available_backends_names_each_path():
+    paths = indexer_q.available_backends()
+    assert set(paths) >= {"cpu", "cuda", "xpu", "other"}
+    assert paths["cpu"] == "native"
+    assert paths["xpu"] in ("triton", "composed")
+    assert paths["cuda"] in ("native", "triton", "composed")
+    if "XPU" in triton_dispatch.AUTO_KEYS:
+        assert paths["xpu"] == triton_dispatch.path_for("xpu")
+
+
+# ---- what the compiler made of it (NVIDIA PTX) ---------------------------------------------------
+_PTX_RECIPES = list(RECIPES) if _CUDA else ["v4_fp8", "v4_fp4", "vllm_v4_fp8", "vllm_v4_mxfp4"]
+
+
+def _ptx_all():
+    if _CUDA:
+        return {r: triton_kernel.ptx_of(indexer_q.recipe_info(r)) for r in _PTX_RECIPES}
+    # the kernels of this process are the interpreter's: compile in a fresh one
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys, indexer_q; from indexer_q import triton_kernel as k; "
+            "print(json.dumps({r: k.ptx_of(indexer_q.recipe_info(r)) for r in sys.argv[1:]}))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", code, *_PTX_RECIPES], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def ptx_by_recipe():
+    return _ptx_all()
+
+
+@pytest.mark.skipif(not _CUDA and os.environ.get("INDEXER_Q_PTX_TESTS") != "1",
+                    reason="compiles PTX for sm_90 offline (about 5 s a recipe on a CPU); runs "
+                    "on CUDA machines, or here with INDEXER_Q_PTX_TESTS=1")
+@pytest.mark.parametrize("recipe", _PTX_RECIPES)
+def test_ptx_has_no_flush_no_approximate_division(recipe, ptx_by_recipe):
+    import re
+
+    ptx = ptx_by_recipe[recipe]
+    info = indexer_q.recipe_info(recipe)
+    assert ".ftz" not in ptx, "a flush-to-zero instruction would drop subnormals"
+    assert not re.search(r"div\.(full|approx)", ptx), "divisions must be div.rn"
+    assert not re.search(r"cvt\.[a-z.]*(e4m3|e2m1|bf16)", ptx), "encoders must be bit operations"
+    if not (info.fp4 and info.quant == "vllm"):  # the MX path divides nothing
+        assert "div.rn.f32" in ptx
+    assert "fma.rn.f32" in ptx  # RoPE's explicit fma
+    # with fusion off nothing is contracted: no float mad, and every float add / sub / mul
+    # carries .rn (ptxas may fuse a plain mul.f32 + add.f32 pair into an fma)
+    assert not re.search(r"\bmad(\.[a-z]+)*\.f32", ptx)
+    assert not re.search(r"\b(add|sub|mul)\.f32", ptx)
+    assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx
