@@ -130,11 +130,11 @@ __device__ __forceinline__ std::int64_t ld_pos(const void* pos, std::uint64_t b)
   asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(static_cast<const int*>(pos) + b));
   return std::int64_t(v);
 }
-// Raw weight bits (bf16 / fp16 in the low half, or fp32).
-template <int DT>
-__device__ __forceinline__ std::uint32_t ld_weight(const void* w, std::uint64_t idx) {
+// Raw weight bits (bf16 / fp16 in the low half, or fp32). The weight's dtype is independent of
+// q_input's (Problem::weight_dtype); one scalar load per row, so a run-time branch.
+__device__ __forceinline__ std::uint32_t ld_weight(const void* w, DType wdt, std::uint64_t idx) {
   std::uint32_t v;
-  if (DT == kF32) {
+  if (wdt == DType::kFloat32) {
     asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(static_cast<const std::uint32_t*>(w) + idx));
   } else {
     unsigned short h;
@@ -143,10 +143,9 @@ __device__ __forceinline__ std::uint32_t ld_weight(const void* w, std::uint64_t 
   }
   return v;
 }
-template <int DT>
-__device__ __forceinline__ float decode_weight(std::uint32_t v) {
-  if (DT == kBF16) return __uint_as_float(v << 16);
-  if (DT == kF16) return __half2float(__ushort_as_half((unsigned short)v));  // exact
+__device__ __forceinline__ float decode_weight(std::uint32_t v, DType wdt) {
+  if (wdt == DType::kBFloat16) return __uint_as_float(v << 16);
+  if (wdt == DType::kFloat16) return __half2float(__ushort_as_half((unsigned short)v));  // exact
   return __uint_as_float(v);
 }
 
@@ -211,7 +210,7 @@ __device__ __forceinline__ void issue_loads(const Problem& p, const RowIndex& ix
   for (int c = 0; c < C; ++c)
 #pragma unroll
     for (int j = 0; j < W; ++j) r.q[c * W + j] = ld_stream16(qrow + ((c * LANES + l) * W + j) * 16);
-  r.w = (l == 0) ? ld_weight<DT>(p.weight, b * std::uint64_t(p.weight_stride_b) + h) : 0u;
+  r.w = (l == 0) ? ld_weight(p.weight, p.weight_dtype, b * std::uint64_t(p.weight_stride_b) + h) : 0u;
 }
 
 // Does chunk c of lane l lie in the recipe's rotated dims? Compile-time for LANES <= 8 (a
@@ -332,7 +331,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     }
   }
 
-  const float w = decode_weight<DT>(r.w);  // lane 0's is the real one
+  const float w = decode_weight(r.w, p.weight_dtype);  // lane 0's is the real one
   if (R::kFp4) {
     // ---- FP4: step 4, bf16 rounding, UE8M0 per block of 32 dims, e2m1 codes ----
     float amax[C];
@@ -530,11 +529,7 @@ __global__ void __launch_bounds__(128) scalar_kernel(const Problem p, int trigge
     else if (DT == kF16) x[i] = f16_to_f32(static_cast<const std::uint16_t*>(p.q_input)[row * kHeadDim + i]);
     else x[i] = static_cast<const float*>(p.q_input)[row * kHeadDim + i];
   }
-  float w;
-  const std::uint64_t widx = b * std::uint64_t(p.weight_stride_b) + h;
-  if (DT == kBF16) w = bf16_to_f32(static_cast<const std::uint16_t*>(p.weight)[widx]);
-  else if (DT == kF16) w = f16_to_f32(static_cast<const std::uint16_t*>(p.weight)[widx]);
-  else w = static_cast<const float*>(p.weight)[widx];
+  const float w = load_float(p.weight, p.weight_dtype, b * std::uint64_t(p.weight_stride_b) + h);
   float f[kFreqsDim];
   const float* frow = p.freqs + (valid ? pos : 0) * kFreqsDim;
   for (int i = 0; i < kFreqsDim; ++i) f[i] = frow[i];
