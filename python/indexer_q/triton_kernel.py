@@ -30,10 +30,10 @@ How it stays exact on every Triton target (NVIDIA, AMD, Intel, the CPU interpret
   targets are covered by the known-answer check of triton_dispatch.py (edge rows with
   subnormal values) before the kernel is used on them.
 
-Layout: one program handles BLOCK_R rows; a row is loaded as 64 (even, odd) pairs, which is
-what RoPE and the Hadamard's first butterfly stage want; the later stages view the row as
-(128 / 2s, 2, s) and split the middle axis, so every add and subtract is the spec's, in the
-spec's stage order.
+Layout: one program handles BLOCK_R rows, loaded and stored contiguously. RoPE views a row as
+(half, pair, even/odd) and works on the recipe's half; the Hadamard stage at stride s views it
+as (128 / 2s, 2, s) and splits the middle axis, so every add and subtract is the spec's, in the
+spec's stage order (Triton turns the views into register / shuffle / shared-memory moves).
 """
 
 from __future__ import annotations
@@ -128,8 +128,10 @@ def _round_bf16(x):
 
 
 @triton.jit
-def _e4m3fn(f):
+def _e4m3fn(f, IN_RANGE: tl.constexpr):
     # float32 -> e4m3fn code (uint32 in 0..255): nearest even, saturating, NaN -> 0x7f | sign
+    # (row.h e4m3fn_encode). IN_RANGE: the caller guarantees |f| <= 448 and no NaN (SGLang's
+    # clamp), where the rounding below already gives 448 -> 0x7e: the two selects are skipped.
     u = _bits(f)
     sign = (u >> 24) & 0x80
     a = u & 0x7FFFFFFF
@@ -138,8 +140,9 @@ def _e4m3fn(f):
     r_sub = _bits(scaled + 8388608.0) - 0x4B000000
     r_norm = ((a + 0x7FFFF + ((a >> 20) & 1)) >> 20) - 960
     code = tl.where(a < 0x3C800000, r_sub, r_norm)
-    code = tl.where(a >= 0x43E00000, 0x7E, code)
-    code = tl.where(a > 0x7F800000, 0x7F, code)
+    if not IN_RANGE:
+        code = tl.where(a >= 0x43E00000, 0x7E, code)
+        code = tl.where(a > 0x7F800000, 0x7F, code)
     return sign | code
 
 
@@ -198,13 +201,18 @@ def _e2m1_vllm(v):
 
 @triton.jit
 def _butterfly(x, BLOCK_R: tl.constexpr, S: tl.constexpr):
-    # one Hadamard stage at stride S (>= 2) on (BLOCK_R, 128): pairs (i, i + S), i's bit S clear
-    t = tl.reshape(x, (BLOCK_R, 64 // S, 2, S))
-    t = tl.permute(t, (0, 1, 3, 2))
-    a, b = tl.split(t)
-    t = tl.join(a + b, a - b)
-    t = tl.permute(t, (0, 1, 3, 2))
-    return tl.reshape(t, (BLOCK_R, 128))
+    # one Hadamard stage at stride S on (BLOCK_R, 128): (x[i], x[i + S]) -> (a + b, a - b) for
+    # every i whose bit S is clear; the row viewed as (128 / 2S, 2, S), the middle axis split
+    if S == 1:
+        a, b = tl.split(tl.reshape(x, (BLOCK_R, 64, 2)))
+        return tl.reshape(tl.join(a + b, a - b), (BLOCK_R, 128))
+    else:
+        t = tl.reshape(x, (BLOCK_R, 64 // S, 2, S))
+        t = tl.permute(t, (0, 1, 3, 2))
+        a, b = tl.split(t)
+        t = tl.join(a + b, a - b)
+        t = tl.permute(t, (0, 1, 3, 2))
+        return tl.reshape(t, (BLOCK_R, 128))
 
 
 @triton.jit
@@ -222,29 +230,29 @@ def quant_q_kernel(
     b = rows // H
     h = rows - b * H
 
-    # ---- loads: the row as 64 (even, odd) pairs, the weight, the position's freqs row
-    p = tl.arange(0, 64)
-    e = tl.arange(0, 2)
-    offs = rows[:, None, None] * 128 + p[None, :, None] * 2 + e[None, None, :]
-    x = _decode(tl.load(q_ptr + offs, mask=rmask[:, None, None], other=0), IN_KIND)
+    # ---- loads: the row (contiguous), the weight, the position's freqs row (contiguous)
+    i = tl.arange(0, 128)
+    k = tl.arange(0, 64)
+    x = _decode(tl.load(q_ptr + rows[:, None] * 128 + i[None, :], mask=rmask[:, None], other=0),
+                IN_KIND)
     w = _decode(tl.load(w_ptr + b * w_stride_b + h, mask=rmask, other=0), W_KIND)
     pos = tl.load(pos_ptr + b, mask=rmask, other=0).to(tl.int64)
     valid = (pos >= 0) & (pos < max_pos)
     prow = tl.where(valid, pos, 0)  # an out-of-range row reads row 0 and writes the NaN marker
+    f = tl.load(freqs_ptr + prow[:, None] * 64 + k[None, :], mask=rmask[:, None], other=0.0)
+    if FREQS_INTERLEAVED:  # (cos, sin) per pair
+        c, s = tl.split(tl.reshape(f, (BLOCK_R, 32, 2)))
+    else:  # [cos x32 | sin x32]
+        c, s = tl.split(tl.permute(tl.reshape(f, (BLOCK_R, 2, 32)), (0, 2, 1)))
 
-    j = p - ROPE_OFF // 2  # the pair's index in the freqs row (rotated pairs: 0..31)
-    rot = (j >= 0) & (j < 32)
-    fmask = rmask[:, None] & rot[None, :]
-    fbase = freqs_ptr + prow[:, None] * 64
-    if FREQS_INTERLEAVED:
-        c = tl.load(fbase + 2 * j[None, :], mask=fmask, other=0.0)
-        s = tl.load(fbase + 2 * j[None, :] + 1, mask=fmask, other=0.0)
+    # ---- RoPE (row.h rope_row) on the recipe's 64 dims, then their bf16 point
+    # (r, half, pair j, e) -> (r, j, e, half): dims 0..63 and 64..127 as (pair, even/odd)
+    x4 = tl.permute(tl.reshape(x, (BLOCK_R, 2, 32, 2)), (0, 2, 3, 1))
+    lo, hi = tl.split(x4)
+    if ROPE_OFF == 64:
+        xr, xi = tl.split(hi)
     else:
-        c = tl.load(fbase + j[None, :], mask=fmask, other=0.0)
-        s = tl.load(fbase + 32 + j[None, :], mask=fmask, other=0.0)
-
-    # ---- RoPE (row.h rope_row), then the bf16 point of the rotated dims
-    xr, xi = tl.split(x)
+        xr, xi = tl.split(lo)
     xis = xi * s
     xic = xi * c
     nr = tl.fma(xr, c, _neg(xis))
@@ -252,12 +260,15 @@ def quant_q_kernel(
     if BF16_ROPE:
         nr = _round_bf16(nr)
         ni = _round_bf16(ni)
-    xr = tl.where(rot[None, :], nr, xr)
-    xi = tl.where(rot[None, :], ni, xi)
+    if ROPE_OFF == 64:
+        x4 = tl.join(lo, tl.join(nr, ni))
+    else:
+        x4 = tl.join(tl.join(nr, ni), hi)
+    y = tl.reshape(tl.permute(x4, (0, 3, 1, 2)), (BLOCK_R, 128))
 
-    # ---- Hadamard: stride 1 on the pairs, then 2 .. 64, in that order
+    # ---- Hadamard: strides 1, 2, 4, ..., 64, in that order, then 1/sqrt(128)
     if HADAMARD:
-        y = tl.reshape(tl.join(xr + xi, xr - xi), (BLOCK_R, 128))
+        y = _butterfly(y, BLOCK_R, 1)
         y = _butterfly(y, BLOCK_R, 2)
         y = _butterfly(y, BLOCK_R, 4)
         y = _butterfly(y, BLOCK_R, 8)
@@ -265,8 +276,6 @@ def quant_q_kernel(
         y = _butterfly(y, BLOCK_R, 32)
         y = _butterfly(y, BLOCK_R, 64)
         y = y * _const(0x3DB504F3)  # 0x1.6a09e6p-4f
-    else:
-        y = tl.reshape(tl.join(xr, xi), (BLOCK_R, 128))
 
     ws = weight_scale
     hs = head_scale
@@ -305,25 +314,24 @@ def quant_q_kernel(
         else:
             wo = (w * ws) * hs
         wo = tl.where(valid, wo, nan_w)
-        tl.store(out_ptr + rows[:, None] * 64 + p[None, :], code.to(tl.uint8), mask=rmask[:, None])
+        tl.store(out_ptr + rows[:, None] * 64 + k[None, :], code.to(tl.uint8), mask=rmask[:, None])
         tl.store(sf_ptr + rows, sf.to(tl.int32, bitcast=True), mask=rmask)
         tl.store(wout_ptr + rows, wo, mask=rmask)
     else:
         # ---- FP8: one scale per row
         amax = _row_amax(y, 1)
-        i = tl.arange(0, 128)
         if VLLM:
             qs = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 448.0)
             scale = _f32((((_bits(qs) + 0x7FFFFF) >> 23) & 0xFF) << 23)  # pow2_ceil
             v = tl.math.div_rn(y, scale[:, None])
-            code = tl.where(v != v, 0x7F, _e4m3fn(v))
+            code = tl.where(v != v, 0x7F, _e4m3fn(v, False))
         else:
             scale = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 448.0)
             inv = tl.math.div_rn(1.0, scale)
             t = y * inv[:, None]
             t = tl.where(t < 448.0, t, 448.0)  # fminf(t, 448): NaN -> 448
             t = tl.where(t > -448.0, t, -448.0)
-            code = _e4m3fn(t)
+            code = _e4m3fn(t, True)
             if FMT == 1:
                 code = tl.where(code == 0x80, 0, code)
         code = tl.where(valid[:, None], code, 0)
@@ -400,7 +408,9 @@ def ptx_of(info, dtype: str = "bf16", block_rows: Optional[int] = None, num_warp
     cx = dict(IN_KIND=kind, W_KIND=kind, BLOCK_R=block_rows or default_block_rows(4096, "cuda"),
               **recipe_constants(info))
     sig.update({k: "constexpr" for k in cx})
-    src = triton.compiler.ASTSource(fn=quant_q_kernel, signature=sig, constexprs=cx)
+    # the pointers 16-byte aligned, as a launch with torch's allocations specializes them
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(7)}
+    src = triton.compiler.ASTSource(fn=quant_q_kernel, signature=sig, constexprs=cx, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
                        options=dict(num_warps=num_warps, enable_fp_fusion=False))
     return k.asm["ptx"]
