@@ -3,12 +3,18 @@
 
 Reads either format (and a mix of files):
   * `indexer-q bench --format csv` output (header
-    backend,isa,tokens,heads,dtype,threads,sets,us_median,gbps,copy_us,copy_gbps,ratio_to_copy,exact,recipe)
+    backend,isa,tokens,heads,dtype,threads,pdl,sets,us_median,gbps,copy_us,copy_gbps,ratio_to_copy,exact,recipe)
   * the `csv,`-prefixed lines of `indexer_q_cuda_bench` output (header
-    csv,tokens,heads,dtype,recipe,shape,bytes,us,gbps,copy_us,copy_gbps,ratio_to_copy,gbps_vs_v4_fp8,bytes_equal);
+    csv,tokens,heads,dtype,recipe,shape,pdl,bytes,us,gbps,copy_us,copy_gbps,ratio_to_copy,gbps_vs_v4_fp8,bytes_equal);
     the other lines of that output are ignored, except a `# device: NAME, ...` line, which
     names the device in the default title. Rows with shape `baseline-warp-per-row` are drawn
-    as the one-warp-per-row baseline.
+    as the one-warp-per-row baseline; rows of other fixed shapes (the launch-shape sweep of
+    `--shapes`, the baseline's other PDL placements) are left out: a recipe's line is its
+    `auto` shape, what the library launches.
+
+Files with a `pdl` column hold each size twice (PDL on and off): only the rows of --pdl are
+plotted (default `on`, the library's default on sm_90+). Older files without the column are
+taken as they are.
 
 The copy ceiling is the same run's plain device copy of the same bytes (copy_gbps): one dashed
 grey line per token count (the median over the plotted recipes; their byte counts differ only
@@ -99,6 +105,8 @@ def read_rows(path):
                 "backend": r.get("backend", "cuda"),
                 "isa": r.get("isa", "-"),
                 "threads": r.get("threads", "-"),
+                "shape": r.get("shape", "auto"),
+                "pdl": r.get("pdl", "-"),
             })
     if not rows:
         raise BenchError(f"{path}: no benchmark rows found (expected `indexer-q bench --format csv` "
@@ -123,6 +131,8 @@ def build_parser():
     p.add_argument("--title", help="figure title (default: device and heads)")
     p.add_argument("--no-copy", action="store_true", help="leave out the copy ceiling")
     p.add_argument("--no-baseline", action="store_true", help="leave out the one-warp-per-row baseline")
+    p.add_argument("--pdl", choices=["on", "off"], default="on",
+                   help="which rows of files with a pdl column to plot (default: on)")
     return p
 
 
@@ -135,6 +145,11 @@ def main(argv=None):
             rows += r
             if d and d not in devices:
                 devices.append(d)
+        # a recipe's line is its automatic launch shape; the baseline its own shape
+        rows = [r for r in rows if r["baseline"] or r["shape"] == "auto"]
+        rows = [r for r in rows if r["pdl"] in ("-", args.pdl)]
+        if not rows:
+            raise BenchError(f"no rows with pdl {args.pdl}")
         if args.heads is not None:
             rows = [r for r in rows if r["heads"] == args.heads]
             if not rows:
@@ -215,7 +230,8 @@ def main(argv=None):
         else:
             backs = sorted({f"{r['backend']} {r['isa']}".replace(" -", "") for r in rows})
             dev = " / ".join(backs)
-        title = f"indexer_q on {dev}, {heads[0]} heads: effective GB/s by recipe"
+        pdl = f", PDL {args.pdl}" if any(r["pdl"] != "-" for r in rows) else ""
+        title = f"indexer_q on {dev}, {heads[0]} heads{pdl}: effective GB/s by recipe"
     ax.set_title(title, fontsize=11)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
     fig.tight_layout()

@@ -76,3 +76,29 @@ def test_missing_file_and_unknown_recipe(tmp_path):
     assert r.returncode == 2 and "no_such_recipe" in r.stderr
     r = run_plot(SAMPLE, "-o", str(tmp_path / "x.png"), "--heads", "32")
     assert r.returncode == 2 and "--heads 32" in r.stderr
+
+
+PDL_LINES = """\
+csv,tokens,heads,dtype,recipe,shape,pdl,bytes,us,gbps,copy_us,copy_gbps,ratio_to_copy,gbps_vs_v4_fp8,bytes_equal
+csv,1,64,bf16,v4_fp8,auto,on,25224,1.294,19.5,1.021,24.7,0.789,1.000,yes
+csv,1,64,bf16,v4_fp8,auto,off,25224,1.800,14.0,1.021,24.7,0.567,1.000,yes
+csv,8,64,bf16,v4_fp8,auto,off,201792,1.874,107.7,1.112,181.5,0.593,1.000,yes
+csv,64,64,bf16,v4_fp8,lanes16-trigger-late,on,1614336,1.9,849.6,1.3,1241.0,0.68,1.000,yes
+csv,4096,64,bf16,v4_fp8,auto,on,103317504,32.7,3159.5,25.9,3992.4,0.79,1.000,yes
+csv,4096,64,bf16,v4_fp8,baseline-warp-per-row,on,103317504,80.6,1281.8,25.9,3992.4,0.32,0.41,yes
+csv,4096,64,bf16,v4_fp8,baseline-loads-before-wait,on,103317504,80.0,1291.5,25.9,3992.4,0.32,0.41,yes
+"""
+
+
+def test_pdl_column_and_sweep_shapes_are_filtered(tmp_path):
+    # one PDL setting at a time; sweep shapes and the baseline's other placements left out
+    src = tmp_path / "pdl.txt"
+    src.write_text(PDL_LINES)
+    out = tmp_path / "pdl.png"
+    r = run_plot(str(src), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "(1 recipe(s), 2 token counts)" in r.stdout, r.stdout  # 1 and 4096, PDL on
+    assert_png(out)
+    r = run_plot(str(src), "-o", str(out), "--pdl", "off")
+    assert r.returncode == 0, r.stderr
+    assert "(1 recipe(s), 2 token counts)" in r.stdout, r.stdout  # 1 and 8, PDL off
