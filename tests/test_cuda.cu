@@ -116,9 +116,11 @@ struct DeviceCase {
            cudaMemcpy(freqs.p, c.freqs.data(), c.freqs.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess &&
            cudaMemcpy(pos.p, c.positions.data(), c.positions.size(), cudaMemcpyHostToDevice) == cudaSuccess;
   }
+  // cudaMemset runs on the legacy default stream, which a cudaStreamNonBlocking stream does not
+  // wait for: finish it here, or a later launch on such a stream may run before the fill ends.
   bool poison(unsigned char v) {
     return cudaMemset(out.p, v, n_out) == cudaSuccess && cudaMemset(sf.p, v, n_sf) == cudaSuccess &&
-           cudaMemset(wo.p, v, n_wo) == cudaSuccess;
+           cudaMemset(wo.p, v, n_wo) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess;
   }
   bool download(Outputs* o) {
     o->q_out.assign(n_out, 0);
@@ -1017,6 +1019,7 @@ TEST(Cuda, PdlProducerThatTriggersEarlyIsOverlappedOnThisDevice) {
   ASSERT_TRUE(q.alloc(16) && src.alloc(16) && seen.alloc(8));
   CUDA_OK(cudaMemset(q.p, 0x11, 16));
   CUDA_OK(cudaMemset(src.p, 0x22, 16));
+  CUDA_OK(cudaDeviceSynchronize());  // the fills (legacy stream) end before work on a non-blocking one
   cudaStream_t s = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   ByteCopies c{};
