@@ -511,8 +511,8 @@ TEST(CudaKside, GraphCaptureWithPdlReplaysExactly) {
     ASSERT_TRUE(st.ok()) << st.message();
     CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
     for (int rep = 0; rep < 3; ++rep) {
-      CUDA_OK(cudaMemset(d.cache.p, 0, d.cache_bytes));
-      CUDA_OK(cudaGraphLaunch(ge, s));
+      CUDA_OK(cudaMemsetAsync(d.cache.p, 0, d.cache_bytes, s));  // on s: a non-blocking stream
+      CUDA_OK(cudaGraphLaunch(ge, s));                            // does not wait for the legacy one
       CUDA_OK(cudaStreamSynchronize(s));
       EXPECT_EQ(first_diff(c, d.download(), want), "") << "replay " << rep;
     }
