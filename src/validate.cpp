@@ -2,8 +2,10 @@
 // detail::Problem every backend receives, or a Status naming the offending argument.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/problem.h"
@@ -23,7 +25,7 @@ constexpr std::int64_t kFreqsDim = 64;
 std::string shape_str(const TensorView& t) {
   std::ostringstream os;
   os << "(";
-  for (int d = 0; d < t.ndim; ++d) os << (d ? ", " : "") << t.sizes[d];
+  for (int d = 0; d < t.ndim && d < TensorView::kMaxDims; ++d) os << (d ? ", " : "") << t.sizes[d];
   if (t.ndim == 1) os << ",";
   os << ")";
   return os.str();
@@ -32,7 +34,7 @@ std::string shape_str(const TensorView& t) {
 std::string stride_str(const TensorView& t) {
   std::ostringstream os;
   os << "(";
-  for (int d = 0; d < t.ndim; ++d) os << (d ? ", " : "") << t.strides[d];
+  for (int d = 0; d < t.ndim && d < TensorView::kMaxDims; ++d) os << (d ? ", " : "") << t.strides[d];
   if (t.ndim == 1) os << ",";
   os << ")";
   return os.str();
@@ -49,10 +51,22 @@ Status bad(const char* arg, const std::string& what) {
   return Status::InvalidArgument(std::string("indexer_q: ") + arg + ": " + what);
 }
 
+// The "expected ..." part of a message: a string, or a callable that builds it. Callables run
+// only when a check fails, so an accepted call allocates nothing (run() is a hot path).
+inline std::string text(const char* s) { return s; }
+template <class F, class = decltype(std::declval<const F&>()())>
+std::string text(const F& f) {
+  return f();
+}
+
 // Shape check: exact rank and sizes.
+template <class Text>
 Status check_shape(const char* arg, const TensorView& t, std::initializer_list<std::int64_t> want,
-                   const char* want_text) {
+                   const Text& want_text) {
   if (t.ndim < 0) return bad(arg, "sizes and strides have different lengths");
+  if (t.ndim > TensorView::kMaxDims)
+    return bad(arg, "ndim " + std::to_string(t.ndim) + " exceeds TensorView::kMaxDims = " +
+                        std::to_string(TensorView::kMaxDims));
   bool ok = t.ndim == int(want.size());
   if (ok) {
     int d = 0;
@@ -60,7 +74,7 @@ Status check_shape(const char* arg, const TensorView& t, std::initializer_list<s
   }
   if (!ok) {
     std::ostringstream os;
-    os << "expected shape " << want_text << ", got " << shape_str(t);
+    os << "expected shape " << text(want_text) << ", got " << shape_str(t);
     return bad(arg, os.str());
   }
   return Status::Ok();
@@ -68,15 +82,16 @@ Status check_shape(const char* arg, const TensorView& t, std::initializer_list<s
 
 // Stride check: dims of size <= 1 may have any stride; the others must match `want`
 // (for dim 0 of weight: >= want).
+template <class Text>
 Status check_strides(const char* arg, const TensorView& t, std::initializer_list<std::int64_t> want,
-                     const char* want_text, bool dim0_at_least = false) {
+                     const Text& want_text, bool dim0_at_least = false) {
   int d = 0;
   for (std::int64_t w : want) {
     if (t.sizes[d] > 1) {
       const bool ok = (d == 0 && dim0_at_least) ? t.strides[d] >= w : t.strides[d] == w;
       if (!ok) {
         std::ostringstream os;
-        os << "unsupported strides " << stride_str(t) << "; expected " << want_text;
+        os << "unsupported strides " << stride_str(t) << "; expected " << text(want_text);
         return bad(arg, os.str());
       }
     }
@@ -85,11 +100,12 @@ Status check_strides(const char* arg, const TensorView& t, std::initializer_list
   return Status::Ok();
 }
 
+template <class Text>
 Status check_dtype(const char* arg, const TensorView& t, std::initializer_list<DType> allowed,
-                   const char* want_text) {
+                   const Text& want_text) {
   for (DType d : allowed)
     if (t.dtype == d) return Status::Ok();
-  return bad(arg, std::string("expected dtype ") + want_text + ", got " + dtype_name(t.dtype));
+  return bad(arg, "expected dtype " + text(want_text) + ", got " + dtype_name(t.dtype));
 }
 
 // Byte range [lo, hi) spanned by a view (empty if any size is 0).
@@ -98,19 +114,30 @@ struct Span {
   bool empty() const { return hi <= lo; }
 };
 
-Span span_of(const TensorView& t) {
-  Span s;
-  if (t.numel() == 0 || t.data == nullptr) return s;
+// False when the range does not fit in the address space (a negative stride on a dimension of
+// size > 1, or sizes and strides whose product overflows): no real tensor has such a view.
+bool span_of(const TensorView& t, Span* s) {
+  *s = Span{};
+  if (t.numel() == 0 || t.data == nullptr) return true;
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
   std::int64_t last = 0;
-  for (int d = 0; d < t.ndim; ++d) last += (t.sizes[d] - 1) * t.strides[d];
-  s.lo = reinterpret_cast<std::uintptr_t>(t.data);
-  s.hi = s.lo + std::uintptr_t(last + 1) * dtype_size(t.dtype);
-  return s;
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.sizes[d] <= 1) continue;
+    const std::int64_t n = t.sizes[d] - 1, st = t.strides[d];
+    if (st < 0 || (st != 0 && n > kMax / st)) return false;
+    if (n * st > kMax - last) return false;
+    last += n * st;
+  }
+  const std::uint64_t es = dtype_size(t.dtype);
+  const std::uint64_t elems = std::uint64_t(last) + 1;
+  if (es == 0 || elems > std::numeric_limits<std::uintptr_t>::max() / es) return false;
+  s->lo = reinterpret_cast<std::uintptr_t>(t.data);
+  if (elems * es > std::numeric_limits<std::uintptr_t>::max() - s->lo) return false;
+  s->hi = s->lo + std::uintptr_t(elems * es);
+  return true;
 }
 
-bool overlaps(const TensorView& a, const TensorView& b) {
-  if (a.device != b.device) return false;
-  const Span x = span_of(a), y = span_of(b);
+bool overlaps(const Span& x, const Span& y) {
   if (x.empty() || y.empty()) return false;
   return x.lo < y.hi && y.lo < x.hi;
 }
@@ -130,8 +157,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
 
   // --- the recipe fixes the output tensors ---
   const int rid = int(args.recipe);
-  bool known = false;
-  for (RecipeId r : all_recipes()) known = known || int(r) == rid;
+  const bool known = int(recipe(args.recipe).id) == rid;  // recipe() maps unknown ids to id 0
   if (!known) {
     std::string names;
     for (RecipeId r : all_recipes()) names += (names.empty() ? "" : ", ") + std::string(recipe_name(r));
@@ -151,6 +177,8 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   if (q_input.sizes[2] != kHeadDim)
     return bad("q_input", "head dim must be 128, got " + std::to_string(q_input.sizes[2]) +
                               " (shape " + shape_str(q_input) + ")");
+  if (B > std::numeric_limits<std::int64_t>::max() / kHeadDim / H)
+    return bad("q_input", "B * H * 128 elements overflow int64 (shape " + shape_str(q_input) + ")");
   Status s = check_dtype("q_input", q_input, {DType::kBFloat16, DType::kFloat16, DType::kFloat32},
                          "bf16, fp16 or fp32");
   if (!s.ok()) return s;
@@ -159,27 +187,31 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
 
   // --- q_out (q_fp8 / q_fp4) and q_scale ---
   const std::int64_t out_dim = fp4 ? kHeadDim / 2 : kHeadDim;
-  const std::string bhd = "(" + std::to_string(B) + ", " + std::to_string(H) + ", " +
-                          std::to_string(out_dim) + ") = (B, H, " + std::to_string(out_dim) + ")";
-  s = check_shape(out_name, q_out, {B, H, out_dim}, bhd.c_str());
+  const auto bhd = [&] {
+    return "(" + std::to_string(B) + ", " + std::to_string(H) + ", " + std::to_string(out_dim) + ") = (B, H, " +
+           std::to_string(out_dim) + ")";
+  };
+  s = check_shape(out_name, q_out, {B, H, out_dim}, bhd);
   if (!s.ok()) return s;
   if (fp4) {
     s = check_dtype(out_name, q_out, {DType::kUInt8, DType::kInt8},
                     "uint8 or int8 (two e2m1 codes per byte)");
   } else if (rec.format == OutFormat::kE4M3FNUZ) {
     s = check_dtype(out_name, q_out, {DType::kFloat8E4M3FNUZ, DType::kUInt8, DType::kInt8},
-                    (std::string("fp8_e4m3fnuz (or uint8 / int8 raw codes) for recipe ") + rec.name).c_str());
+                    [&] { return std::string("fp8_e4m3fnuz (or uint8 / int8 raw codes) for recipe ") + rec.name; });
   } else {
     s = check_dtype(out_name, q_out, {DType::kFloat8E4M3, DType::kUInt8, DType::kInt8},
-                    (std::string("fp8_e4m3fn (or uint8 / int8 raw codes) for recipe ") + rec.name).c_str());
+                    [&] { return std::string("fp8_e4m3fn (or uint8 / int8 raw codes) for recipe ") + rec.name; });
   }
   if (!s.ok()) return s;
-  const std::string contig = "contiguous (H*" + std::to_string(out_dim) + ", " + std::to_string(out_dim) + ", 1)";
-  s = check_strides(out_name, q_out, {H * out_dim, out_dim, 1}, contig.c_str());
+  const auto contig = [&] {
+    return "contiguous (H*" + std::to_string(out_dim) + ", " + std::to_string(out_dim) + ", 1)";
+  };
+  s = check_strides(out_name, q_out, {H * out_dim, out_dim, 1}, contig);
   if (!s.ok()) return s;
-  const std::string bh_sf = "(" + std::to_string(B) + ", " + std::to_string(H) + ") = (B, H)";
+  const auto bh_sf = [&] { return "(" + std::to_string(B) + ", " + std::to_string(H) + ") = (B, H)"; };
   if (fp4) {
-    s = check_shape("q_sf", q_scale, {B, H}, bh_sf.c_str());
+    s = check_shape("q_sf", q_scale, {B, H}, bh_sf);
     if (!s.ok()) return s;
     s = check_dtype("q_sf", q_scale, {DType::kInt32}, "int32 (four UE8M0 bytes per row)");
     if (!s.ok()) return s;
@@ -191,8 +223,8 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   }
 
   // --- weight ---
-  const std::string bh = "(" + std::to_string(B) + ", " + std::to_string(H) + ") = (B, H)";
-  s = check_shape("weight", weight, {B, H}, bh.c_str());
+  const auto bh = [&] { return "(" + std::to_string(B) + ", " + std::to_string(H) + ") = (B, H)"; };
+  s = check_shape("weight", weight, {B, H}, bh);
   if (!s.ok()) return s;
   // Any float dtype, independently of q_input's: every bf16 / fp16 value is exactly an fp32 one.
   s = check_dtype("weight", weight, {DType::kBFloat16, DType::kFloat16, DType::kFloat32}, "bf16, fp16 or fp32");
@@ -201,14 +233,16 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   if (!s.ok()) return s;
 
   // --- weights_out: (B, H, 1) as SGLang allocates it, or (B, H) as vLLM does ---
-  const std::string bh1 = "(" + std::to_string(B) + ", " + std::to_string(H) + ", 1) = (B, H, 1) or (" +
-                          std::to_string(B) + ", " + std::to_string(H) + ") = (B, H)";
+  const auto bh1 = [&] {
+    return "(" + std::to_string(B) + ", " + std::to_string(H) + ", 1) = (B, H, 1) or (" + std::to_string(B) + ", " +
+           std::to_string(H) + ") = (B, H)";
+  };
   if (weights_out.ndim == 2) {
-    s = check_shape("weights_out", weights_out, {B, H}, bh1.c_str());
+    s = check_shape("weights_out", weights_out, {B, H}, bh1);
     if (!s.ok()) return s;
     s = check_strides("weights_out", weights_out, {H, 1}, "contiguous (H, 1)");
   } else {
-    s = check_shape("weights_out", weights_out, {B, H, 1}, bh1.c_str());
+    s = check_shape("weights_out", weights_out, {B, H, 1}, bh1);
     if (!s.ok()) return s;
     s = check_strides("weights_out", weights_out, {H, 1, 1}, "contiguous (H, 1, 1)");
   }
@@ -227,10 +261,12 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   s = check_strides("freqs", freqs, {kFreqsDim, 1}, "contiguous (64, 1)");
   if (!s.ok()) return s;
   const std::int64_t max_pos = freqs.sizes[0];
+  if (max_pos > std::numeric_limits<std::int64_t>::max() / kFreqsDim)
+    return bad("freqs", "max_pos * 64 elements overflow int64 (shape " + shape_str(freqs) + ")");
 
   // --- positions ---
-  const std::string b1 = "(" + std::to_string(B) + ",) = (B,)";
-  s = check_shape("positions", positions, {B}, b1.c_str());
+  const auto b1 = [&] { return "(" + std::to_string(B) + ",) = (B,)"; };
+  s = check_shape("positions", positions, {B}, b1);
   if (!s.ok()) return s;
   s = check_dtype("positions", positions, {DType::kInt32, DType::kInt64}, "int32 or int64");
   if (!s.ok()) return s;
@@ -244,7 +280,15 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
     const TensorView* t;
     bool output;
   };
-  std::vector<Named> all = {{"q_input", &q_input, false}, {out_name, &q_out, true}};
+  struct NamedList {  // at most 7 entries; no heap
+    Named v[7];
+    int n = 0;
+    void push_back(const Named& x) { v[n++] = x; }
+    const Named* begin() const { return v; }
+    const Named* end() const { return v + n; }
+  } all;
+  all.push_back({"q_input", &q_input, false});
+  all.push_back({out_name, &q_out, true});
   if (fp4) all.push_back({"q_sf", &q_scale, true});
   for (Named n : {Named{"weight", &weight, false}, Named{"weights_out", &weights_out, true},
                   Named{"freqs", &freqs, false}, Named{"positions", &positions, false}})
@@ -293,13 +337,18 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   }
   if (max_pos == 0) return bad("freqs", "has 0 rows (max_pos = 0), so no position is valid");
 
-  // --- outputs must not overlap inputs or each other ---
-  for (const Named& o : all) {
-    if (!o.output) continue;
-    for (const auto& a : all) {
-      if (a.t == o.t) continue;
-      if (overlaps(*o.t, *a.t))
-        return bad(o.name, std::string("output memory overlaps ") + a.name);
+  // --- every view within the address space; outputs must not overlap inputs or each other ---
+  Span spans[7];
+  for (int i = 0; i < all.n; ++i)
+    if (!span_of(*all.v[i].t, &spans[i]))
+      return bad(all.v[i].name, "sizes " + shape_str(*all.v[i].t) + " and strides " + stride_str(*all.v[i].t) +
+                                    " span more bytes than the address space holds");
+  for (int i = 0; i < all.n; ++i) {
+    if (!all.v[i].output) continue;
+    for (int j = 0; j < all.n; ++j) {
+      if (j == i || all.v[j].t->device != all.v[i].t->device) continue;
+      if (overlaps(spans[i], spans[j]))
+        return bad(all.v[i].name, std::string("output memory overlaps ") + all.v[j].name);
     }
   }
 
