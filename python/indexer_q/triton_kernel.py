@@ -129,17 +129,22 @@ def _round_bf16(x):
 
 @triton.jit
 def _e4m3fn(f, IN_RANGE: tl.constexpr):
-    # float32 -> e4m3fn code (uint32 in 0..255): nearest even, saturating, NaN -> 0x7f | sign
-    # (row.h e4m3fn_encode). IN_RANGE: the caller guarantees |f| <= 448 and no NaN (SGLang's
-    # clamp), where the rounding below already gives 448 -> 0x7e: the two selects are skipped.
+    # float32 -> e4m3fn code (uint32 in 0..255): nearest even, saturating, NaN -> 0x7f | sign;
+    # the codes of row.h e4m3fn_encode, computed as follows. With E = max(exponent(|f|), -6),
+    # e4m3's step at |f| is 2^(E - 3); adding and removing 2^(E + 20) rounds |f| to that step
+    # (float32 addition, nearest even; the subtraction is exact): r. Every such r is
+    # m * 2^-9 (m < 8) or a normal e4m3 value, so r * 2^-120 is exact (a float32 subnormal
+    # m * 2^-129, or a normal number with exponent E - 120), and its bits >> 20 are the code
+    # (subnormals kept: no flush to zero). IN_RANGE: the caller guarantees |f| <= 448 and no
+    # NaN (SGLang's clamp; 448 itself gives 0x7e): the saturation / NaN selects are skipped.
     u = _bits(f)
     sign = (u >> 24) & 0x80
     a = u & 0x7FFFFFFF
-    # below 2^-6: |f| * 512 < 8 is exact; + 2^23 rounds it to an integer, ties to even
-    scaled = _f32(a) * 512.0
-    r_sub = _bits(scaled + 8388608.0) - 0x4B000000
-    r_norm = ((a + 0x7FFFF + ((a >> 20) & 1)) >> 20) - 960
-    code = tl.where(a < 0x3C800000, r_sub, r_norm)
+    eb = a & 0x7F800000
+    eb = tl.where(eb > 0x3C800000, eb, 0x3C800000)
+    magic = _f32(eb + (20 << 23))
+    r = (_f32(a) + magic) - magic
+    code = _bits(r * _const(0x03800000)) >> 20  # * 2^-120
     if not IN_RANGE:
         code = tl.where(a >= 0x43E00000, 0x7E, code)
         code = tl.where(a > 0x7F800000, 0x7F, code)
@@ -239,20 +244,20 @@ def quant_q_kernel(
     pos = tl.load(pos_ptr + b, mask=rmask, other=0).to(tl.int64)
     valid = (pos >= 0) & (pos < max_pos)
     prow = tl.where(valid, pos, 0)  # an out-of-range row reads row 0 and writes the NaN marker
-    f = tl.load(freqs_ptr + prow[:, None] * 64 + k[None, :], mask=rmask[:, None], other=0.0)
+    # (cos, sin) of pair p (0..63) of the row; only the recipe's 32 pairs are read and used
+    j = k - ROPE_OFF // 2
+    rot = (j >= 0) & (j < 32)
+    fmask = rmask[:, None] & rot[None, :]
+    fbase = freqs_ptr + prow[:, None] * 64
     if FREQS_INTERLEAVED:  # (cos, sin) per pair
-        c, s = tl.split(tl.reshape(f, (BLOCK_R, 32, 2)))
+        c = tl.load(fbase + 2 * j[None, :], mask=fmask, other=0.0)
+        s = tl.load(fbase + 2 * j[None, :] + 1, mask=fmask, other=0.0)
     else:  # [cos x32 | sin x32]
-        c, s = tl.split(tl.permute(tl.reshape(f, (BLOCK_R, 2, 32)), (0, 2, 1)))
+        c = tl.load(fbase + j[None, :], mask=fmask, other=0.0)
+        s = tl.load(fbase + 32 + j[None, :], mask=fmask, other=0.0)
 
-    # ---- RoPE (row.h rope_row) on the recipe's 64 dims, then their bf16 point
-    # (r, half, pair j, e) -> (r, j, e, half): dims 0..63 and 64..127 as (pair, even/odd)
-    x4 = tl.permute(tl.reshape(x, (BLOCK_R, 2, 32, 2)), (0, 2, 3, 1))
-    lo, hi = tl.split(x4)
-    if ROPE_OFF == 64:
-        xr, xi = tl.split(hi)
-    else:
-        xr, xi = tl.split(lo)
+    # ---- RoPE (row.h rope_row) on the recipe's 32 pairs, then their bf16 point
+    xr, xi = tl.split(tl.reshape(x, (BLOCK_R, 64, 2)))  # even / odd dims
     xis = xi * s
     xic = xi * c
     nr = tl.fma(xr, c, _neg(xis))
@@ -260,15 +265,12 @@ def quant_q_kernel(
     if BF16_ROPE:
         nr = _round_bf16(nr)
         ni = _round_bf16(ni)
-    if ROPE_OFF == 64:
-        x4 = tl.join(lo, tl.join(nr, ni))
-    else:
-        x4 = tl.join(tl.join(nr, ni), hi)
-    y = tl.reshape(tl.permute(x4, (0, 3, 1, 2)), (BLOCK_R, 128))
+    xr = tl.where(rot[None, :], nr, xr)
+    xi = tl.where(rot[None, :], ni, xi)
 
     # ---- Hadamard: strides 1, 2, 4, ..., 64, in that order, then 1/sqrt(128)
-    if HADAMARD:
-        y = _butterfly(y, BLOCK_R, 1)
+    if HADAMARD:  # stride 1 on the (even, odd) pairs as they are
+        y = tl.reshape(tl.join(xr + xi, xr - xi), (BLOCK_R, 128))
         y = _butterfly(y, BLOCK_R, 2)
         y = _butterfly(y, BLOCK_R, 4)
         y = _butterfly(y, BLOCK_R, 8)
@@ -276,6 +278,8 @@ def quant_q_kernel(
         y = _butterfly(y, BLOCK_R, 32)
         y = _butterfly(y, BLOCK_R, 64)
         y = y * _const(0x3DB504F3)  # 0x1.6a09e6p-4f
+    else:
+        y = tl.reshape(tl.join(xr, xi), (BLOCK_R, 128))
 
     ws = weight_scale
     hs = head_scale
@@ -323,7 +327,11 @@ def quant_q_kernel(
         if VLLM:
             qs = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 448.0)
             scale = _f32((((_bits(qs) + 0x7FFFFF) >> 23) & 0xFF) << 23)  # pow2_ceil
-            v = tl.math.div_rn(y, scale[:, None])
+            # x / scale for a power of two (or +Inf) scale: 1 / scale is exact (a power of two,
+            # or 0), and x * (1 / scale) is the same correctly rounded real number as
+            # x / scale (Inf and NaN cases alike: x / Inf = x * 0), so one division per row
+            inv = tl.math.div_rn(1.0, scale)
+            v = y * inv[:, None]
             code = tl.where(v != v, 0x7F, _e4m3fn(v, False))
         else:
             scale = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 448.0)
@@ -364,9 +372,18 @@ def interpreting() -> bool:
 
 
 def default_block_rows(n_rows: int, device_type: str) -> int:
+    """Rows per program. 4 rows on one warp: the fewest instructions per row in the sm_90
+    PTX of the Hadamard recipes (v4_fp8 about 240 warp instructions a row against 300-400 for
+    8 rows on 2 or 4 warps; the other recipes are within 10 % of each other), and 32 resident
+    programs of 4 rows keep about 32 KB of loads in flight per SM. bench/triton_bench.py
+    --sweep times the alternatives."""
     if interpreting():
         return 512  # numpy per program: big blocks amortize the interpreter's per-op cost
-    return 8
+    return 4
+
+
+def default_num_warps(block_rows: int) -> int:
+    return 1 if block_rows <= 4 else (2 if block_rows <= 8 else 4)
 
 
 def launch(info, q_input: torch.Tensor, q_out: torch.Tensor, q_sf: Optional[torch.Tensor],
@@ -382,7 +399,7 @@ def launch(info, q_input: torch.Tensor, q_out: torch.Tensor, q_sf: Optional[torc
         return
     consts = recipe_constants(info)
     br = block_rows or default_block_rows(n_rows, q_input.device.type)
-    nw = num_warps or (4 if br >= 8 else 2)
+    nw = num_warps or default_num_warps(br)
     out = q_out.view(torch.uint8)
     sf = q_sf if q_sf is not None else weights_out  # unused by FP8 kernels: any pointer
     grid = (triton.cdiv(n_rows, br),)
@@ -395,8 +412,8 @@ def launch(info, q_input: torch.Tensor, q_out: torch.Tensor, q_sf: Optional[torc
     )
 
 
-def ptx_of(info, dtype: str = "bf16", block_rows: Optional[int] = None, num_warps: int = 4,
-           arch: int = 90) -> str:
+def ptx_of(info, dtype: str = "bf16", block_rows: Optional[int] = None,
+           num_warps: Optional[int] = None, arch: int = 90) -> str:
     """The PTX of the kernel for a recipe, compiled for sm_<arch> without a GPU (inspection and
     tests: no .ftz, no approximate division, which fma)."""
     from triton.backends.compiler import GPUTarget
@@ -405,8 +422,9 @@ def ptx_of(info, dtype: str = "bf16", block_rows: Optional[int] = None, num_warp
     sig = {"q_ptr": "*" + dtype, "w_ptr": "*" + dtype, "freqs_ptr": "*fp32", "pos_ptr": "*i64",
            "out_ptr": "*u8", "sf_ptr": "*i32", "wout_ptr": "*fp32", "n_rows": "i32", "H": "i32",
            "w_stride_b": "i32", "max_pos": "i32", "weight_scale": "fp32", "head_scale": "fp32"}
-    cx = dict(IN_KIND=kind, W_KIND=kind, BLOCK_R=block_rows or default_block_rows(4096, "cuda"),
-              **recipe_constants(info))
+    br = block_rows or 4  # default_block_rows on a GPU
+    num_warps = num_warps or default_num_warps(br)
+    cx = dict(IN_KIND=kind, W_KIND=kind, BLOCK_R=br, **recipe_constants(info))
     sig.update({k: "constexpr" for k in cx})
     # the pointers 16-byte aligned, as a launch with torch's allocations specializes them
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(7)}

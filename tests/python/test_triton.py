@@ -174,6 +174,59 @@ def test_python_api_backend_triton(recipe):
         indexer_q.quant_q(recipe, q, w, 0.5, freqs, pos, backend="cuda")
 
 
+# ---- the bit-level encoders against torch's conversions, on a sweep of float32 bit patterns ------
+@triton.jit
+def _encoders_probe(x_ptr, e4_ptr, e4_sat_ptr, bf_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0.0)
+    tl.store(e4_ptr + offs, triton_kernel._e4m3fn(x, True).to(tl.uint8), mask=m)
+    tl.store(e4_sat_ptr + offs, triton_kernel._e4m3fn(x, False).to(tl.uint8), mask=m)
+    tl.store(bf_ptr + offs, triton_kernel._round_bf16(x), mask=m)
+
+
+def _sweep_bits(step):
+    # every `step`-th positive pattern up to +Inf, the neighbourhoods of e4m3's rounding
+    # boundaries (subnormal steps, 2^-6, 448 / 464), then both signs and a few NaNs
+    u = torch.arange(0, 0x7F800001, step, dtype=torch.int64)
+    edges = torch.tensor([0x3A000000, 0x3A800000, 0x3B000000, 0x3C800000, 0x43E00000,
+                          0x43E80000, 0x43F00000, 0x7F7FFFFF], dtype=torch.int64)
+    near = (edges[:, None] + torch.arange(-4096, 4097, dtype=torch.int64)[None, :]).flatten()
+    u = torch.cat([u, near, torch.tensor([0x7FC00000, 0x7F800001, 0x7FFFFFFF])])
+    u = torch.cat([u, u | 0x80000000])
+    u = torch.where(u >= 2**31, u - 2**32, u)  # as int32 bit patterns
+    return u.to(torch.int32).view(torch.float32)
+
+
+@needs_exact_fma
+def test_bit_encoders_match_torch_conversions():
+    x = _sweep_bits(257 if _CUDA else 1031)
+    n = x.numel()
+    x_dev = x.to(DEV)
+    e4 = torch.empty(n, dtype=torch.uint8, device=DEV)
+    e4s = torch.empty(n, dtype=torch.uint8, device=DEV)
+    bf = torch.empty(n, dtype=torch.float32, device=DEV)
+    block = 4096 if _CUDA else 65536
+    _encoders_probe[(triton.cdiv(n, block),)](x_dev, e4, e4s, bf, n, BLOCK=block,
+                                              enable_fp_fusion=False)
+    e4, e4s, bf = e4.cpu(), e4s.cpu(), bf.cpu()
+    finite = ~torch.isnan(x)
+    ins = finite & (x.abs() <= 448)
+    # torch's float32 -> e4m3fn cast rounds to nearest even (subnormals included); beyond 448 it
+    # gives NaN, so only the in-range values are compared with it
+    want = x[ins].to(torch.float8_e4m3fn).view(torch.uint8)
+    assert torch.equal(e4[ins], want)
+    assert torch.equal(e4s[ins], want)
+    big = finite & (x.abs() > 448)
+    assert torch.equal(e4s[big], torch.where(x[big] > 0, 0x7E, 0xFE).to(torch.uint8))
+    sign = (x.view(torch.int32) < 0).to(torch.uint8) * 0x80
+    assert torch.equal(e4s[~finite], (sign[~finite] | 0x7F))
+    # bf16 point: torch's cast is round-to-nearest-even (overflow to Inf); NaN stays NaN
+    want_bf = x[finite].to(torch.bfloat16).float()
+    assert torch.equal(bf[finite].view(torch.int32), want_bf.view(torch.int32))
+    assert bool(torch.isnan(bf[~finite]).all())
+
+
 # ---- arguments: the library's validator, nothing written ------------------------------------------
 @needs_exact_fma
 def test_bad_arguments_rejected_by_the_validator():
