@@ -10,6 +10,12 @@
 namespace indexer_q {
 namespace detail {
 
+// The oldest target is sm_80 (CMakeLists.txt, INDEXER_Q_CUDA_ARCHS): cvt.rn.bf16x2.f32 below
+// needs it. Everything else these headers use is older, or has a portable path (fp8_e4m3.cuh).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "indexer_q: the CUDA kernels need sm_80 or newer (set INDEXER_Q_CUDA_ARCHS, e.g. 80-real)"
+#endif
+
 // round_bf16 of two values by one cvt.rn.bf16x2.f32 (round to nearest even; overflow to Inf).
 // Equal to row.h's round_bf16 for every non-NaN input; a NaN stays a NaN (the payload may
 // differ, which no output byte depends on: NaN is ignored by fmax and encodes by magnitude).

@@ -17,21 +17,38 @@ namespace detail {
 // quantize4_e4m3_sat skips the fminf: it equals quantize4_e4m3 for every input that is not
 // NaN (the conversion saturates +-large and +-Inf to +-448 by itself), and the kernels call it
 // only for rows that hold no NaN product (see compute_row).
-__device__ __forceinline__ std::uint32_t quantize4_e4m3_sat(float a, float b, float c, float d) {
-  std::uint32_t r;
+//
+// The conversion instruction exists from sm_89 on (L40S, RTX 4090, H100 and later). Below it
+// (sm_80..sm_88) the same bytes come from row.h's scalar encoder, the reference's own
+// function: quantize4_e4m3_sat_sw. It equals the instruction for every input that is not NaN
+// (tests/test_cuda_arch.cu checks every float32 in every byte on the GPU, and on the host
+// without one). On the GPU a NaN gives 0xfe there (fmaxf(NaN, -448)), the instruction's own NaN byte
+// here: no output depends on it (quantize4_e4m3 maps NaN to 448 first, quantize4_e4m3_vllm
+// writes NaN bytes itself, the kernels call the _sat form only for rows without a NaN product).
+__host__ __device__ __forceinline__ std::uint32_t quantize4_e4m3_sat_sw(float a, float b, float c, float d) {
+  return std::uint32_t(e4m3fn_encode(::fmaxf(a, -kFp8Max))) |
+         (std::uint32_t(e4m3fn_encode(::fmaxf(b, -kFp8Max))) << 8) |
+         (std::uint32_t(e4m3fn_encode(::fmaxf(c, -kFp8Max))) << 16) |
+         (std::uint32_t(e4m3fn_encode(::fmaxf(d, -kFp8Max))) << 24);
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define INDEXER_Q_HW_FP8_CVT 1  // this device pass has cvt.rn.satfinite.e4m3x2.f32
+#endif
+
+__device__ __forceinline__ std::uint32_t quantize4_e4m3_sat(float a, float b, float c, float d) {
+#if defined(INDEXER_Q_HW_FP8_CVT)
+  std::uint32_t r;
   asm("{\n\t.reg .b16 lo, hi;\n\t"
       "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n\t"
       "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n\t"
       "mov.b32 %0, {lo, hi};\n\t}"
       : "=r"(r)
       : "f"(a), "f"(b), "f"(c), "f"(d));
-#else
-  r = std::uint32_t(e4m3fn_encode(fmaxf(a, -kFp8Max))) | (std::uint32_t(e4m3fn_encode(fmaxf(b, -kFp8Max))) << 8) |
-      (std::uint32_t(e4m3fn_encode(fmaxf(c, -kFp8Max))) << 16) |
-      (std::uint32_t(e4m3fn_encode(fmaxf(d, -kFp8Max))) << 24);
-#endif
   return r;
+#else
+  return quantize4_e4m3_sat_sw(a, b, c, d);
+#endif
 }
 
 // vLLM's conversion (Quantizer::kVllm, row.h's vllm_fp8_code of a product already divided by
