@@ -163,7 +163,12 @@ def _max_ignoring_nan(amax, y):
 # function runs there element by element in Python). tl.max itself is not called: it is a jit
 # function of Triton's standard library, which the interpreter cannot run if triton was
 # imported before TRITON_INTERPRET was set.
-_MAX_COMBINE = tl.standard._elementwise_max
+@triton.jit
+def _max_combine(a, b):
+    return tl.where(a > b, a, b)
+
+
+_MAX_COMBINE = getattr(tl.standard, "_elementwise_max", _max_combine)  # (Triton 3.6 and 3.9 have it)
 
 
 @triton.jit
