@@ -2,7 +2,7 @@
 //
 //   indexer_q::kside_store(str recipe, Tensor input, Tensor weight, float eps, Tensor freqs,
 //                          Tensor positions, Tensor slots, Tensor(a!) kvcache, int page_size,
-//                          bool enable_pdl=False) -> ()
+//                          bool enable_pdl=True) -> ()
 //
 //   CPU                        -> the library's CPU backend (threads = torch's intra-op count)
 //   CUDA                       -> the library's CUDA backend on torch's current stream
@@ -189,10 +189,11 @@ std::vector<std::string> krecipes_op() {
 }  // namespace torch_binding
 }  // namespace indexer_q
 
-// enable_pdl is used by the CUDA backend only (programmatic dependent launch, sm_90+).
+// enable_pdl is used by the CUDA backend only (programmatic dependent launch, sm_90+; on by
+// default as for the query side's operators, ignored before sm_90 and by the other devices).
 #define IQ_KSIDE_ARGS                                                                             \
   "(str recipe, Tensor input, Tensor weight, float eps, Tensor freqs, Tensor positions, "        \
-  "Tensor slots, Tensor(a!) kvcache, int page_size, bool enable_pdl=False) -> ()"
+  "Tensor slots, Tensor(a!) kvcache, int page_size, bool enable_pdl=True) -> ()"
 STABLE_TORCH_LIBRARY_FRAGMENT(indexer_q, m) {
   m.def("kside_store" IQ_KSIDE_ARGS);
   m.def("kside_store_composed" IQ_KSIDE_ARGS);

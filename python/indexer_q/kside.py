@@ -2,7 +2,7 @@
 transform and FP8 / FP4 quantization of compressed key tokens, stored into a paged cache.
 
 ``torch.ops.indexer_q.kside_store(recipe, input, weight, eps, freqs, positions, slots, kvcache,
-page_size, enable_pdl=False)`` is the operator (recipes ``v4_k_fp8``: 132 bytes a token,
+page_size, enable_pdl=True)`` is the operator (recipes ``v4_k_fp8``: 132 bytes a token,
 ``v4_k_fp4``: 68 bytes); a negative slot skips its token. ``compress_norm_rope_store`` takes
 SGLang's plan-driven call instead (positions and slots derived from the plan on the tensors'
 device, without a host synchronization).
@@ -70,7 +70,7 @@ def plan_positions_slots(plan: torch.Tensor, out_loc: torch.Tensor, *, is_decode
 
 def kside_store(recipe: str, input: torch.Tensor, weight: torch.Tensor, eps: float,
                 freqs: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                kvcache: torch.Tensor, page_size: int, *, enable_pdl: bool = False,
+                kvcache: torch.Tensor, page_size: int, *, enable_pdl: bool = True,
                 composed: bool = False) -> None:
     """Stores the tokens into kvcache (in place). freqs may be the complex64 (max_pos, 32) table.
     composed=True runs the composed ATen implementation on any device."""
@@ -83,7 +83,7 @@ def compress_norm_rope_store(kv: torch.Tensor, plan: torch.Tensor, *, norm_weigh
                              norm_eps: float, freq_cis: torch.Tensor, out_loc: torch.Tensor,
                              kvcache: torch.Tensor, page_size: int, use_fp4: bool = False,
                              is_decode: bool = False, compress_ratio: int = 4,
-                             enable_pdl: bool = False) -> None:
+                             enable_pdl: bool = True) -> None:
     """SGLang's call of the key side: normalizes, rotates, transforms and quantizes the compressed
     key tokens kv (N, 128) and stores each into its row of the paged cache kvcache
     (num_pages, page_bytes) uint8: 132 bytes a token (FP8) or 68 (use_fp4). Positions and slots
