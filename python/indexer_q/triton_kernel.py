@@ -186,25 +186,45 @@ def _fmax_floor(a, floor):
     return tl.where(a > floor, a, floor)
 
 
+# E2M1 codes. row.h counts the thresholds {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5} below
+# a = min(|v|, 6) (NaN -> 6). Here the count comes from one rounding of a scaled to its range's
+# code step: a in [0, 2] has codes 0..4 every 0.5 (k = 2), (2, 4] codes 4..6 every 1 (k = 1),
+# (4, 6] codes 6..7 every 2 (k = 0.5); a * k is exact (a power-of-two factor) and so is
+# a * k - off for the offsets used (Sterbenz, or a result <= 0 that the clamp removes).
 @triton.jit
 def _e2m1_sglang(v):
-    # thresholds strictly below min(|v|, 6) (NaN -> 6); sign bit only on a nonzero code of v < 0
+    # ties to the smaller magnitude: the count of thresholds strictly below a is
+    # base + max(ceil(a * k - off), 0); sign bit only on a nonzero code of a negative v
     av = _abs(v)
     a = tl.where(av < 6.0, av, 6.0)
-    m = ((a > 0.25).to(tl.uint32) + (a > 0.75).to(tl.uint32) + (a > 1.25).to(tl.uint32) +
-         (a > 1.75).to(tl.uint32) + (a > 2.5).to(tl.uint32) + (a > 3.5).to(tl.uint32) +
-         (a > 5.0).to(tl.uint32))
+    hi = a > 4.0
+    mid = a > 2.0
+    k = tl.where(hi, 0.5, tl.where(mid, 1.0, 2.0))
+    off = tl.where(mid, 2.5, 0.5)
+    base = tl.where(hi, 6, tl.where(mid, 4, 0)).to(tl.uint32)
+    y = a * k - off
+    # ceil(y) for y in [-0.5, 3.5]: the nearest integer by adding and removing 1.5 * 2^23
+    # (where float32's step is 1), plus one if that fell below y (no ceil instruction: on
+    # NVIDIA Triton's ceil is libdevice's, flushing subnormal inputs in its default mode)
+    r = (y + 12582912.0) - 12582912.0
+    t = tl.where(r < y, r + 1.0, r)
+    t = tl.where(t > 0.0, t, 0.0)
+    m = base + t.to(tl.uint32)
     return m | tl.where((v < 0.0) & (m != 0), 8, 0).to(tl.uint32)
 
 
 @triton.jit
 def _e2m1_vllm(v):
-    # nearest, ties to even, saturating at 6, sign bit of v on every code; NaN -> 0x7
+    # nearest, ties to even (the code steps are even / odd codes alike: rint of a * k, by the
+    # 2^23 add / subtract), saturating at 6, sign bit of v on every code; NaN -> 0x7
     av = _abs(v)
     a = tl.where(av < 6.0, av, 6.0)
-    m = ((a > 0.25).to(tl.uint32) + (a >= 0.75).to(tl.uint32) + (a > 1.25).to(tl.uint32) +
-         (a >= 1.75).to(tl.uint32) + (a > 2.5).to(tl.uint32) + (a >= 3.5).to(tl.uint32) +
-         (a > 5.0).to(tl.uint32))
+    hi = a > 4.0
+    mid = a > 2.0
+    k = tl.where(hi, 0.5, tl.where(mid, 1.0, 2.0))
+    base = tl.where(hi, 4, tl.where(mid, 2, 0)).to(tl.uint32)
+    t = (a * k + 8388608.0) - 8388608.0
+    m = base + t.to(tl.uint32)
     code = m | ((_bits(v) >> 28) & 8)
     return tl.where(v != v, 7, code)
 

@@ -180,13 +180,28 @@ def test_python_api_backend_triton(recipe):
 
 # ---- the bit-level encoders against torch's conversions, on a sweep of float32 bit patterns ------
 @triton.jit
-def _encoders_probe(x_ptr, e4_ptr, e4_sat_ptr, bf_ptr, n, BLOCK: tl.constexpr):
+def _encoders_probe(x_ptr, e4_ptr, e4_sat_ptr, bf_ptr, f4_ptr, mx_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     x = tl.load(x_ptr + offs, mask=m, other=0.0)
     tl.store(e4_ptr + offs, triton_kernel._e4m3fn(x, True).to(tl.uint8), mask=m)
     tl.store(e4_sat_ptr + offs, triton_kernel._e4m3fn(x, False).to(tl.uint8), mask=m)
     tl.store(bf_ptr + offs, triton_kernel._round_bf16(x), mask=m)
+    tl.store(f4_ptr + offs, triton_kernel._e2m1_sglang(x).to(tl.uint8), mask=m)
+    tl.store(mx_ptr + offs, triton_kernel._e2m1_vllm(x).to(tl.uint8), mask=m)
+
+
+def _e2m1_reference(x, vllm):
+    """row.h e2m1_encode / mx_e2m1_encode, written as their threshold counts."""
+    a = torch.where(torch.isnan(x), torch.full_like(x, 6.0), x.abs().clamp(max=6.0))
+    if vllm:
+        m = ((a > 0.25).int() + (a >= 0.75).int() + (a > 1.25).int() + (a >= 1.75).int()
+             + (a > 2.5).int() + (a >= 3.5).int() + (a > 5.0).int())
+        code = m | ((x.view(torch.int32) >> 28) & 8)
+        return torch.where(torch.isnan(x), torch.full_like(code, 7), code).to(torch.uint8)
+    m = ((a > 0.25).int() + (a > 0.75).int() + (a > 1.25).int() + (a > 1.75).int()
+         + (a > 2.5).int() + (a > 3.5).int() + (a > 5.0).int())
+    return (m | torch.where((x < 0) & (m != 0), 8, 0)).to(torch.uint8)
 
 
 def _sweep_bits(step):
@@ -196,7 +211,10 @@ def _sweep_bits(step):
     edges = torch.tensor([0x3A000000, 0x3A800000, 0x3B000000, 0x3C800000, 0x43E00000,
                           0x43E80000, 0x43F00000, 0x7F7FFFFF], dtype=torch.int64)
     near = (edges[:, None] + torch.arange(-4096, 4097, dtype=torch.int64)[None, :]).flatten()
-    u = torch.cat([u, near, torch.tensor([0x7FC00000, 0x7F800001, 0x7FFFFFFF])])
+    # every multiple of 2^-10 in [0, 7] (the e2m1 ties and boundaries) and its two neighbours
+    fine = (torch.arange(0, 7 * 1024 + 1, dtype=torch.float32) / 1024).view(torch.int32)
+    fine = (fine.to(torch.int64)[:, None] + torch.tensor([-1, 0, 1])[None, :]).flatten()[1:]
+    u = torch.cat([u, near, fine, torch.tensor([0x7FC00000, 0x7F800001, 0x7FFFFFFF])])
     u = torch.cat([u, u | 0x80000000])
     u = torch.where(u >= 2**31, u - 2**32, u)  # as int32 bit patterns
     return u.to(torch.int32).view(torch.float32)
@@ -209,10 +227,15 @@ def test_bit_encoders_match_torch_conversions():  # no fma involved: runs on any
     e4 = torch.empty(n, dtype=torch.uint8, device=DEV)
     e4s = torch.empty(n, dtype=torch.uint8, device=DEV)
     bf = torch.empty(n, dtype=torch.float32, device=DEV)
+    f4 = torch.empty(n, dtype=torch.uint8, device=DEV)
+    mx = torch.empty(n, dtype=torch.uint8, device=DEV)
     block = 4096 if _CUDA else 65536
-    _encoders_probe[(triton.cdiv(n, block),)](x_dev, e4, e4s, bf, n, BLOCK=block,
+    _encoders_probe[(triton.cdiv(n, block),)](x_dev, e4, e4s, bf, f4, mx, n, BLOCK=block,
                                               enable_fp_fusion=False)
-    e4, e4s, bf = e4.cpu(), e4s.cpu(), bf.cpu()
+    e4, e4s, bf, f4, mx = e4.cpu(), e4s.cpu(), bf.cpu(), f4.cpu(), mx.cpu()
+    # e2m1 (both quantizers) on the sweep and on every multiple of 2^-10 in [-7, 7] (all ties)
+    assert torch.equal(f4, _e2m1_reference(x, False))
+    assert torch.equal(mx, _e2m1_reference(x, True))
     finite = ~torch.isnan(x)
     ins = finite & (x.abs() <= 448)
     # torch's float32 -> e4m3fn cast rounds to nearest even (subnormals included); beyond 448 it
