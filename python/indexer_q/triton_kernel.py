@@ -245,7 +245,9 @@ def _butterfly(x, BLOCK_R: tl.constexpr, S: tl.constexpr):
         return tl.reshape(t, (BLOCK_R, 128))
 
 
-@triton.jit
+# The sizes are not specialized (Triton would compile a variant per "== 1" / "divisible by 16"
+# combination of them, for index arithmetic done once per row).
+@triton.jit(do_not_specialize=["n_rows", "H", "w_stride_b", "max_pos"])
 def quant_q_kernel(
     q_ptr, w_ptr, freqs_ptr, pos_ptr, out_ptr, sf_ptr, wout_ptr,
     n_rows, H, w_stride_b, max_pos, weight_scale, head_scale,
