@@ -16,7 +16,8 @@
 #       instructions) and for compute_89 PTX only (conversion instruction, no PDL), runs the
 #       CUDA tests of each on the GPU (the driver compiles the PTX for it, so __CUDA_ARCH__ is
 #       800 / 890 there), then unless SKIP_FULL=1 builds the full list (INDEXER_Q_CUDA_ARCHS=all),
-#       checks its targets with cuobjdump and runs the CUDA tests on the machine code.
+#       checks its targets with cuobjdump and runs the CUDA tests on the machine code (SKIP_JIT=1:
+#       only that: the two halves in separate calls where one call has a short time limit).
 #       Logs and a summary under $OUT (default ./cuda_archs_out). GoogleTest: an installed one,
 #       or the source tree GTEST_SRC (default .dev/googletest). FILTER: the gtest filter
 #       (default 'Cuda*': Cuda.*, CudaArch.*, CudaKside.*; JIT_FILTER for the PTX builds,
@@ -114,20 +115,22 @@ case "${1:-}" in
       grep -E '^\[arch\]' "$OUT/tests-$1.log" | tee -a "$SUM"
       grep -E '^\[  FAILED  \] ' "$OUT/tests-$1.log" | head -20 | tee -a "$SUM"
     }
-    # The two PTX-only builds at once (half the cores each), then their tests one after the other.
-    J=$(( J > 3 ? J / 2 : 1 ))
-    build build-jit80 80-virtual & P80=$!
-    build build-jit89 89-virtual & P89=$!
-    wait $P80; R80=$?
-    wait $P89; R89=$?
-    J=$(nproc)
-    # Below sm_90 there is no PDL: the PDL tests' own producer kernels (same PTX) cannot trigger
-    # early, so their overlap probe cannot hold; they run on the full list's sm_90 code below.
-    FULL_FILTER=$FILTER
-    FILTER=${JIT_FILTER:-"$FILTER:-*Pdl*"}
-    [ $R80 -eq 0 ] && run_tests build-jit80 "compute_80 PTX, JIT on this GPU (sm_80 path: software FP8, no PDL)"
-    [ $R89 -eq 0 ] && run_tests build-jit89 "compute_89 PTX, JIT on this GPU (sm_89 path: instruction FP8, no PDL)"
-    FILTER=$FULL_FILTER
+    if [ -z "${SKIP_JIT:-}" ]; then
+      # The two PTX-only builds at once (half the cores each), then their tests one after the other.
+      J=$(( J > 3 ? J / 2 : 1 ))
+      build build-jit80 80-virtual & P80=$!
+      build build-jit89 89-virtual & P89=$!
+      wait $P80; R80=$?
+      wait $P89; R89=$?
+      J=$(nproc)
+      # Below sm_90 there is no PDL: the PDL tests' own producer kernels (same PTX) cannot trigger
+      # early, so their overlap probe cannot hold; they run on the full list's sm_90 code below.
+      FULL_FILTER=$FILTER
+      FILTER=${JIT_FILTER:-"$FILTER:-*Pdl*"}
+      [ $R80 -eq 0 ] && run_tests build-jit80 "compute_80 PTX, JIT on this GPU (sm_80 path: software FP8, no PDL)"
+      [ $R89 -eq 0 ] && run_tests build-jit89 "compute_89 PTX, JIT on this GPU (sm_89 path: instruction FP8, no PDL)"
+      FILTER=$FULL_FILTER
+    fi
     if [ -z "${SKIP_FULL:-}" ]; then
       if build build-archs all; then
         ctest --test-dir build-archs -R '^cuda_archs$' --output-on-failure >"$OUT/cuobjdump.log" 2>&1
@@ -139,7 +142,7 @@ case "${1:-}" in
     echo; cat "$SUM"
     ;;
   *)
-    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
