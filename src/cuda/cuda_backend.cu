@@ -42,7 +42,7 @@
 //
 // Everything is enqueued on the caller's stream: no allocation, no host synchronization, so
 // the call can be captured in a CUDA graph. With enable_pdl (the default) on an sm_90+ device
-// the kernel is launched with programmatic stream serialization (PDL): it may start while the
+// running code built from compute_90+ PTX (cuda/device_facts.cuh: pdl_supported) the kernel is launched with programmatic stream serialization (PDL): it may start while the
 // previous kernel of the stream runs. Before griddepcontrol.wait it only computes indices and
 // addresses from its launch parameters (every tensor may be the previous kernel's output); it
 // lets the next kernel launch (griddepcontrol.launch_dependents) at its first instruction when
@@ -68,6 +68,7 @@
 #include <cuda_fp16.h>
 #include <string>
 
+#include "cuda/device_facts.cuh"
 #include "common/problem.h"
 #include "common/recipe.h"
 #include "common/row.h"
@@ -546,21 +547,7 @@ __global__ void __launch_bounds__(128) scalar_kernel(const Problem p, int trigge
   process_row<R>(x, f, w, p.weight_scale, p.head_scale, o, sf, p.weights_out + row);
 }
 
-// ---- per-device facts, read once per device (relaxed atomics: every writer stores the same value) ----
-constexpr int kMaxDevices = 64;
-std::atomic<int> g_cc_major[kMaxDevices];
-
-int device_cc_major(int dev) {
-  int major = g_cc_major[dev].load(std::memory_order_relaxed);
-  if (major <= 0) {
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    g_cc_major[dev].store(major, std::memory_order_relaxed);
-  }
-  return major;
-}
+// ---- per-device facts: src/cuda/device_facts.cuh (kMaxDevices, pdl_supported) ----
 
 std::string cuda_err(const char* what, cudaError_t e) {
   return std::string("indexer_q: cuda backend: ") + what + ": " + cudaGetErrorName(e) + " (" +
@@ -711,7 +698,7 @@ Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant
   if (v.trigger < 0 || v.trigger > kTriggerAtExit) v.trigger = chosen.trigger;
   if (!fast_ok) v.lanes = 0;
   if (v.block <= 0) v.block = 256;
-  const Launch L{v, static_cast<cudaStream_t>(stream), enable_pdl && device_cc_major(dev) >= 9};
+  const Launch L{v, static_cast<cudaStream_t>(stream), enable_pdl && pdl_supported(dev)};
   e = with_recipe(p.recipe, [&](auto r) { return launch_dtypes<decltype(r)>(p, L); });
   const cudaError_t last = cudaGetLastError();
   if (e == cudaSuccess) e = last;

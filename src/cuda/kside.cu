@@ -57,6 +57,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/device_facts.cuh"
 #include "common/kside_problem.h"
 #include "common/kside_row.h"
 #include "common/row.h"
@@ -364,21 +365,7 @@ __global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p) {
   for (int i = 0; i < 4; ++i) os[i] = sb[i];
 }
 
-// ---- per-device facts, read once per device (relaxed atomics: every writer stores the same value) ----
-constexpr int kMaxDevices = 64;
-std::atomic<int> g_cc_major[kMaxDevices];
-
-int device_cc_major(int dev) {
-  int major = g_cc_major[dev].load(std::memory_order_relaxed);
-  if (major <= 0) {
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    g_cc_major[dev].store(major, std::memory_order_relaxed);
-  }
-  return major;
-}
+// ---- per-device facts: src/cuda/device_facts.cuh (kMaxDevices, pdl_supported) ----
 
 std::string cuda_err(const char* what, cudaError_t e) {
   return std::string("indexer_q: cuda backend (key side): ") + what + ": " + cudaGetErrorName(e) + " (" +
@@ -499,7 +486,7 @@ Status kside_cuda_run_variant(const KProblem& p, void* stream, bool enable_pdl, 
   if (v.lanes < 0) v = kside_choose_variant(p.N);
   if (!fast_ok) v.lanes = 0;
   if (v.block <= 0) v.block = 128;
-  const bool pdl = enable_pdl && device_cc_major(dev) >= 9;
+  const bool pdl = enable_pdl && pdl_supported(dev);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   e = with_krecipe(p.recipe, [&](auto kr) { return launch_dtypes<decltype(kr)>(p, v, s, pdl); });
   const cudaError_t last = cudaGetLastError();
