@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what indexer_q needs on a fresh Debian/Ubuntu machine. Idempotent.
-#   scripts/setup.sh          C++ build + tests: compiler, CMake, Ninja, GoogleTest
+#   scripts/setup.sh          C++ build + tests: compiler, CMake, Ninja, GoogleTest, clang (fuzzing)
 #   scripts/setup.sh --python also the Python side: torch (CPU build), pytest, scikit-build-core,
 #                             triton (the Triton kernel's tests run through its CPU interpreter)
 set -euo pipefail
@@ -17,7 +17,9 @@ done
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-pkgs=(g++ cmake ninja-build libgtest-dev)
+# clang: the libFuzzer targets of scripts/ci_checks.sh (Debian's clang; libFuzzer is in its
+# libclang-rt package, checked below).
+pkgs=(g++ cmake ninja-build libgtest-dev clang)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -26,6 +28,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# -fsanitize=fuzzer needs clang's runtime libraries (libclang-rt-<major>-dev on Debian 12).
+if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
+     clang++ -x c++ -fsanitize=fuzzer,address - -o /dev/null >/dev/null 2>&1; then
+  rt="libclang-rt-$(clang++ -dumpversion | cut -d. -f1)-dev"
+  echo "setup: installing $rt (libFuzzer)"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$rt" >/dev/null
 fi
 
 if [ "$want_python" -eq 1 ]; then

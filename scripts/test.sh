@@ -18,3 +18,10 @@ echo "== Python: build the operator package and run pytest"
 PY=${PYTHON:-python3}
 "$PY" -m pip install -q --no-build-isolation --no-deps .
 "$PY" -m pytest tests/python -q
+
+# Sanitizers (ASan + UBSan suite, TSan concurrency) and fuzzing; each part prints its time.
+# SKIP_CI_CHECKS=1 skips them (a quick local run); CI never sets it.
+if [ -z "${SKIP_CI_CHECKS:-}" ]; then
+  echo "== Reliability checks: scripts/ci_checks.sh (asan, tsan, fuzz)"
+  scripts/ci_checks.sh
+fi

@@ -1,6 +1,7 @@
 // The key side's one validator (SPEC-kside.md): KStoreArgs -> detail::KProblem, or a Status
 // naming the offending argument. Nothing is written by a rejected call.
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -44,14 +45,26 @@ bool dtype_in(DType d, std::initializer_list<DType> allowed) {
   return false;
 }
 
-// Byte range [lo, hi) a view spans (empty when it has no element or no data).
-void span(const TensorView& t, std::uintptr_t* lo, std::uintptr_t* hi) {
+// Byte range [lo, hi) a view spans (empty when it has no element or no data). False when it does
+// not fit in the address space (a negative stride on a dimension of size > 1, or sizes x strides
+// overflowing): no real tensor has such a view.
+bool span(const TensorView& t, std::uintptr_t* lo, std::uintptr_t* hi) {
   *lo = *hi = 0;
-  if (t.data == nullptr || t.numel() == 0 || t.ndim < 0 || t.ndim > TensorView::kMaxDims) return;
+  if (t.data == nullptr || t.numel() == 0 || t.ndim < 0 || t.ndim > TensorView::kMaxDims) return true;
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
   std::int64_t last = 0;
-  for (int d = 0; d < t.ndim; ++d) last += (t.sizes[d] - 1) * t.strides[d];
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.sizes[d] <= 1) continue;
+    const std::int64_t n = t.sizes[d] - 1, st = t.strides[d];
+    if (st < 0 || (st != 0 && n > kMax / st) || n * st > kMax - last) return false;
+    last += n * st;
+  }
+  const std::uint64_t es = dtype_size(t.dtype), elems = std::uint64_t(last) + 1;
+  if (es == 0 || elems > std::numeric_limits<std::uintptr_t>::max() / es) return false;
   *lo = reinterpret_cast<std::uintptr_t>(t.data);
-  *hi = *lo + std::uintptr_t(last + 1) * dtype_size(t.dtype);
+  if (elems * es > std::numeric_limits<std::uintptr_t>::max() - *lo) return false;
+  *hi = *lo + std::uintptr_t(elems * es);
+  return true;
 }
 
 bool overlap(const TensorView& a, const TensorView& b) {
@@ -88,6 +101,8 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
   if (input.ndim != 2 || input.sizes[1] != 128 || input.sizes[0] < 0)
     return bad("input", "expected shape (N, 128), got " + shape_of(input));
   const std::int64_t N = input.sizes[0];
+  if (N > std::numeric_limits<std::int64_t>::max() / 128)
+    return bad("input", "N * 128 elements overflow int64 (shape " + shape_of(input) + ")");
   if (!dtype_in(input.dtype, {DType::kFloat32, DType::kBFloat16, DType::kFloat16}))
     return bad("input", std::string("expected dtype fp32, bf16 or fp16, got ") + dtype_name(input.dtype));
   if (input.strides[1] != 1 || (N > 1 && input.strides[0] < 128))
@@ -111,6 +126,8 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
   if ((freqs.sizes[0] > 1 && freqs.strides[0] != 64) || freqs.strides[1] != 1)
     return bad("freqs", "unsupported strides " + strides_of(freqs) + "; expected contiguous (64, 1)");
   const std::int64_t max_pos = freqs.sizes[0];
+  if (max_pos > std::numeric_limits<std::int64_t>::max() / 64)
+    return bad("freqs", "max_pos * 64 elements overflow int64 (shape " + shape_of(freqs) + ")");
 
   // --- positions, slots ---
   const std::string n1 = "(" + std::to_string(N) + ",) = (N,)";
@@ -142,6 +159,8 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
   if (!dtype_in(kvcache.dtype, {DType::kUInt8, DType::kInt8}))
     return bad("kvcache", std::string("expected dtype uint8 or int8 (raw bytes), got ") + dtype_name(kvcache.dtype));
   const std::int64_t num_pages = kvcache.sizes[0];
+  if (num_pages > std::numeric_limits<std::int64_t>::max() / page_bytes)
+    return bad("kvcache", "num_pages * page_bytes overflows int64 (shape " + shape_of(kvcache) + ")");
   if (kvcache.strides[1] != 1 || (num_pages > 1 && kvcache.strides[0] != page_bytes))
     return bad("kvcache", "unsupported strides " + strides_of(kvcache) + "; expected (" +
                               std::to_string(page_bytes) + ", 1): pages of page_bytes contiguous bytes");
@@ -189,6 +208,12 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
   for (const Named& a : all)
     if (a.t->data == nullptr && a.t->numel() > 0)
       return bad(a.name, "data pointer is null while the tensor has " + std::to_string(a.t->numel()) + " elements");
+  for (const Named& a : all) {
+    std::uintptr_t lo, hi;
+    if (!span(*a.t, &lo, &hi))
+      return bad(a.name, "sizes " + shape_of(*a.t) + " and strides " + strides_of(*a.t) +
+                             " span more bytes than the address space holds");
+  }
   for (const Named& a : all)
     if (a.t != &kvcache && overlap(kvcache, *a.t))
       return bad("kvcache", std::string("output memory overlaps ") + a.name);

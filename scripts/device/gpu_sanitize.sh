@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# compute-sanitizer over the CUDA tests (issue 11), for the GPU machine. Expects a CUDA build in
+# BUILD_DIR (default build-gpu; e.g. made by scripts/gpu_check.sh or `cmake -DINDEXER_Q_CUDA=ON`)
+# holding tests/indexer_q_tests. Runs, each under a time limit:
+#   memcheck   every Cuda.* / CudaKside.* test except the exhaustive encoder sweeps (2^32 inputs,
+#              pure arithmetic with no memory access of interest) and the PDL timing test (the
+#              sanitizer serialises kernels, so no overlap can be measured); includes
+#              Cuda.OutOfRangePositions* (out-of-range positions for every recipe), misaligned
+#              pointers, golden files, graphs, streams, errors (LEAK_CHECK=1 adds --leak-check full)
+#   racecheck  the kernels' shared-memory hazards, on the tests that launch the op's kernels
+#   initcheck  reads of uninitialised device memory, same tests
+#   synccheck  (when the tool has it) invalid __syncthreads / warp-sync use, same tests
+# Logs and summary.txt under $OUT (default ./gpu_sanitize_out). Exit status: 0 only when every
+# tool ran, the tests passed under it, and it reported 0 errors.
+#   BUILD_DIR=dir   the build tree (default build-gpu)
+#   TOOL_TIMEOUT=s  seconds per tool (default 170)
+set -u -o pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu_sanitize_out}
+mkdir -p "$OUT"
+[ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
+B=${BUILD_DIR:-build-gpu}
+T=${TOOL_TIMEOUT:-170}
+BIN=$B/tests/indexer_q_tests
+SUM=$OUT/summary.txt
+: >"$SUM"
+say() { echo "$*" | tee -a "$SUM"; }
+
+if [ ! -x "$BIN" ]; then say "gpu_sanitize: $BIN not found (build with CUDA first; BUILD_DIR=...)"; exit 2; fi
+if ! command -v compute-sanitizer >/dev/null 2>&1; then say "gpu_sanitize: compute-sanitizer not found"; exit 2; fi
+say "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1); $(compute-sanitizer --version 2>&1 | grep -m1 -oE 'Version [0-9.]+'); $(git rev-parse --short HEAD 2>/dev/null)"
+
+# The CUDA tests present in this binary (the key-side ones only when built).
+ALL=$("$BIN" --gtest_list_tests 2>/dev/null | awk '/^[A-Za-z]/{s=$1} /^  /{print s $1}' | grep -E '^Cuda(Kside)?\.' || true)
+if [ -z "$ALL" ]; then say "gpu_sanitize: no Cuda.* tests in $BIN (built without CUDA?)"; exit 2; fi
+# memcheck: all but the exhaustive encoder sweeps and the overlap timing test.
+SKIP_RE='EveryFloat|EveryBf16AndExponent|EveryByte|OverlappedOnThisDevice'
+MEM=$(echo "$ALL" | grep -vE "$SKIP_RE" | paste -sd: -)
+# racecheck / initcheck / synccheck: the tests that launch the op's kernels over many shapes.
+KERNEL_RE='EveryRecipeShapeAndDtype|NonFiniteRows|OutOfRange|Misaligned|GoldenFiles|VllmEdgeRows|HeadScale|RandomCases|StridedRows'
+KER=$(echo "$ALL" | grep -E "$KERNEL_RE" | paste -sd: -)
+say "memcheck set: $(echo "$MEM" | tr ':' '\n' | wc -l) tests; racecheck/initcheck set: $(echo "$KER" | tr ':' '\n' | wc -l) tests"
+
+rc_all=0
+run_tool() {  # tool, filter, extra options...
+  local tool=$1 filter=$2
+  shift 2
+  local log=$OUT/$tool.log t0 rc
+  t0=$(date +%s)
+  timeout "$T" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" "$BIN" --gtest_filter="$filter" \
+    --gtest_brief=1 >"$log" 2>&1
+  rc=$?
+  local tests errs
+  tests=$(grep -E '^\[  (PASSED|FAILED)  \]' "$log" | tr '\n' ' ')
+  errs=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)
+  say "$tool rc=$rc ($(( $(date +%s) - t0 )) s): ${errs:-no summary line} | ${tests:-no gtest summary}"
+  [ "$rc" -eq 124 ] && say "  $tool: timed out after $T s (raise TOOL_TIMEOUT or narrow the set)"
+  grep -m5 -E '^========= (Invalid|Program hit|Race|Uninitialized|Error|Leaked)' "$log" | sed 's/^/  /' | tee -a "$SUM" >/dev/null
+  [ "$rc" -ne 0 ] && rc_all=1
+  return 0
+}
+
+leak=()
+[ -n "${LEAK_CHECK:-}" ] && leak=(--leak-check full)
+run_tool memcheck "$MEM" "${leak[@]}"
+run_tool racecheck "$KER" --racecheck-report all
+run_tool initcheck "$KER"
+if compute-sanitizer --help 2>&1 | grep -q synccheck; then run_tool synccheck "$KER"; fi
+say "gpu_sanitize: $([ $rc_all -eq 0 ] && echo PASS || echo FAIL)"
+exit $rc_all
