@@ -13,14 +13,14 @@
 # Logs and summary.txt under $OUT (default ./gpu_sanitize_out). Exit status: 0 only when every
 # tool ran, the tests passed under it, and it reported 0 errors.
 #   BUILD_DIR=dir   the build tree (default build-gpu)
-#   TOOL_TIMEOUT=s  seconds per tool (default 170)
+#   TOOL_TIMEOUT=s  seconds per tool (default 140: four tools stay inside a 10-minute call)
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu_sanitize_out}
 mkdir -p "$OUT"
 [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
 B=${BUILD_DIR:-build-gpu}
-T=${TOOL_TIMEOUT:-170}
+T=${TOOL_TIMEOUT:-140}
 BIN=$B/tests/indexer_q_tests
 SUM=$OUT/summary.txt
 : >"$SUM"
