@@ -166,6 +166,17 @@ def test_grid_vs_native_cpu(recipe, b, h, dt):
 
 
 @needs_exact_fma
+@pytest.mark.parametrize("wdt", [torch.float16, torch.float32])
+@pytest.mark.parametrize("recipe", ["v4_fp8", "v4_fp4", "vllm_v4_fp8"])
+def test_weight_dtype_independent_of_q_input(recipe, wdt):
+    q, w, freqs, pos = _awkward_inputs(7, 8, torch.bfloat16, 11)
+    w = w.to(wdt)
+    want = _run_native_cpu(recipe, q, w, 0.37, freqs, pos, 0.125)
+    got = _run_triton(recipe, q.to(DEV), w.to(DEV), 0.37, freqs.to(DEV), pos.to(DEV), 0.125)
+    assert_same_outputs(got, want, f"{recipe} weight {wdt}")
+
+
+@needs_exact_fma
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_python_api_backend_triton(recipe):
     q, w, freqs, pos = _awkward_inputs(5, 4, torch.bfloat16, 7)
