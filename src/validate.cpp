@@ -177,7 +177,9 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   if (q_input.sizes[2] != kHeadDim)
     return bad("q_input", "head dim must be 128, got " + std::to_string(q_input.sizes[2]) +
                               " (shape " + shape_str(q_input) + ")");
-  if (B > std::numeric_limits<std::int64_t>::max() / kHeadDim / H)
+  // (H alone too: with B = 0 the product is 0, but H * 128 is still formed below.)
+  if (H > std::numeric_limits<std::int64_t>::max() / kHeadDim ||
+      B > std::numeric_limits<std::int64_t>::max() / kHeadDim / H)
     return bad("q_input", "B * H * 128 elements overflow int64 (shape " + shape_str(q_input) + ")");
   Status s = check_dtype("q_input", q_input, {DType::kBFloat16, DType::kFloat16, DType::kFloat32},
                          "bf16, fp16 or fp32");
