@@ -223,7 +223,7 @@ def fused_q_indexer_rope_hadamard_quant(
     weight_scale a float; freqs_cis the complex64 (max_pos, 32) RoPE table or its float32
     (max_pos, 64) real view; positions (B,) int32/int64. Returns q_fp8 (B, H, 128)
     float8_e4m3fn and weights_out (B, H, 1) float32. ``enable_pdl`` is used by the CUDA
-    kernel only (programmatic dependent launch). ``out_dtype=torch.float8_e4m3fnuz`` gives the
+    kernel only (programmatic dependent launch on sm_90+; on by default, False turns it off). ``out_dtype=torch.float8_e4m3fnuz`` gives the
     FNUZ result (recipe ``v4_fp8_fnuz``: q_fp8 float8_e4m3fnuz, weights_out doubled).
     """
     if out_dtype is not None:

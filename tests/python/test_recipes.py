@@ -532,7 +532,7 @@ ERROR_CASES = [
     ("q_fp8_e5m2", "rope_first_fp8", "q_fp8", lambda a: with_arg(a, 2, a[2].view(torch.float8_e5m2))),
     ("q_fp8_fp4_shape", "v4_fp8", "q_fp8", lambda a: with_arg(a, 2, a[2][..., :64])),
     ("freqs_shape_halves", "v32_fp8", "freqs", lambda a: with_arg(a, 7, a[7][:, :32].contiguous())),
-    ("weight_dtype", "v4_fp4", "weight", lambda a: with_arg(a, 4, a[4].float())),
+    ("weight_dtype", "v4_fp4", "weight", lambda a: with_arg(a, 4, a[4].int())),  # float dtypes: any
     ("weights_out_dtype", "v32_fp8_fnuz", "weights_out", lambda a: with_arg(a, 5, a[5].double())),
     ("q_sf_overlaps_weights_out", "v4_fp4", "q_sf",
      lambda a: with_arg(a, 3, a[5].view(torch.int32).view(a[3].shape))),
@@ -795,7 +795,7 @@ VLLM_ERROR_CASES = [
      lambda a: with_arg(a, 2, torch.zeros(*a[2].shape[:2], 128, dtype=torch.uint8,
                                            device=a[2].device))),
     ("freqs_shape", "vllm_v4_fp8", "freqs", lambda a: with_arg(a, 7, a[7][:, :32].contiguous())),
-    ("weight_dtype", "vllm_v4_mxfp4", "weight", lambda a: with_arg(a, 4, a[4].float())),
+    ("weight_dtype", "vllm_v4_mxfp4", "weight", lambda a: with_arg(a, 4, a[4].double())),
 ]
 
 
@@ -815,7 +815,7 @@ def test_vllm_entry_point_errors():
     with pytest.raises(ValueError, match="indexer_q: q_input"):  # index_q is the op's q_input
         indexer_q.fused_indexer_q_rope_quant(pos, q[0], freqs, w, ws, 0.125, use_fp4=True)
     with pytest.raises(RuntimeError, match="indexer_q: weight"):  # index_weights: weight
-        indexer_q.fused_indexer_q_rope_quant(pos, q, freqs, w.float(), ws, 0.125)
+        indexer_q.fused_indexer_q_rope_quant(pos, q, freqs, w.int(), ws, 0.125)
     with pytest.raises(RuntimeError, match="indexer_q: positions"):
         indexer_q.fused_indexer_q_rope_quant(pos[:2], q, freqs, w, ws, 0.125)
     with pytest.raises(ValueError, match="indexer_q: out_dtype: recipe vllm_v4_fp8"):
