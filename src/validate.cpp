@@ -10,6 +10,7 @@
 
 #include "common/problem.h"
 #include "common/validate.h"
+#include "common/validate_text.h"
 #include "indexer_q/indexer_q.h"
 
 namespace indexer_q {
@@ -22,33 +23,11 @@ namespace {
 constexpr std::int64_t kHeadDim = 128;
 constexpr std::int64_t kFreqsDim = 64;
 
-std::string shape_str(const TensorView& t) {
-  std::ostringstream os;
-  os << "(";
-  for (int d = 0; d < t.ndim && d < TensorView::kMaxDims; ++d) os << (d ? ", " : "") << t.sizes[d];
-  if (t.ndim == 1) os << ",";
-  os << ")";
-  return os.str();
-}
-
-std::string stride_str(const TensorView& t) {
-  std::ostringstream os;
-  os << "(";
-  for (int d = 0; d < t.ndim && d < TensorView::kMaxDims; ++d) os << (d ? ", " : "") << t.strides[d];
-  if (t.ndim == 1) os << ",";
-  os << ")";
-  return os.str();
-}
-
 const char* device_str(const Device& d) { return d.type == DeviceType::kCPU ? "cpu" : "cuda"; }
 
 std::string device_full(const Device& d) {
   if (d.type == DeviceType::kCPU) return "cpu";
   return std::string("cuda:") + std::to_string(d.index);
-}
-
-Status bad(const char* arg, const std::string& what) {
-  return Status::InvalidArgument(std::string("indexer_q: ") + arg + ": " + what);
 }
 
 // The "expected ..." part of a message: a string, or a callable that builds it. Callables run
@@ -63,9 +42,9 @@ std::string text(const F& f) {
 template <class Text>
 Status check_shape(const char* arg, const TensorView& t, std::initializer_list<std::int64_t> want,
                    const Text& want_text) {
-  if (t.ndim < 0) return bad(arg, "sizes and strides have different lengths");
+  if (t.ndim < 0) return detail::bad_arg(arg, "sizes and strides have different lengths");
   if (t.ndim > TensorView::kMaxDims)
-    return bad(arg, "ndim " + std::to_string(t.ndim) + " exceeds TensorView::kMaxDims = " +
+    return detail::bad_arg(arg, "ndim " + std::to_string(t.ndim) + " exceeds TensorView::kMaxDims = " +
                         std::to_string(TensorView::kMaxDims));
   bool ok = t.ndim == int(want.size());
   if (ok) {
@@ -74,8 +53,8 @@ Status check_shape(const char* arg, const TensorView& t, std::initializer_list<s
   }
   if (!ok) {
     std::ostringstream os;
-    os << "expected shape " << text(want_text) << ", got " << shape_str(t);
-    return bad(arg, os.str());
+    os << "expected shape " << text(want_text) << ", got " << detail::shape_text(t);
+    return detail::bad_arg(arg, os.str());
   }
   return Status::Ok();
 }
@@ -91,8 +70,8 @@ Status check_strides(const char* arg, const TensorView& t, std::initializer_list
       const bool ok = (d == 0 && dim0_at_least) ? t.strides[d] >= w : t.strides[d] == w;
       if (!ok) {
         std::ostringstream os;
-        os << "unsupported strides " << stride_str(t) << "; expected " << text(want_text);
-        return bad(arg, os.str());
+        os << "unsupported strides " << detail::strides_text(t) << "; expected " << text(want_text);
+        return detail::bad_arg(arg, os.str());
       }
     }
     ++d;
@@ -105,7 +84,7 @@ Status check_dtype(const char* arg, const TensorView& t, std::initializer_list<D
                    const Text& want_text) {
   for (DType d : allowed)
     if (t.dtype == d) return Status::Ok();
-  return bad(arg, "expected dtype " + text(want_text) + ", got " + dtype_name(t.dtype));
+  return detail::bad_arg(arg, "expected dtype " + text(want_text) + ", got " + dtype_name(t.dtype));
 }
 
 // Byte range [lo, hi) spanned by a view (empty if any size is 0).
@@ -161,7 +140,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   if (!known) {
     std::string names;
     for (RecipeId r : all_recipes()) names += (names.empty() ? "" : ", ") + std::string(recipe_name(r));
-    return bad("recipe", "unknown recipe id " + std::to_string(rid) + "; expected one of " + names);
+    return detail::bad_arg("recipe", "unknown recipe id " + std::to_string(rid) + "; expected one of " + names);
   }
   const Recipe& rec = recipe(args.recipe);
   const bool fp4 = rec.format == OutFormat::kE2M1;
@@ -169,18 +148,18 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
 
   // --- q_input fixes B, H and the dtype ---
   if (q_input.ndim != 3)
-    return bad("q_input", "expected 3 dims (B, H, 128), got " + std::to_string(q_input.ndim));
+    return detail::bad_arg("q_input", "expected 3 dims (B, H, 128), got " + std::to_string(q_input.ndim));
   const std::int64_t B = q_input.sizes[0];
   const std::int64_t H = q_input.sizes[1];
-  if (B < 0) return bad("q_input", "batch size B must be >= 0, got " + std::to_string(B));
-  if (H <= 0) return bad("q_input", "head count H must be >= 1, got " + std::to_string(H));
+  if (B < 0) return detail::bad_arg("q_input", "batch size B must be >= 0, got " + std::to_string(B));
+  if (H <= 0) return detail::bad_arg("q_input", "head count H must be >= 1, got " + std::to_string(H));
   if (q_input.sizes[2] != kHeadDim)
-    return bad("q_input", "head dim must be 128, got " + std::to_string(q_input.sizes[2]) +
-                              " (shape " + shape_str(q_input) + ")");
+    return detail::bad_arg("q_input", "head dim must be 128, got " + std::to_string(q_input.sizes[2]) +
+                              " (shape " + detail::shape_text(q_input) + ")");
   // (H alone too: with B = 0 the product is 0, but H * 128 is still formed below.)
   if (H > std::numeric_limits<std::int64_t>::max() / kHeadDim ||
       B > std::numeric_limits<std::int64_t>::max() / kHeadDim / H)
-    return bad("q_input", "B * H * 128 elements overflow int64 (shape " + shape_str(q_input) + ")");
+    return detail::bad_arg("q_input", "B * H * 128 elements overflow int64 (shape " + detail::shape_text(q_input) + ")");
   Status s = check_dtype("q_input", q_input, {DType::kBFloat16, DType::kFloat16, DType::kFloat32},
                          "bf16, fp16 or fp32");
   if (!s.ok()) return s;
@@ -220,7 +199,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
     s = check_strides("q_sf", q_scale, {H, 1}, "contiguous (H, 1)");
     if (!s.ok()) return s;
   } else if (q_scale.ndim != 0 || q_scale.data != nullptr) {
-    return bad("q_sf", std::string("recipe ") + rec.name +
+    return detail::bad_arg("q_sf", std::string("recipe ") + rec.name +
                            " has no block scales: expected an empty view (ndim 0, no data)");
   }
 
@@ -254,17 +233,17 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
 
   // --- freqs ---
   if (freqs.ndim != 2 || freqs.sizes[1] != kFreqsDim || freqs.sizes[0] < 0)
-    return bad("freqs", std::string("expected shape (max_pos, 64) (") +
+    return detail::bad_arg("freqs", std::string("expected shape (max_pos, 64) (") +
                             (rec.freqs_layout == FreqsLayout::kInterleaved ? "(cos, sin) per pair"
                                                                            : "[cos x32 | sin x32]") +
-                            " for recipe " + rec.name + "), got " + shape_str(freqs));
+                            " for recipe " + rec.name + "), got " + detail::shape_text(freqs));
   s = check_dtype("freqs", freqs, {DType::kFloat32}, "fp32");
   if (!s.ok()) return s;
   s = check_strides("freqs", freqs, {kFreqsDim, 1}, "contiguous (64, 1)");
   if (!s.ok()) return s;
   const std::int64_t max_pos = freqs.sizes[0];
   if (max_pos > std::numeric_limits<std::int64_t>::max() / kFreqsDim)
-    return bad("freqs", "max_pos * 64 elements overflow int64 (shape " + shape_str(freqs) + ")");
+    return detail::bad_arg("freqs", "max_pos * 64 elements overflow int64 (shape " + detail::shape_text(freqs) + ")");
 
   // --- positions ---
   const auto b1 = [&] { return "(" + std::to_string(B) + ",) = (B,)"; };
@@ -297,7 +276,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
     all.push_back(n);
   for (const auto& a : all) {
     if (a.t->device != q_input.device)
-      return bad(a.name, std::string("expected the device of q_input (") + device_full(q_input.device) +
+      return detail::bad_arg(a.name, std::string("expected the device of q_input (") + device_full(q_input.device) +
                              "), got " + device_full(a.t->device));
   }
   const Device dev = q_input.device;
@@ -306,21 +285,21 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   Backend backend = options.backend;
   if (backend != Backend::kAuto && backend != Backend::kReference && backend != Backend::kCpu &&
       backend != Backend::kCuda)
-    return bad("options.backend", "expected auto, reference, cpu or cuda, got the value " +
+    return detail::bad_arg("options.backend", "expected auto, reference, cpu or cuda, got the value " +
                                       std::to_string(int(backend)));
   if (options.cpu_isa != CpuIsa::kAuto && options.cpu_isa != CpuIsa::kScalar &&
       options.cpu_isa != CpuIsa::kAvx2 && options.cpu_isa != CpuIsa::kAvx512)
-    return bad("options.cpu_isa", "expected auto, scalar, avx2 or avx512, got the value " +
+    return detail::bad_arg("options.cpu_isa", "expected auto, scalar, avx2 or avx512, got the value " +
                                       std::to_string(int(options.cpu_isa)));
   if (backend == Backend::kAuto) backend = dev.type == DeviceType::kCPU ? Backend::kCpu : Backend::kCuda;
   if ((backend == Backend::kReference || backend == Backend::kCpu) && dev.type != DeviceType::kCPU)
-    return bad("options.backend", std::string("backend '") + backend_name(backend) +
+    return detail::bad_arg("options.backend", std::string("backend '") + backend_name(backend) +
                                       "' needs cpu tensors, got " + device_str(dev) + " tensors");
   if (backend == Backend::kCuda && dev.type != DeviceType::kCUDA)
-    return bad("options.backend", std::string("backend 'cuda' needs cuda tensors, got ") +
+    return detail::bad_arg("options.backend", std::string("backend 'cuda' needs cuda tensors, got ") +
                                       device_str(dev) + " tensors");
   if (options.num_threads < 0)
-    return bad("options.num_threads", "expected >= 0 (0 = default), got " + std::to_string(options.num_threads));
+    return detail::bad_arg("options.num_threads", "expected >= 0 (0 = default), got " + std::to_string(options.num_threads));
 
   if (B == 0) {
     if (out) {
@@ -334,23 +313,23 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   // --- null data (B > 0 from here) ---
   for (const auto& a : all) {
     if (a.t->data == nullptr && a.t->numel() > 0)
-      return bad(a.name, "data pointer is null while the tensor has " + std::to_string(a.t->numel()) +
+      return detail::bad_arg(a.name, "data pointer is null while the tensor has " + std::to_string(a.t->numel()) +
                              " elements");
   }
-  if (max_pos == 0) return bad("freqs", "has 0 rows (max_pos = 0), so no position is valid");
+  if (max_pos == 0) return detail::bad_arg("freqs", "has 0 rows (max_pos = 0), so no position is valid");
 
   // --- every view within the address space; outputs must not overlap inputs or each other ---
   Span spans[7];
   for (int i = 0; i < all.n; ++i)
     if (!span_of(*all.v[i].t, &spans[i]))
-      return bad(all.v[i].name, "sizes " + shape_str(*all.v[i].t) + " and strides " + stride_str(*all.v[i].t) +
+      return detail::bad_arg(all.v[i].name, "sizes " + detail::shape_text(*all.v[i].t) + " and strides " + detail::strides_text(*all.v[i].t) +
                                     " span more bytes than the address space holds");
   for (int i = 0; i < all.n; ++i) {
     if (!all.v[i].output) continue;
     for (int j = 0; j < all.n; ++j) {
       if (j == i || all.v[j].t->device != all.v[i].t->device) continue;
       if (overlaps(spans[i], spans[j]))
-        return bad(all.v[i].name, std::string("output memory overlaps ") + all.v[j].name);
+        return detail::bad_arg(all.v[i].name, std::string("output memory overlaps ") + all.v[j].name);
     }
   }
 
@@ -361,7 +340,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
                                  ? std::int64_t(static_cast<const std::int32_t*>(positions.data)[b])
                                  : static_cast<const std::int64_t*>(positions.data)[b];
       if (p < 0 || p >= max_pos)
-        return bad("positions", "positions[" + std::to_string(b) + "] = " + std::to_string(p) +
+        return detail::bad_arg("positions", "positions[" + std::to_string(b) + "] = " + std::to_string(p) +
                                     " is outside [0, max_pos) = [0, " + std::to_string(max_pos) + ")");
     }
   }

@@ -8,35 +8,14 @@
 
 #include "common/kside_problem.h"
 #include "common/kside_validate.h"
+#include "common/validate_text.h"
 #include "indexer_q/indexer_q.h"
 
 namespace indexer_q {
 namespace {
 
-std::string shape_of(const TensorView& t) {
-  std::ostringstream os;
-  os << "(";
-  for (int d = 0; d < t.ndim && d < TensorView::kMaxDims; ++d) os << (d ? ", " : "") << t.sizes[d];
-  if (t.ndim == 1) os << ",";
-  os << ")";
-  return os.str();
-}
-
-std::string strides_of(const TensorView& t) {
-  std::ostringstream os;
-  os << "(";
-  for (int d = 0; d < t.ndim && d < TensorView::kMaxDims; ++d) os << (d ? ", " : "") << t.strides[d];
-  if (t.ndim == 1) os << ",";
-  os << ")";
-  return os.str();
-}
-
 std::string device_of(const Device& d) {
   return d.type == DeviceType::kCPU ? std::string("cpu") : "cuda:" + std::to_string(d.index);
-}
-
-Status bad(const char* arg, const std::string& what) {
-  return Status::InvalidArgument(std::string("indexer_q: ") + arg + ": " + what);
 }
 
 bool dtype_in(DType d, std::initializer_list<DType> allowed) {
@@ -92,62 +71,62 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
   if (token_bytes == 0) {
     std::string names;
     for (KRecipeId r : all_krecipes()) names += (names.empty() ? "" : ", ") + std::string(krecipe_name(r));
-    return bad("recipe", "unknown key-side recipe id " + std::to_string(int(args.recipe)) + "; expected one of " +
+    return detail::bad_arg("recipe", "unknown key-side recipe id " + std::to_string(int(args.recipe)) + "; expected one of " +
                              names);
   }
   const char* rname = krecipe_name(args.recipe);
 
   // --- input fixes N and the dtype ---
   if (input.ndim != 2 || input.sizes[1] != 128 || input.sizes[0] < 0)
-    return bad("input", "expected shape (N, 128), got " + shape_of(input));
+    return detail::bad_arg("input", "expected shape (N, 128), got " + detail::shape_text(input));
   const std::int64_t N = input.sizes[0];
   if (N > std::numeric_limits<std::int64_t>::max() / 128)
-    return bad("input", "N * 128 elements overflow int64 (shape " + shape_of(input) + ")");
+    return detail::bad_arg("input", "N * 128 elements overflow int64 (shape " + detail::shape_text(input) + ")");
   if (!dtype_in(input.dtype, {DType::kFloat32, DType::kBFloat16, DType::kFloat16}))
-    return bad("input", std::string("expected dtype fp32, bf16 or fp16, got ") + dtype_name(input.dtype));
+    return detail::bad_arg("input", std::string("expected dtype fp32, bf16 or fp16, got ") + dtype_name(input.dtype));
   if (input.strides[1] != 1 || (N > 1 && input.strides[0] < 128))
-    return bad("input", "unsupported strides " + strides_of(input) +
+    return detail::bad_arg("input", "unsupported strides " + detail::strides_text(input) +
                             "; expected stride(1) = 1 and stride(0) >= 128 (rows of 128 contiguous values)");
 
   // --- weight ---
   if (weight.ndim != 1 || weight.sizes[0] != 128)
-    return bad("weight", "expected shape (128,), got " + shape_of(weight));
+    return detail::bad_arg("weight", "expected shape (128,), got " + detail::shape_text(weight));
   if (weight.dtype != input.dtype)
-    return bad("weight", std::string("expected the dtype of input (") + dtype_name(input.dtype) + "), got " +
+    return detail::bad_arg("weight", std::string("expected the dtype of input (") + dtype_name(input.dtype) + "), got " +
                              dtype_name(weight.dtype));
   if (weight.strides[0] != 1)
-    return bad("weight", "unsupported strides " + strides_of(weight) + "; expected contiguous (1,)");
+    return detail::bad_arg("weight", "unsupported strides " + detail::strides_text(weight) + "; expected contiguous (1,)");
 
   // --- freqs ---
   if (freqs.ndim != 2 || freqs.sizes[1] != 64 || freqs.sizes[0] < 0)
-    return bad("freqs", "expected shape (max_pos, 64) ((cos, sin) per pair, interleaved), got " + shape_of(freqs));
+    return detail::bad_arg("freqs", "expected shape (max_pos, 64) ((cos, sin) per pair, interleaved), got " + detail::shape_text(freqs));
   if (freqs.dtype != DType::kFloat32)
-    return bad("freqs", std::string("expected dtype fp32, got ") + dtype_name(freqs.dtype));
+    return detail::bad_arg("freqs", std::string("expected dtype fp32, got ") + dtype_name(freqs.dtype));
   if ((freqs.sizes[0] > 1 && freqs.strides[0] != 64) || freqs.strides[1] != 1)
-    return bad("freqs", "unsupported strides " + strides_of(freqs) + "; expected contiguous (64, 1)");
+    return detail::bad_arg("freqs", "unsupported strides " + detail::strides_text(freqs) + "; expected contiguous (64, 1)");
   const std::int64_t max_pos = freqs.sizes[0];
   if (max_pos > std::numeric_limits<std::int64_t>::max() / 64)
-    return bad("freqs", "max_pos * 64 elements overflow int64 (shape " + shape_of(freqs) + ")");
+    return detail::bad_arg("freqs", "max_pos * 64 elements overflow int64 (shape " + detail::shape_text(freqs) + ")");
 
   // --- positions, slots ---
   const std::string n1 = "(" + std::to_string(N) + ",) = (N,)";
   if (positions.ndim != 1 || positions.sizes[0] != N)
-    return bad("positions", "expected shape " + n1 + ", got " + shape_of(positions));
+    return detail::bad_arg("positions", "expected shape " + n1 + ", got " + detail::shape_text(positions));
   if (!dtype_in(positions.dtype, {DType::kInt32, DType::kInt64}))
-    return bad("positions", std::string("expected dtype int32 or int64, got ") + dtype_name(positions.dtype));
+    return detail::bad_arg("positions", std::string("expected dtype int32 or int64, got ") + dtype_name(positions.dtype));
   if (N > 1 && positions.strides[0] != 1)
-    return bad("positions", "unsupported strides " + strides_of(positions) + "; expected contiguous (1,)");
+    return detail::bad_arg("positions", "unsupported strides " + detail::strides_text(positions) + "; expected contiguous (1,)");
   if (slots.ndim != 1 || slots.sizes[0] != N)
-    return bad("slots", "expected shape " + n1 + ", got " + shape_of(slots));
+    return detail::bad_arg("slots", "expected shape " + n1 + ", got " + detail::shape_text(slots));
   if (slots.dtype != DType::kInt64)
-    return bad("slots", std::string("expected dtype int64, got ") + dtype_name(slots.dtype));
+    return detail::bad_arg("slots", std::string("expected dtype int64, got ") + dtype_name(slots.dtype));
   if (N > 1 && slots.strides[0] != 1)
-    return bad("slots", "unsupported strides " + strides_of(slots) + "; expected contiguous (1,)");
+    return detail::bad_arg("slots", "unsupported strides " + detail::strides_text(slots) + "; expected contiguous (1,)");
 
   // --- page_size, kvcache ---
   const std::int64_t ps = args.page_size;
   if (ps < 1 || ps > (std::int64_t(1) << 32) || (ps & (ps - 1)) != 0)
-    return bad("page_size", "expected a power of two in [1, 2^32], got " + std::to_string(ps));
+    return detail::bad_arg("page_size", "expected a power of two in [1, 2^32], got " + std::to_string(ps));
   int log2_page = 0;
   while ((std::int64_t(1) << log2_page) < ps) ++log2_page;
   const std::int64_t page_bytes = token_bytes * ps;
@@ -155,14 +134,14 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
                                  std::to_string(token_bytes) + " * page_size) for recipe " + rname +
                                  " and page_size " + std::to_string(ps);
   if (kvcache.ndim != 2 || kvcache.sizes[1] != page_bytes || kvcache.sizes[0] < 0)
-    return bad("kvcache", "expected shape " + want_cache + ", got " + shape_of(kvcache));
+    return detail::bad_arg("kvcache", "expected shape " + want_cache + ", got " + detail::shape_text(kvcache));
   if (!dtype_in(kvcache.dtype, {DType::kUInt8, DType::kInt8}))
-    return bad("kvcache", std::string("expected dtype uint8 or int8 (raw bytes), got ") + dtype_name(kvcache.dtype));
+    return detail::bad_arg("kvcache", std::string("expected dtype uint8 or int8 (raw bytes), got ") + dtype_name(kvcache.dtype));
   const std::int64_t num_pages = kvcache.sizes[0];
   if (num_pages > std::numeric_limits<std::int64_t>::max() / page_bytes)
-    return bad("kvcache", "num_pages * page_bytes overflows int64 (shape " + shape_of(kvcache) + ")");
+    return detail::bad_arg("kvcache", "num_pages * page_bytes overflows int64 (shape " + detail::shape_text(kvcache) + ")");
   if (kvcache.strides[1] != 1 || (num_pages > 1 && kvcache.strides[0] != page_bytes))
-    return bad("kvcache", "unsupported strides " + strides_of(kvcache) + "; expected (" +
+    return detail::bad_arg("kvcache", "unsupported strides " + detail::strides_text(kvcache) + "; expected (" +
                               std::to_string(page_bytes) + ", 1): pages of page_bytes contiguous bytes");
 
   // --- devices ---
@@ -174,7 +153,7 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
                        {"positions", &positions}, {"slots", &slots},   {"kvcache", &kvcache}};
   for (const Named& a : all)
     if (a.t->device != input.device)
-      return bad(a.name, "expected the device of input (" + device_of(input.device) + "), got " +
+      return detail::bad_arg(a.name, "expected the device of input (" + device_of(input.device) + "), got " +
                              device_of(a.t->device));
   const Device dev = input.device;
 
@@ -182,19 +161,19 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
   Backend backend = options.backend;
   if (backend != Backend::kAuto && backend != Backend::kReference && backend != Backend::kCpu &&
       backend != Backend::kCuda)
-    return bad("options.backend", "expected auto, reference, cpu or cuda, got the value " + std::to_string(int(backend)));
+    return detail::bad_arg("options.backend", "expected auto, reference, cpu or cuda, got the value " + std::to_string(int(backend)));
   if (options.cpu_isa != CpuIsa::kAuto && options.cpu_isa != CpuIsa::kScalar && options.cpu_isa != CpuIsa::kAvx2 &&
       options.cpu_isa != CpuIsa::kAvx512)
-    return bad("options.cpu_isa", "expected auto, scalar, avx2 or avx512, got the value " +
+    return detail::bad_arg("options.cpu_isa", "expected auto, scalar, avx2 or avx512, got the value " +
                                       std::to_string(int(options.cpu_isa)));
   if (backend == Backend::kAuto) backend = dev.type == DeviceType::kCPU ? Backend::kCpu : Backend::kCuda;
   if ((backend == Backend::kReference || backend == Backend::kCpu) && dev.type != DeviceType::kCPU)
-    return bad("options.backend", std::string("backend '") + backend_name(backend) + "' needs cpu tensors, got " +
+    return detail::bad_arg("options.backend", std::string("backend '") + backend_name(backend) + "' needs cpu tensors, got " +
                                       device_of(dev) + " tensors");
   if (backend == Backend::kCuda && dev.type != DeviceType::kCUDA)
-    return bad("options.backend", "backend 'cuda' needs cuda tensors, got " + device_of(dev) + " tensors");
+    return detail::bad_arg("options.backend", "backend 'cuda' needs cuda tensors, got " + device_of(dev) + " tensors");
   if (options.num_threads < 0)
-    return bad("options.num_threads", "expected >= 0 (0 = default), got " + std::to_string(options.num_threads));
+    return detail::bad_arg("options.num_threads", "expected >= 0 (0 = default), got " + std::to_string(options.num_threads));
 
   if (N == 0) {
     if (out) {
@@ -207,16 +186,16 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
   // --- data (N > 0 from here) ---
   for (const Named& a : all)
     if (a.t->data == nullptr && a.t->numel() > 0)
-      return bad(a.name, "data pointer is null while the tensor has " + std::to_string(a.t->numel()) + " elements");
+      return detail::bad_arg(a.name, "data pointer is null while the tensor has " + std::to_string(a.t->numel()) + " elements");
   for (const Named& a : all) {
     std::uintptr_t lo, hi;
     if (!span(*a.t, &lo, &hi))
-      return bad(a.name, "sizes " + shape_of(*a.t) + " and strides " + strides_of(*a.t) +
+      return detail::bad_arg(a.name, "sizes " + detail::shape_text(*a.t) + " and strides " + detail::strides_text(*a.t) +
                              " span more bytes than the address space holds");
   }
   for (const Named& a : all)
     if (a.t != &kvcache && overlap(kvcache, *a.t))
-      return bad("kvcache", std::string("output memory overlaps ") + a.name);
+      return detail::bad_arg("kvcache", std::string("output memory overlaps ") + a.name);
 
   // --- every stored token's position and slot, wherever the host can read them ---
   if (dev.type == DeviceType::kCPU) {
@@ -226,14 +205,14 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
       const std::int64_t s = sl[t];
       if (s < 0) continue;  // no destination: skipped, its position is not looked at
       if (s >= capacity)
-        return bad("slots", "slots[" + std::to_string(t) + "] = " + std::to_string(s) +
+        return detail::bad_arg("slots", "slots[" + std::to_string(t) + "] = " + std::to_string(s) +
                                 " is outside [0, num_pages * page_size) = [0, " + std::to_string(capacity) +
                                 ") (negative = skip the token)");
       const std::int64_t p = positions.dtype == DType::kInt32
                                  ? std::int64_t(static_cast<const std::int32_t*>(positions.data)[t])
                                  : static_cast<const std::int64_t*>(positions.data)[t];
       if (p < 0 || p >= max_pos)
-        return bad("positions", "positions[" + std::to_string(t) + "] = " + std::to_string(p) +
+        return detail::bad_arg("positions", "positions[" + std::to_string(t) + "] = " + std::to_string(p) +
                                     " is outside [0, max_pos) = [0, " + std::to_string(max_pos) + ") (token with slot " +
                                     std::to_string(s) + ")");
     }

@@ -1,11 +1,14 @@
-// Per-device facts the CUDA launchers need, read once per device and cached (relaxed atomics:
+// Per-device facts the CUDA launchers need (and the check of a pointer against the device), read once per device and cached (relaxed atomics:
 // every writer stores the same value). Included by each CUDA translation unit of the backend;
 // everything is internal to the including TU (its own probe kernel, its own cache).
 #pragma once
 
 #include <atomic>
+#include <string>
 
 #include <cuda_runtime.h>
+
+#include "indexer_q/indexer_q.h"
 
 namespace indexer_q {
 namespace detail {
@@ -39,6 +42,25 @@ bool pdl_supported(int dev) {
     g_pdl_state[dev].store(state, std::memory_order_relaxed);
   }
   return state == 2;
+}
+
+// Pointer check: device memory of another device, or plain host memory, is refused.
+Status check_ptr(const char* name, const void* ptr, int dev) {
+  cudaPointerAttributes at{};
+  const cudaError_t e = cudaPointerGetAttributes(&at, ptr);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear
+    return Status::InvalidArgument(std::string("indexer_q: ") + name +
+                                   ": not a pointer the CUDA runtime knows (" + cudaGetErrorString(e) + ")");
+  }
+  if (at.type == cudaMemoryTypeUnregistered)
+    return Status::InvalidArgument(std::string("indexer_q: ") + name +
+                                   ": is pageable host memory, expected memory of cuda:" + std::to_string(dev));
+  if (at.type == cudaMemoryTypeDevice && at.device != dev)
+    return Status::InvalidArgument(std::string("indexer_q: ") + name + ": lives on cuda:" +
+                                   std::to_string(at.device) + ", expected cuda:" + std::to_string(dev) +
+                                   " (the device of the tensors)");
+  return Status::Ok();
 }
 
 }  // namespace

@@ -365,30 +365,11 @@ __global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p) {
   for (int i = 0; i < 4; ++i) os[i] = sb[i];
 }
 
-// ---- per-device facts: src/cuda/device_facts.cuh (kMaxDevices, pdl_supported) ----
+// ---- per-device facts and the pointer check: src/cuda/device_facts.cuh (kMaxDevices, pdl_supported, check_ptr) ----
 
 std::string cuda_err(const char* what, cudaError_t e) {
   return std::string("indexer_q: cuda backend (key side): ") + what + ": " + cudaGetErrorName(e) + " (" +
          cudaGetErrorString(e) + ")";
-}
-
-// Pointer check: device memory of another device, or plain host memory, is refused.
-Status check_ptr(const char* name, const void* ptr, int dev) {
-  cudaPointerAttributes at{};
-  const cudaError_t e = cudaPointerGetAttributes(&at, ptr);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // clear
-    return Status::InvalidArgument(std::string("indexer_q: ") + name +
-                                   ": not a pointer the CUDA runtime knows (" + cudaGetErrorString(e) + ")");
-  }
-  if (at.type == cudaMemoryTypeUnregistered)
-    return Status::InvalidArgument(std::string("indexer_q: ") + name +
-                                   ": is pageable host memory, expected memory of cuda:" + std::to_string(dev));
-  if (at.type == cudaMemoryTypeDevice && at.device != dev)
-    return Status::InvalidArgument(std::string("indexer_q: ") + name + ": lives on cuda:" +
-                                   std::to_string(at.device) + ", expected cuda:" + std::to_string(dev) +
-                                   " (the device of the tensors)");
-  return Status::Ok();
 }
 
 template <typename K>
