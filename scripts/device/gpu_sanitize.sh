@@ -14,6 +14,7 @@
 # tool ran, the tests passed under it, and it reported 0 errors.
 #   BUILD_DIR=dir   the build tree (default build-gpu)
 #   TOOL_TIMEOUT=s  seconds per tool (default 140: four tools stay inside a 10-minute call)
+#   MEMCHECK_TIMEOUT=s  seconds for memcheck alone (default TOOL_TIMEOUT; it runs the most tests)
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu_sanitize_out}
@@ -45,16 +46,17 @@ rc_all=0
 run_tool() {  # tool, filter, extra options...
   local tool=$1 filter=$2
   shift 2
-  local log=$OUT/$tool.log t0 rc
+  local log=$OUT/$tool.log t0 rc lim=$T
+  [ "$tool" = memcheck ] && lim=${MEMCHECK_TIMEOUT:-$T}
   t0=$(date +%s)
-  timeout "$T" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" "$BIN" --gtest_filter="$filter" \
-    --gtest_brief=1 >"$log" 2>&1
+  timeout "$lim" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" "$BIN" --gtest_filter="$filter" \
+    >"$log" 2>&1
   rc=$?
   local tests errs
   tests=$(grep -E '^\[  (PASSED|FAILED)  \]' "$log" | tr '\n' ' ')
   errs=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)
   say "$tool rc=$rc ($(( $(date +%s) - t0 )) s): ${errs:-no summary line} | ${tests:-no gtest summary}"
-  [ "$rc" -eq 124 ] && say "  $tool: timed out after $T s (raise TOOL_TIMEOUT or narrow the set)"
+  [ "$rc" -eq 124 ] && say "  $tool: timed out after $lim s (raise TOOL_TIMEOUT or narrow the set)"
   grep -m5 -E '^========= (Invalid|Program hit|Race|Uninitialized|Error|Leaked)' "$log" | sed 's/^/  /' | tee -a "$SUM" >/dev/null
   [ "$rc" -ne 0 ] && rc_all=1
   return 0
