@@ -8,7 +8,8 @@
 #
 #   STEPS=build,ctest,verify,pytest,triton,sanitize,pdl,bench (default: all of them, in that order)
 #   BENCH_TOKENS=list (default 1,8,64,256,1024,4096,16384,65536)   CPU_ISAS="avx512 avx2"
-#   PYTEST_ARGS="tests/python/test_triton.py ..."           (default: the whole tests/python)
+#   PYTEST_ARGS="tests/python/test_triton.py ..."  (default: every tests/python/test_*.py, one run per file)
+#   PYTEST_FILE_TIMEOUT=s (default 300)
 #   BUILD_DIR=dir (default build-gpu)   CUDA_ARCHS=list (default 90-real: this GPU)
 #   GTEST_SRC=dir (default .dev/googletest: a copy of /usr/src/googletest carried along)
 # Everything is logged under $OUT/logs and packed into $OUT/logs.tgz at the end (the device tool
@@ -62,13 +63,21 @@ if has verify; then
 fi
 
 if has pytest; then
+  # One pytest per file, each under its own time limit (PYTEST_FILE_TIMEOUT, default 300 s), so a
+  # slow file cannot take the others' time. The torch.compile tests are the slow ones: every xdist
+  # worker's Inductor would start one compile process per core, so each gets one thread.
   XDIST=""
   python3 -c "import xdist" 2>/dev/null && XDIST="-n 8"
-  # shellcheck disable=SC2086
-  INDEXER_Q_TORCH_LIBRARY=$(TORCH_LIB) PYTHONPATH=python timeout 420 python3 -m pytest \
-    ${PYTEST_ARGS:-tests/python} -q -rs -p no:cacheprovider $XDIST >"$L/pytest.log" 2>&1
-  say "pytest rc=$?: $(tail -1 "$L/pytest.log") ($(el))"
-  grep -E "^FAILED|^ERROR" "$L/pytest.log" | head -20 | tee -a "$SUM"
+  export TORCHINDUCTOR_COMPILE_THREADS=1
+  for f in ${PYTEST_ARGS:-tests/python/test_*.py}; do
+    n=$(basename "$f" .py)
+    # shellcheck disable=SC2086
+    INDEXER_Q_TORCH_LIBRARY=$(TORCH_LIB) PYTHONPATH=python timeout "${PYTEST_FILE_TIMEOUT:-300}" python3 -m pytest \
+      "$f" -q -rs -p no:cacheprovider --durations=5 $XDIST >"$L/pytest_$n.log" 2>&1
+    rc=$?
+    say "pytest $n rc=$rc$([ $rc -eq 124 ] && echo ' (timed out)'): $(grep -E ' (passed|failed|skipped|error)' "$L/pytest_$n.log" | tail -1) ($(el))"
+    grep -E "^FAILED|^ERROR" "$L/pytest_$n.log" | head -20 | tee -a "$SUM"
+  done
 fi
 
 if has triton; then
