@@ -22,6 +22,7 @@
 
 #include "../src/common/problem.h"
 #include "../src/common/row.h"
+#include "cuda_bench_common.cuh"
 
 namespace indexer_q {
 namespace bench {
@@ -166,23 +167,13 @@ inline cudaError_t launch_baseline_warp(const detail::Problem& a, cudaStream_t s
   const bool pos64 = a.pos_dtype == DType::kInt64;
   const unsigned grid = unsigned((a.rows() + 3) / 4);
   if (grid == 0) return cudaSuccess;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(128);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl == BaselinePdl::kOff ? 0 : 1;
+  const bool with_pdl = pdl != BaselinePdl::kOff;  // the launch attribute; `mode` places the trigger
   const int mode = int(pdl);
+  auto go = [&](auto kernel) { return launch_pdl(kernel, dim3(grid), dim3(128), stream, with_pdl, a, mode); };
   cudaError_t e;
-  if (dtype == 0) e = pos64 ? cudaLaunchKernelEx(&cfg, baseline_warp_kernel<0, true>, a, mode)
-                            : cudaLaunchKernelEx(&cfg, baseline_warp_kernel<0, false>, a, mode);
-  else if (dtype == 1) e = pos64 ? cudaLaunchKernelEx(&cfg, baseline_warp_kernel<1, true>, a, mode)
-                                 : cudaLaunchKernelEx(&cfg, baseline_warp_kernel<1, false>, a, mode);
-  else e = pos64 ? cudaLaunchKernelEx(&cfg, baseline_warp_kernel<2, true>, a, mode)
-                 : cudaLaunchKernelEx(&cfg, baseline_warp_kernel<2, false>, a, mode);
+  if (dtype == 0) e = pos64 ? go(baseline_warp_kernel<0, true>) : go(baseline_warp_kernel<0, false>);
+  else if (dtype == 1) e = pos64 ? go(baseline_warp_kernel<1, true>) : go(baseline_warp_kernel<1, false>);
+  else e = pos64 ? go(baseline_warp_kernel<2, true>) : go(baseline_warp_kernel<2, false>);
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 

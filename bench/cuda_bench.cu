@@ -1,5 +1,5 @@
-// Standalone CUDA benchmark of every recipe (needs only the library, its src/ internals and
-// bench/cuda_baseline.cuh; nothing from tools/). For each size it
+// Standalone CUDA benchmark of every recipe (needs only the library, its src/ internals,
+// bench/cuda_baseline.cuh and bench/cuda_bench_common.cuh; nothing from tools/). For each size it
 //   - fills device inputs with random data (per-row magnitudes over decades, random weights,
 //     a freqs table of (cos, sin) values, random positions),
 //   - runs every recipe through the public API (run(OpArgs), automatic shape) and checks its
@@ -38,58 +38,27 @@
 #include <vector>
 
 #include "cuda_baseline.cuh"
+#include "cuda_bench_common.cuh"
 #include "common/problem.h"
 #include "cuda/cuda_backend.h"
 #include "indexer_q/indexer_q.h"
 
 using namespace indexer_q;
+using namespace indexer_q::bench;
 
 namespace {
 
-__device__ std::uint32_t hash32(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return std::uint32_t(x);
-}
-__device__ float uniform(std::uint64_t i, std::uint64_t salt) {
-  return (hash32(i * 0x9e3779b97f4a7c15ull + salt) >> 8) * (1.0f / 16777216.0f);
-}
 // Roughly normal values (sum of uniforms) scaled per row.
 __device__ float value(std::uint64_t i, std::uint64_t salt) {
-  float s = 0.0f;
-  for (int k = 0; k < 4; ++k) s += uniform(i * 4 + k, salt);
+  const float c = centered_sum4(i, salt);
   const float row_mag = exp2f(-6.0f + 12.0f * uniform(i / 128, salt ^ 0x55));
-  return (s - 2.0f) * row_mag;
+  return c * row_mag;
 }
 
 __global__ void fill_kernel(void* dst, int dtype, std::uint64_t n, std::uint64_t salt) {
   for (std::uint64_t i = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += std::uint64_t(gridDim.x) * blockDim.x) {
-    const float v = value(i, salt);
-    if (dtype == 2) {
-      static_cast<float*>(dst)[i] = v;
-    } else if (dtype == 1) {
-      static_cast<__half*>(dst)[i] = __float2half_rn(v);
-    } else {
-      const std::uint32_t u = __float_as_uint(v);
-      static_cast<std::uint16_t*>(dst)[i] = std::uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
-  }
-}
-__global__ void fill_freqs(float* f, std::uint64_t n) {
-  for (std::uint64_t i = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += std::uint64_t(gridDim.x) * blockDim.x) {
-    const float a = 6.2831853f * uniform(i / 2, 7);
-    f[i] = (i & 1) ? sinf(a) : cosf(a);
-  }
-}
-__global__ void fill_pos(std::int64_t* p, std::uint64_t n, std::int64_t max_pos) {
-  for (std::uint64_t i = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += std::uint64_t(gridDim.x) * blockDim.x)
-    p[i] = std::int64_t(hash32(i + 99) % std::uint32_t(max_pos));
+    store_as(dst, dtype, i, value(i, salt));
 }
 
 // Floors for the decode sizes (--shapes), on the library's small-batch grid (16 threads per row,
@@ -126,84 +95,9 @@ __global__ void __launch_bounds__(256) floor_kernel(const detail::Problem p, int
 
 cudaError_t launch_floor(const detail::Problem& p, cudaStream_t s, bool pdl, int what) {
   const unsigned grid = unsigned((p.rows() * 16 + 255) / 256);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(256);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, floor_kernel, p, what);
+  const cudaError_t e = launch_pdl(floor_kernel, dim3(grid), dim3(256), s, pdl, p, what);
   return e != cudaSuccess ? e : cudaGetLastError();
 }
-
-std::vector<std::string> split(const char* s) {
-  std::vector<std::string> v;
-  std::string cur;
-  for (; *s; ++s) {
-    if (*s == ',') {
-      v.push_back(cur);
-      cur.clear();
-    } else {
-      cur += *s;
-    }
-  }
-  if (!cur.empty()) v.push_back(cur);
-  return v;
-}
-
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "cuda_bench: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-void ck(const Status& s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "cuda_bench: %s: %s\n", what, s.message().c_str());
-    std::exit(1);
-  }
-}
-
-// Median time per call (us) of fn, which enqueues one call on stream s: kPerGraph calls are
-// captured into one graph; the graph is replayed `iters` times after `warmup` replays.
-constexpr int kPerGraph = 20;
-double time_median_us(cudaStream_t s, const std::function<void()>& fn, int warmup, int iters) {
-  cudaGraph_t g = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "begin capture");
-  for (int i = 0; i < kPerGraph; ++i) fn();
-  ck(cudaStreamEndCapture(s, &g), "end capture");
-  ck(cudaGraphInstantiate(&ge, g, 0), "instantiate");
-  cudaEvent_t e0, e1;
-  ck(cudaEventCreate(&e0), "event");
-  ck(cudaEventCreate(&e1), "event");
-  for (int i = 0; i < warmup; ++i) ck(cudaGraphLaunch(ge, s), "replay");
-  std::vector<float> ms(std::size_t(std::max(iters, 1)));
-  for (float& m : ms) {
-    ck(cudaEventRecord(e0, s), "record");
-    ck(cudaGraphLaunch(ge, s), "replay");
-    ck(cudaEventRecord(e1, s), "record");
-    ck(cudaEventSynchronize(e1), "sync");
-    ck(cudaEventElapsedTime(&m, e0, e1), "elapsed");
-  }
-  std::sort(ms.begin(), ms.end());
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return double(ms[ms.size() / 2]) * 1000.0 / kPerGraph;
-}
-
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(std::size_t n) { ck(cudaMalloc(&p, n ? n : 16), "cudaMalloc"); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-};
 
 // The outputs of one call, copied to the host.
 struct Result {
@@ -215,6 +109,7 @@ struct Result {
 }  // namespace
 
 int main(int argc, char** argv) {
+  prog_name = "cuda_bench";
   std::vector<std::int64_t> tokens = {1, 8, 64, 256, 1024, 4096, 16384, 65536};
   std::vector<bool> pdls = {false, true};
   std::vector<std::int64_t> heads = {64};
@@ -247,15 +142,7 @@ int main(int argc, char** argv) {
     } else if (a == "--iters") {
       iters = std::atoi(val);
     } else if (a == "--recipes") {
-      recipes.clear();
-      for (const std::string& x : split(val)) {
-        RecipeId r;
-        if (!parse_recipe(x, &r)) {
-          std::fprintf(stderr, "unknown recipe %s\n", x.c_str());
-          return 2;
-        }
-        recipes.push_back(r);
-      }
+      if (!parse_recipe_list(val, parse_recipe, "unknown recipe", &recipes)) return 2;
     } else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -264,13 +151,7 @@ int main(int argc, char** argv) {
   }
   const DType dt = dts == "fp32" ? DType::kFloat32 : dts == "fp16" ? DType::kFloat16 : DType::kBFloat16;
   const int dtc = dt == DType::kBFloat16 ? 0 : dt == DType::kFloat16 ? 1 : 2;
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    std::fprintf(stderr, "cuda_bench: no CUDA device\n");
-    return 1;
-  }
-  cudaDeviceProp prop{};
-  ck(cudaGetDeviceProperties(&prop, 0), "properties");
+  const cudaDeviceProp prop = first_device_or_exit();
   std::printf("# device: %s, %d SMs; %s input, int64 positions, weight_scale 0.37; median of %d replays of %d calls\n",
               prop.name, prop.multiProcessorCount, dtype_name(dt), iters, kPerGraph);
   std::printf("csv,tokens,heads,dtype,recipe,shape,pdl,bytes,us,gbps,copy_us,copy_gbps,ratio_to_copy,gbps_vs_v4_fp8,bytes_equal\n");
@@ -304,10 +185,8 @@ int main(int argc, char** argv) {
         const bool fp4 = recipe(rid).format == OutFormat::kE2M1;
         const std::int64_t ob = fp4 ? 64 : 128;
         const std::int64_t bytes = detail::bytes_moved(T, H, dt, DType::kInt64, rid);
-        const double copy_us = time_median_us(
-            s, [&] { ck(cudaMemcpyAsync(c1.p, c0.p, std::size_t(bytes / 2), cudaMemcpyDeviceToDevice, s), "copy"); },
-            10, iters);
-        const double copy_gbps = double(bytes) / copy_us * 1e-3;
+        const double copy_us = copy_median_us(s, c1.p, c0.p, std::size_t(bytes / 2), 10, iters);
+        const double copy_gbps = to_gbps(bytes, copy_us);
 
         OpArgs a;
         a.recipe = rid;
@@ -441,7 +320,7 @@ int main(int argc, char** argv) {
           const bool equal = e.op ? collect(e.fn) == want : true;
           all_equal = all_equal && equal;
           const double us = time_median_us(s, e.fn, 10, iters);
-          const double gbps = double(bytes) / us * 1e-3;
+          const double gbps = to_gbps(bytes, us);
           const bool again = ri == recipes.size();
           const std::string name = std::string(recipe_name(rid)) + (again ? "(again)" : "");
           if (rid == RecipeId::kV4Fp8 && e.shape == "auto" && e.pdl == pdls[0] && !again) v4_gbps = gbps;

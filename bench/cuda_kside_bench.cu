@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_bench_common.cuh"
 #include "common/kside_problem.h"
 #include "common/row.h"
 #include "cuda/fp4_e2m1.cuh"
@@ -36,6 +37,7 @@
 #include "indexer_q/indexer_q.h"
 
 using namespace indexer_q;
+using namespace indexer_q::bench;
 
 namespace {
 
@@ -130,141 +132,39 @@ __global__ void __launch_bounds__(256) baseline_warp_kernel(const detail::KProbl
 }
 
 cudaError_t launch_baseline(const detail::KProblem& p, cudaStream_t s, bool pdl) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned((p.N + 7) / 8));
-  cfg.blockDim = dim3(256);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  const dim3 grid(unsigned((p.N + 7) / 8)), block(256);
   const bool fp4 = p.recipe == KRecipeId::kV4KFp4;
   const int dt = p.dtype == DType::kFloat32 ? 2 : p.dtype == DType::kFloat16 ? 1 : 0;
   if (fp4) {
-    if (dt == 2) return cudaLaunchKernelEx(&cfg, baseline_warp_kernel<true, 2>, p);
-    if (dt == 1) return cudaLaunchKernelEx(&cfg, baseline_warp_kernel<true, 1>, p);
-    return cudaLaunchKernelEx(&cfg, baseline_warp_kernel<true, 0>, p);
+    if (dt == 2) return launch_pdl(baseline_warp_kernel<true, 2>, grid, block, s, pdl, p);
+    if (dt == 1) return launch_pdl(baseline_warp_kernel<true, 1>, grid, block, s, pdl, p);
+    return launch_pdl(baseline_warp_kernel<true, 0>, grid, block, s, pdl, p);
   }
-  if (dt == 2) return cudaLaunchKernelEx(&cfg, baseline_warp_kernel<false, 2>, p);
-  if (dt == 1) return cudaLaunchKernelEx(&cfg, baseline_warp_kernel<false, 1>, p);
-  return cudaLaunchKernelEx(&cfg, baseline_warp_kernel<false, 0>, p);
+  if (dt == 2) return launch_pdl(baseline_warp_kernel<false, 2>, grid, block, s, pdl, p);
+  if (dt == 1) return launch_pdl(baseline_warp_kernel<false, 1>, grid, block, s, pdl, p);
+  return launch_pdl(baseline_warp_kernel<false, 0>, grid, block, s, pdl, p);
 }
 
 // ---------------------------------------------------------------------------------------
 // inputs
 // ---------------------------------------------------------------------------------------
-__device__ std::uint32_t hash32(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return std::uint32_t(x);
-}
-__device__ float uniform(std::uint64_t i, std::uint64_t salt) {
-  return (hash32(i * 0x9e3779b97f4a7c15ull + salt) >> 8) * (1.0f / 16777216.0f);
-}
+// Input rows (row_scaled): roughly normal, times a per-row magnitude over decades; the weight:
+// 1 + roughly normal / 4.
 __device__ float value(std::uint64_t i, std::uint64_t salt, bool row_scaled) {
-  float s = 0.0f;
-  for (int k = 0; k < 4; ++k) s += uniform(i * 4 + k, salt);
+  const float c = centered_sum4(i, salt);
   const float mag = row_scaled ? exp2f(-8.0f + 16.0f * uniform(i / 128, salt ^ 0x55)) : 0.25f;
-  return (s - 2.0f) * mag + (row_scaled ? 0.0f : 1.0f);
+  return c * mag + (row_scaled ? 0.0f : 1.0f);
 }
 __global__ void fill_kernel(void* dst, int dtype, std::uint64_t n, std::uint64_t salt, bool row_scaled) {
   for (std::uint64_t i = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += std::uint64_t(gridDim.x) * blockDim.x) {
-    const float v = value(i, salt, row_scaled);
-    if (dtype == 2) {
-      static_cast<float*>(dst)[i] = v;
-    } else if (dtype == 1) {
-      static_cast<__half*>(dst)[i] = __float2half_rn(v);
-    } else {
-      const std::uint32_t u = __float_as_uint(v);
-      static_cast<std::uint16_t*>(dst)[i] = std::uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
-  }
-}
-__global__ void fill_freqs(float* f, std::uint64_t n) {
-  for (std::uint64_t i = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += std::uint64_t(gridDim.x) * blockDim.x) {
-    const float a = 6.2831853f * uniform(i / 2, 7);
-    f[i] = (i & 1) ? sinf(a) : cosf(a);
-  }
-}
-__global__ void fill_pos(std::int64_t* p, std::uint64_t n, std::int64_t max_pos) {
-  for (std::uint64_t i = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += std::uint64_t(gridDim.x) * blockDim.x)
-    p[i] = std::int64_t(hash32(i + 99) % std::uint32_t(max_pos));
+    store_as(dst, dtype, i, value(i, salt, row_scaled));
 }
-
-std::vector<std::string> split(const char* s) {
-  std::vector<std::string> v;
-  std::string cur;
-  for (; *s; ++s) {
-    if (*s == ',') {
-      v.push_back(cur);
-      cur.clear();
-    } else {
-      cur += *s;
-    }
-  }
-  if (!cur.empty()) v.push_back(cur);
-  return v;
-}
-
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "cuda_kside_bench: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-void ck(const Status& s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "cuda_kside_bench: %s: %s\n", what, s.message().c_str());
-    std::exit(1);
-  }
-}
-
-constexpr int kPerGraph = 20;
-double time_median_us(cudaStream_t s, const std::function<void()>& fn, int warmup, int iters) {
-  cudaGraph_t g = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "begin capture");
-  for (int i = 0; i < kPerGraph; ++i) fn();
-  ck(cudaStreamEndCapture(s, &g), "end capture");
-  ck(cudaGraphInstantiate(&ge, g, 0), "instantiate");
-  cudaEvent_t e0, e1;
-  ck(cudaEventCreate(&e0), "event");
-  ck(cudaEventCreate(&e1), "event");
-  for (int i = 0; i < warmup; ++i) ck(cudaGraphLaunch(ge, s), "replay");
-  std::vector<float> ms(std::size_t(std::max(iters, 1)));
-  for (float& m : ms) {
-    ck(cudaEventRecord(e0, s), "record");
-    ck(cudaGraphLaunch(ge, s), "replay");
-    ck(cudaEventRecord(e1, s), "record");
-    ck(cudaEventSynchronize(e1), "sync");
-    ck(cudaEventElapsedTime(&m, e0, e1), "elapsed");
-  }
-  std::sort(ms.begin(), ms.end());
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return double(ms[ms.size() / 2]) * 1000.0 / kPerGraph;
-}
-
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(std::size_t n) { ck(cudaMalloc(&p, n ? n : 16), "cudaMalloc"); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-};
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  prog_name = "cuda_kside_bench";
   std::vector<std::int64_t> tokens = {1, 8, 64, 512, 1024, 4096, 16384, 65536};
   std::vector<KRecipeId> recipes = all_krecipes();
   std::string dts = "fp32", pdl_mode = "both";
@@ -287,15 +187,7 @@ int main(int argc, char** argv) {
     } else if (a == "--pdl") {
       pdl_mode = val;
     } else if (a == "--recipes") {
-      recipes.clear();
-      for (const std::string& x : split(val)) {
-        KRecipeId r;
-        if (!parse_krecipe(x, &r)) {
-          std::fprintf(stderr, "unknown key recipe %s\n", x.c_str());
-          return 2;
-        }
-        recipes.push_back(r);
-      }
+      if (!parse_recipe_list(val, parse_krecipe, "unknown key recipe", &recipes)) return 2;
     } else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -307,13 +199,7 @@ int main(int argc, char** argv) {
   std::vector<bool> pdls;
   if (pdl_mode != "1") pdls.push_back(false);
   if (pdl_mode != "0") pdls.push_back(true);
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    std::fprintf(stderr, "cuda_kside_bench: no CUDA device\n");
-    return 1;
-  }
-  cudaDeviceProp prop{};
-  ck(cudaGetDeviceProperties(&prop, 0), "properties");
+  const cudaDeviceProp prop = first_device_or_exit();
   std::printf("# device: %s, %d SMs; %s input, int64 positions, page_size 64, max_pos 4096; median of %d replays of %d calls\n",
               prop.name, prop.multiProcessorCount, dtype_name(dt), iters, kPerGraph);
   std::printf("csv,tokens,dtype,recipe,impl,pdl,bytes,us,gbps,copy_us,copy_gbps,ratio_to_copy,ratio_to_baseline,bytes_equal\n");
@@ -350,10 +236,8 @@ int main(int argc, char** argv) {
       const std::size_t cache_bytes = std::size_t(pages * tb * page_size);
       const std::int64_t bytes = detail::kside_bytes_moved(T, dt, DType::kInt64, rid);
       Dev c0(std::size_t(bytes / 2) + 16), c1(std::size_t(bytes / 2) + 16);
-      const double copy_us = time_median_us(
-          s, [&] { ck(cudaMemcpyAsync(c1.p, c0.p, std::size_t(bytes / 2), cudaMemcpyDeviceToDevice, s), "copy"); }, 10,
-          iters);
-      const double copy_gbps = double(bytes) / copy_us * 1e-3;
+      const double copy_us = copy_median_us(s, c1.p, c0.p, std::size_t(bytes / 2), 10, iters);
+      const double copy_gbps = to_gbps(bytes, copy_us);
 
       detail::KProblem p;
       p.recipe = rid;
@@ -426,7 +310,7 @@ int main(int argc, char** argv) {
           all_equal = all_equal && equal;
           const double us = time_median_us(s, e.fn, 10, iters);
           if (base_us == 0.0) base_us = us;
-          const double gbps = double(bytes) / us * 1e-3;
+          const double gbps = to_gbps(bytes, us);
           std::printf("csv,%lld,%s,%s,%s,%d,%lld,%.3f,%.1f,%.3f,%.1f,%.3f,%.3f,%s\n", (long long)T, dtype_name(dt),
                       krecipe_name(rid), e.name.c_str(), int(pdl), (long long)bytes, us, gbps, copy_us, copy_gbps,
                       copy_us / us, base_us / us, equal ? "yes" : "NO");

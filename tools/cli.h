@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -123,6 +124,26 @@ std::string human_bytes(double bytes);  // "69.3 MB" (decimal units)
 // (codes, FP4 block scales, weights_out), against the expected outputs of `want`.
 std::string diff_details(const io::Diff& d, const io::ConformanceCase& want, const std::uint8_t* got_q,
                          const std::uint8_t* got_sf, const float* got_w);
+
+// 'bench', both sides (cmd_bench.cpp; cmd_kside.cpp for key-side recipes), defined in cmd_bench.cpp.
+// The csv header line (with its '\n').
+extern const char* const kBenchCsvHeader;
+// The isa and threads columns of a case on target t ('-' on a GPU).
+std::string bench_isa_column(const Target& t);
+std::string bench_threads_column(const Target& t);
+// How many buffer sets a case rotates among: on the CPU with rotate_mb > 0, enough sets of
+// `bytes_per_call` bytes to span rotate_mb MiB (1 to 1024); else 1.
+std::int64_t bench_buffer_sets(const Target& t, std::int64_t rotate_mb, std::int64_t bytes_per_call);
+// A case's timing beside a plain copy of the same traffic (half of `bytes` copied, so bytes read
+// + written are equal) on the same runtime.
+struct BenchTiming {
+  Status failed;                    // the last error of a timed call; then the copy is not timed
+  double us = 0.0, copy_us = 0.0;   // median per call
+  double gbps = 0.0, copy_gbps = 0.0;
+};
+// Times run_set(k) (one call on buffer set k), rotating k over nsets sets, then the copy.
+BenchTiming bench_time_case(DeviceRuntime& rt, std::size_t nsets, const std::function<Status(std::size_t)>& run_set,
+                            std::int64_t bytes, int warmup, int iters);
 
 // Commands. Each returns the process exit code.
 int cmd_run(int argc, char** argv);

@@ -75,6 +75,47 @@ const char* kBenchDescription =
 
 }  // namespace
 
+const char* const kBenchCsvHeader =
+    "backend,isa,tokens,heads,dtype,threads,pdl,sets,us_median,gbps,copy_us,copy_gbps,ratio_to_copy,exact,recipe\n";
+
+std::string bench_isa_column(const Target& t) {
+  const bool gpu = t.backend == Backend::kCuda;
+  return t.backend == Backend::kCpu ? cpu_isa_name(t.isa) : gpu ? "-" : cpu_isa_name(CpuIsa::kScalar);
+}
+
+std::string bench_threads_column(const Target& t) {
+  return t.backend == Backend::kCuda ? "-" : std::to_string(t.threads);
+}
+
+std::int64_t bench_buffer_sets(const Target& t, std::int64_t rotate_mb, std::int64_t bytes_per_call) {
+  std::int64_t nsets = 1;
+  if (t.backend != Backend::kCuda && rotate_mb > 0) {
+    const std::int64_t target = rotate_mb << 20;
+    nsets = std::min<std::int64_t>(1024, std::max<std::int64_t>(1, (target + bytes_per_call - 1) / bytes_per_call));
+  }
+  return nsets;
+}
+
+BenchTiming bench_time_case(DeviceRuntime& rt, std::size_t nsets, const std::function<Status(std::size_t)>& run_set,
+                            std::int64_t bytes, int warmup, int iters) {
+  BenchTiming r;
+  std::size_t k = 0;
+  r.us = rt.time_median_us(
+      [&] {
+        const Status st = run_set(k);
+        if (!st.ok()) r.failed = st;
+        k = (k + 1) % nsets;
+      },
+      warmup, iters);
+  rt.synchronize();
+  if (!r.failed.ok()) return r;
+  const std::size_t copy_bytes = std::size_t(bytes / 2);
+  r.copy_us = rt.copy_median_us(copy_bytes, warmup, iters);
+  r.gbps = double(bytes) / (r.us * 1e3);
+  r.copy_gbps = 2.0 * double(copy_bytes) / (r.copy_us * 1e3);
+  return r;
+}
+
 int cmd_bench(int argc, char** argv) {
   if (argv_names_kside_recipe(argc, argv)) return cmd_bench_kside(argc, argv);  // the key side
   Args a("bench", bench_options(), argc, argv);
@@ -108,15 +149,13 @@ int cmd_bench(int argc, char** argv) {
   const Target t = select_target(a, &rts);
   DeviceRuntime& rt = *t.rt;
   const bool gpu = t.backend == Backend::kCuda;
-  const std::string isa_col =
-      t.backend == Backend::kCpu ? cpu_isa_name(t.isa) : gpu ? "-" : cpu_isa_name(CpuIsa::kScalar);
-  const std::string threads_col = gpu ? "-" : std::to_string(t.threads);
+  const std::string isa_col = bench_isa_column(t);
+  const std::string threads_col = bench_threads_column(t);
   const Options opts0 = t.options();
   if (!gpu) pdl_modes = {-1};
 
   if (csv) {
-    std::printf("backend,isa,tokens,heads,dtype,threads,pdl,sets,us_median,gbps,copy_us,copy_gbps,ratio_to_copy,"
-                "exact,recipe\n");
+    std::fputs(kBenchCsvHeader, stdout);
   } else {
     std::printf("indexer-q bench: %s on %s, %s, %s positions, warmup %d, iters %d\n", t.label.c_str(),
                 rt.name().c_str(), dtype_name(dtype), dtype_name(pos_dtype), warmup, iters);
@@ -142,11 +181,7 @@ int cmd_bench(int argc, char** argv) {
         spec.pos_dtype = pos_dtype;
         spec.seed = seed;
         const std::int64_t ws = detail::bytes_moved(T, H, dtype, pos_dtype, recipe_id);
-        std::int64_t nsets = 1;
-        if (!gpu && rotate_mb > 0) {
-          const std::int64_t target = rotate_mb << 20;
-          nsets = std::min<std::int64_t>(1024, std::max<std::int64_t>(1, (target + ws - 1) / ws));
-        }
+        const std::int64_t nsets = bench_buffer_sets(t, rotate_mb, ws);
         // Set 0 owns the freqs table; the others share it (different data and start positions).
         Workload w0 = make_workload(spec);
         std::vector<std::unique_ptr<DeviceCase>> sets;
@@ -187,24 +222,13 @@ int cmd_bench(int argc, char** argv) {
                        (long long)d.q_bytes, (long long)d.sf_bytes, (long long)d.weights));
           }
 
-          std::size_t k = 0;
-          Status timed;
-          const double us = rt.time_median_us(
-              [&] {
-                const Status st = sets[k]->run(opts);
-                if (!st.ok()) timed = st;
-                k = (k + 1) % sets.size();
-              },
-              warmup, iters);
-          rt.synchronize();
-          if (!timed.ok()) {
-            fail(timed.message());
+          const BenchTiming tm = bench_time_case(
+              rt, sets.size(), [&](std::size_t k) { return sets[k]->run(opts); }, ws, warmup, iters);
+          if (!tm.failed.ok()) {
+            fail(tm.failed.message());
             continue;
           }
-          const std::size_t copy_bytes = std::size_t(ws / 2);
-          const double copy_us = rt.copy_median_us(copy_bytes, warmup, iters);
-          const double gbps = double(ws) / (us * 1e3);
-          const double copy_gbps = 2.0 * double(copy_bytes) / (copy_us * 1e3);
+          const double us = tm.us, copy_us = tm.copy_us, gbps = tm.gbps, copy_gbps = tm.copy_gbps;
 
           if (csv) {
             std::printf("%s,%s,%lld,%lld,%s,%s,%s,%lld,%.3f,%.3f,%.3f,%.3f,%.4f,%s,%s\n", backend_name(t.backend),

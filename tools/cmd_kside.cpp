@@ -307,6 +307,27 @@ std::vector<OptionSpec> kside_common_options(bool bench) {
   return v;
 }
 
+// The options of kside_common_options that 'run' and 'bench' read alike (after --tokens, in this
+// order).
+struct KsideCommon {
+  std::int64_t page_size;
+  DType dtype, pos_dtype;
+  std::uint64_t seed;
+  int warmup, iters;
+};
+KsideCommon parse_kside_common(const Args& a) {
+  KsideCommon c;
+  c.page_size = a.integer("page-size", 64, 1, std::int64_t(1) << 20);
+  if (c.page_size & (c.page_size - 1))
+    throw UsageError("option --page-size: expected a power of two, got " + std::to_string(c.page_size));
+  c.dtype = parse_dtype_option(a, "dtype", "fp32");
+  c.pos_dtype = parse_pos_dtype_option(a, "pos-dtype", "int64");
+  c.seed = std::uint64_t(a.integer("seed", 1, 0, INT64_MAX - 2048));
+  c.warmup = int(a.integer("warmup", 5, 0, 1000000));
+  c.iters = int(a.integer("iters", 20, 1, 1000000));
+  return c;
+}
+
 const char* kKsideWorkload =
     "Workload (deterministic from --seed): N tokens of 128 values ~ N(0,1) times a per-token power\n"
     "of two in [2^-4, 2^4], RMSNorm weight 1 + 0.25 N(0,1), eps 1e-6, a real RoPE table (theta_j =\n"
@@ -375,17 +396,11 @@ int cmd_run_kside(int argc, char** argv) {
   if (!a.positional().empty()) throw UsageError("unexpected argument '" + a.positional()[0] + "'");
   const KRecipeId recipe = krecipe_or_throw(a.str("recipe", "v4_k_fp8"));
   const std::int64_t N = a.integer("tokens", 4096, 1, std::int64_t(1) << 24);
-  const std::int64_t ps = a.integer("page-size", 64, 1, std::int64_t(1) << 20);
-  if (ps & (ps - 1)) throw UsageError("option --page-size: expected a power of two, got " + std::to_string(ps));
-  const DType dtype = parse_dtype_option(a, "dtype", "fp32");
-  const DType pos_dtype = parse_pos_dtype_option(a, "pos-dtype", "int64");
-  const std::uint64_t seed = std::uint64_t(a.integer("seed", 1, 0, INT64_MAX - 2048));
-  const int warmup = int(a.integer("warmup", 5, 0, 1000000));
-  const int iters = int(a.integer("iters", 20, 1, 1000000));
+  const KsideCommon c = parse_kside_common(a);
   Runtimes rts;
   const Target t = select_target(a, &rts);
-  const io::KsideCase k = make_kside_workload(recipe, N, dtype, ps, seed);
-  KDeviceCase dc(*t.rt, k, pos_dtype);
+  const io::KsideCase k = make_kside_workload(recipe, N, c.dtype, c.page_size, c.seed);
+  KDeviceCase dc(*t.rt, k, c.pos_dtype);
   dc.fill(0xA5);
   Status s = dc.run(t.options());
   if (!s.ok()) {
@@ -393,18 +408,19 @@ int cmd_run_kside(int argc, char** argv) {
     return 1;
   }
   const std::vector<std::uint8_t> got = dc.download();
-  const std::vector<std::uint8_t> want = reference_cache(k, pos_dtype, 0xA5, &s);
+  const std::vector<std::uint8_t> want = reference_cache(k, c.pos_dtype, 0xA5, &s);
   if (!s.ok()) {
     std::fprintf(stderr, "indexer-q run: reference: %s\n", s.message().c_str());
     return 1;
   }
   const CacheDiff d = compare_cache(got, want);
-  const double us = t.rt->time_median_us([&] { (void)dc.run(t.options()); }, warmup, iters);
-  const std::int64_t bytes = detail::kside_bytes_moved(N, dtype, pos_dtype, recipe);
+  const double us = t.rt->time_median_us([&] { (void)dc.run(t.options()); }, c.warmup, c.iters);
+  const std::int64_t bytes = detail::kside_bytes_moved(N, c.dtype, c.pos_dtype, recipe);
   std::printf("indexer-q run: %s on %s (%s)\n", krecipe_name(recipe), t.label.c_str(), t.rt->name().c_str());
   std::printf("  tokens %lld, %s input, %s positions, page_size %lld, %lld page(s) of %lld bytes\n", (long long)N,
-              dtype_name(dtype), dtype_name(pos_dtype), (long long)ps, (long long)k.num_pages, (long long)k.page_bytes);
-  std::printf("  time %.2f us (median of %d), %.1f ns/token, %.2f GB/s (%s moved)\n", us, iters, 1e3 * us / double(N),
+              dtype_name(c.dtype), dtype_name(c.pos_dtype), (long long)c.page_size, (long long)k.num_pages,
+              (long long)k.page_bytes);
+  std::printf("  time %.2f us (median of %d), %.1f ns/token, %.2f GB/s (%s moved)\n", us, c.iters, 1e3 * us / double(N),
               double(bytes) / (us * 1e3), human_bytes(double(bytes)).c_str());
   std::printf("  cache vs reference: %lld of %lld bytes differ -> %s\n", (long long)d.bytes, (long long)got.size(),
               d.bytes == 0 ? "exact" : "DIFFER");
@@ -420,7 +436,8 @@ int cmd_run_kside(int argc, char** argv) {
     }
     std::string err;
     const std::string path = a.str("save", "");
-    if (!save_kside_file(path, k, want, std::string("indexer-q run, reference, seed ") + std::to_string(seed), &err)) {
+    const std::string producer = std::string("indexer-q run, reference, seed ") + std::to_string(c.seed);
+    if (!save_kside_file(path, k, want, producer, &err)) {
       std::fprintf(stderr, "indexer-q run: --save: %s\n", err.c_str());
       return 1;
     }
@@ -436,8 +453,7 @@ int cmd_bench_kside(int argc, char** argv) {
                            std::string("Times key-side stores for every (recipe, tokens) pair on one backend, beside a plain\n"
                                        "copy of the same traffic on the same device (as the query side's bench; heads = 1).\n") +
                                kKsideWorkload +
-                               "\ncsv: backend,isa,tokens,heads,dtype,threads,pdl,sets,us_median,gbps,copy_us,copy_gbps,"
-                               "ratio_to_copy,exact,recipe\n(and ns_token in the table).",
+                               "\ncsv: " + kBenchCsvHeader + "(and ns_token in the table).",
                            kside_recipes_help())
                    .c_str(),
                stdout);
@@ -456,13 +472,7 @@ int cmd_bench_kside(int argc, char** argv) {
   }
   const std::vector<std::int64_t> tokens =
       a.int_list("tokens", {1, 8, 64, 256, 1024, 4096, 16384, 65536}, 1, std::int64_t(1) << 24);
-  const std::int64_t ps = a.integer("page-size", 64, 1, std::int64_t(1) << 20);
-  if (ps & (ps - 1)) throw UsageError("option --page-size: expected a power of two, got " + std::to_string(ps));
-  const DType dtype = parse_dtype_option(a, "dtype", "fp32");
-  const DType pos_dtype = parse_pos_dtype_option(a, "pos-dtype", "int64");
-  const std::uint64_t seed = std::uint64_t(a.integer("seed", 1, 0, INT64_MAX - 2048));
-  const int warmup = int(a.integer("warmup", 5, 0, 1000000));
-  const int iters = int(a.integer("iters", 20, 1, 1000000));
+  const KsideCommon c = parse_kside_common(a);
   const std::int64_t rotate_mb = a.integer("rotate-mb", 16, 0, 65536);
   const bool csv = a.choice("format", "table", {"table", "csv"}) == "csv";
   const bool check = !a.flag("no-check");
@@ -470,17 +480,16 @@ int cmd_bench_kside(int argc, char** argv) {
   const Target t = select_target(a, &rts);
   DeviceRuntime& rt = *t.rt;
   const bool gpu = t.backend == Backend::kCuda;
-  const std::string isa_col =
-      t.backend == Backend::kCpu ? cpu_isa_name(t.isa) : gpu ? "-" : cpu_isa_name(CpuIsa::kScalar);
-  const std::string threads_col = gpu ? "-" : std::to_string(t.threads);
+  const std::string isa_col = bench_isa_column(t);
+  const std::string threads_col = bench_threads_column(t);
   const Options opts = t.options();
   const char* pdl_col = gpu ? (opts.enable_pdl ? "on" : "off") : "-";
   if (csv) {
-    std::printf("backend,isa,tokens,heads,dtype,threads,pdl,sets,us_median,gbps,copy_us,copy_gbps,ratio_to_copy,"
-                "exact,recipe\n");
+    std::fputs(kBenchCsvHeader, stdout);
   } else {
     std::printf("indexer-q bench: %s on %s, %s, %s positions, page_size %lld, warmup %d, iters %d\n", t.label.c_str(),
-                rt.name().c_str(), dtype_name(dtype), dtype_name(pos_dtype), (long long)ps, warmup, iters);
+                rt.name().c_str(), dtype_name(c.dtype), dtype_name(c.pos_dtype), (long long)c.page_size, c.warmup,
+                c.iters);
     std::printf("%-10s %-10s %-7s %8s %7s %5s %11s %9s %9s %10s %9s %6s\n", "recipe", "backend", "isa", "tokens",
                 "threads", "sets", "us_median", "ns/token", "GB/s", "copy_GB/s", "vs_copy", "exact");
   }
@@ -492,21 +501,19 @@ int cmd_bench_kside(int argc, char** argv) {
         std::fprintf(stderr, "indexer-q bench: %s, tokens %lld: %s\n", krecipe_name(recipe), (long long)N, why.c_str());
         all_ok = false;
       };
-      const std::int64_t ws = detail::kside_bytes_moved(N, dtype, pos_dtype, recipe);
-      std::int64_t nsets = 1;
-      if (!gpu && rotate_mb > 0)
-        nsets = std::min<std::int64_t>(1024, std::max<std::int64_t>(1, ((rotate_mb << 20) + ws - 1) / ws));
+      const std::int64_t ws = detail::kside_bytes_moved(N, c.dtype, c.pos_dtype, recipe);
+      const std::int64_t nsets = bench_buffer_sets(t, rotate_mb, ws);
       std::vector<io::KsideCase> hosts;
       hosts.reserve(std::size_t(nsets));
-      hosts.push_back(make_kside_workload(recipe, N, dtype, ps, seed));
+      hosts.push_back(make_kside_workload(recipe, N, c.dtype, c.page_size, c.seed));
       for (std::int64_t i = 1; i < nsets; ++i) {
-        hosts.push_back(make_kside_workload(recipe, N, dtype, ps, seed + std::uint64_t(i), false));
+        hosts.push_back(make_kside_workload(recipe, N, c.dtype, c.page_size, c.seed + std::uint64_t(i), false));
         hosts.back().freqs.clear();
       }
       std::vector<std::unique_ptr<KDeviceCase>> sets;
-      sets.emplace_back(new KDeviceCase(rt, hosts[0], pos_dtype));
+      sets.emplace_back(new KDeviceCase(rt, hosts[0], c.pos_dtype));
       for (std::int64_t i = 1; i < nsets; ++i)
-        sets.emplace_back(new KDeviceCase(rt, hosts[std::size_t(i)], pos_dtype, sets[0]->freqs()));
+        sets.emplace_back(new KDeviceCase(rt, hosts[std::size_t(i)], c.pos_dtype, sets[0]->freqs()));
       std::string exact = "-";
       sets[0]->fill(0xA5);
       Status s = sets[0]->run(opts);
@@ -516,32 +523,21 @@ int cmd_bench_kside(int argc, char** argv) {
       }
       if (check) {
         const std::vector<std::uint8_t> got = sets[0]->download();
-        const std::vector<std::uint8_t> want = reference_cache(hosts[0], pos_dtype, 0xA5, &s);
+        const std::vector<std::uint8_t> want = reference_cache(hosts[0], c.pos_dtype, 0xA5, &s);
         const CacheDiff d = compare_cache(got, want);
         exact = s.ok() && d.bytes == 0 ? "yes" : "NO";
         if (exact != "yes") fail(fmt("cache differs from the reference: %lld bytes", (long long)d.bytes));
       }
-      std::size_t k = 0;
-      Status timed;
-      const double us = rt.time_median_us(
-          [&] {
-            const Status st = sets[k]->run(opts);
-            if (!st.ok()) timed = st;
-            k = (k + 1) % sets.size();
-          },
-          warmup, iters);
-      rt.synchronize();
-      if (!timed.ok()) {
-        fail(timed.message());
+      const BenchTiming tm = bench_time_case(
+          rt, sets.size(), [&](std::size_t k) { return sets[k]->run(opts); }, ws, c.warmup, c.iters);
+      if (!tm.failed.ok()) {
+        fail(tm.failed.message());
         continue;
       }
-      const std::size_t copy_bytes = std::size_t(ws / 2);
-      const double copy_us = rt.copy_median_us(copy_bytes, warmup, iters);
-      const double gbps = double(ws) / (us * 1e3);
-      const double copy_gbps = 2.0 * double(copy_bytes) / (copy_us * 1e3);
+      const double us = tm.us, copy_us = tm.copy_us, gbps = tm.gbps, copy_gbps = tm.copy_gbps;
       if (csv) {
         std::printf("%s,%s,%lld,1,%s,%s,%s,%lld,%.3f,%.3f,%.3f,%.3f,%.4f,%s,%s\n", backend_name(t.backend),
-                    isa_col.c_str(), (long long)N, dtype_name(dtype), threads_col.c_str(), pdl_col, (long long)nsets,
+                    isa_col.c_str(), (long long)N, dtype_name(c.dtype), threads_col.c_str(), pdl_col, (long long)nsets,
                     us, gbps, copy_us, copy_gbps, gbps / copy_gbps, exact.c_str(), krecipe_name(recipe));
       } else {
         std::printf("%-10s %-10s %-7s %8lld %7s %5lld %11.2f %9.2f %9.2f %10.2f %9.3f %6s\n", krecipe_name(recipe),
