@@ -216,6 +216,7 @@ int main(int argc, char** argv) {
         p.q_out = static_cast<std::uint8_t*>(out.p);
         p.q_sf = fp4 ? static_cast<std::uint8_t*>(sf.p) : nullptr;
         p.weight = w.p;
+        p.weight_dtype = dt;  // the weight buffer holds the input dtype, as in SGLang's design
         p.weight_stride_b = H;
         p.weights_out = static_cast<float*>(wo.p);
         p.weight_scale = 0.37f;
