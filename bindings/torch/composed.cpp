@@ -73,7 +73,6 @@
 //     sign bit (devices disagree on NaN signs).
 //  7. weights_out = (w * weight_scale) * head_scale (kTwoFactors), two float32 multiplies.
 //  weights_out is written in the shape it has, (B, H, 1) or (B, H).
-#include <array>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -84,6 +83,7 @@
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 
+#include "aten_ops.h"
 #include "binding.h"
 
 namespace indexer_q {
@@ -92,80 +92,18 @@ namespace torch_binding {
 namespace {
 
 using torch::headeronly::ScalarType;
-using Shape = std::vector<std::int64_t>;
 
-// Calls an ATen operator through the dispatcher (stable C shim) and returns its first result.
-// `args` must be the schema's complete argument list.
-template <class... A>
-Tensor aten(const char* name, const char* overload, const A&... args) {
-  std::array<StableIValue, sizeof...(A)> stack{torch::stable::detail::from(args)...};
-  IQ_SHIM_CHECK(
-      torch_call_dispatcher(name, overload, stack.data(), TORCH_ABI_VERSION));
-  return torch::stable::detail::to<Tensor>(stack[0]);
-}
+// The ATen operations shared with composed_kside.cpp (aten, mul, ..., land, band, shr, where,
+// view, to_dtype, Consts): aten_ops.h. Those only this file needs:
 
-Tensor mul(const Tensor& a, const Tensor& b) { return aten("aten::mul", "Tensor", a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return aten("aten::div", "Tensor", a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return torch::stable::subtract(a, b); }
-Tensor neg(const Tensor& a) { return aten("aten::neg", "", a); }
-Tensor add(const Tensor& a, const Tensor& b) { return sub(a, neg(b)); }  // a - (-b) == a + b
-Tensor abs(const Tensor& a) { return aten("aten::abs", "", a); }
-Tensor fmax(const Tensor& a, const Tensor& b) { return aten("aten::fmax", "", a, b); }
-Tensor fmin(const Tensor& a, const Tensor& b) { return aten("aten::fmin", "", a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return aten("aten::gt", "Tensor", a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return aten("aten::lt", "Tensor", a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return aten("aten::ge", "Tensor", a, b); }
-Tensor eq(const Tensor& a, const Tensor& b) { return aten("aten::eq", "Tensor", a, b); }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return aten("aten::logical_or", "", a, b); }
-Tensor logical_and(const Tensor& a, const Tensor& b) { return aten("aten::logical_and", "", a, b); }
-Tensor logical_not(const Tensor& a) { return aten("aten::logical_not", "", a); }
-Tensor bitwise_and(const Tensor& a, const Tensor& b) {
-  return aten("aten::bitwise_and", "Tensor", a, b);
-}
-Tensor ne(const Tensor& a, const Tensor& b) { return aten("aten::ne", "Tensor", a, b); }
-Tensor floor(const Tensor& a) { return aten("aten::floor", "", a); }
-Tensor isnan(const Tensor& a) { return aten("aten::isnan", "", a); }
-Tensor bitwise_or(const Tensor& a, const Tensor& b) {
-  return aten("aten::bitwise_or", "Tensor", a, b);
-}
-Tensor bitwise_right_shift(const Tensor& a, const Tensor& b) {
-  return aten("aten::bitwise_right_shift", "Tensor", a, b);
-}
 // Number of non-zero (true) elements along `dim` (int64).
 Tensor count_nonzero(const Tensor& a, std::int64_t dim) {
   return aten("aten::count_nonzero", "dim_IntList", a, std::vector<std::int64_t>{dim});
 }
-Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) {
-  return aten("aten::where", "self", c, a, b);
-}
 Tensor nextafter(const Tensor& a, const Tensor& toward) {
   return aten("aten::nextafter", "", a, toward);
 }
-Tensor view_as_dtype(const Tensor& a, ScalarType t) { return aten("aten::view", "dtype", a, t); }
-Tensor index_select(const Tensor& a, std::int64_t dim, const Tensor& index) {
-  return aten("aten::index_select", "", a, dim, index);
-}
-Tensor view(const Tensor& a, const Shape& shape) { return torch::stable::view(a, shape); }
-Tensor reshape(const Tensor& a, const Shape& shape) { return torch::stable::reshape(a, shape); }
-Tensor pick(const Tensor& a, std::int64_t dim, std::int64_t i) {
-  return torch::stable::select(a, dim, i);
-}
-// A new tensor of dtype t (always a copy, so the result never aliases the input).
-Tensor to_dtype(const Tensor& a, ScalarType t) {
-  return torch::stable::to(a, t, std::nullopt, std::nullopt, std::nullopt, false, /*copy=*/true);
-}
 void copy_into(Tensor dst, const Tensor& src) { torch::stable::copy_(dst, src); }
-
-// Constants on the computation's device.
-struct Consts {
-  torch::stable::Device dev;
-  Tensor scalar(double v, ScalarType t) const {
-    return torch::stable::full(Shape{}, v, t, std::nullopt, dev);
-  }
-  Tensor filled(const Shape& shape, double v, ScalarType t) const {
-    return torch::stable::full(shape, v, t, std::nullopt, dev);
-  }
-};
 
 // fmaf(a, b, c) element-wise for float32 tensors (broadcasting), exactly: see step 2 above.
 Tensor fma_f32(const Tensor& a, const Tensor& b, const Tensor& c, const Consts& k) {
@@ -176,7 +114,7 @@ Tensor fma_f32(const Tensor& a, const Tensor& b, const Tensor& c, const Consts& 
   // rounded once (to double). add() is a - (-b), which would flip the sign of a NaN c: where
   // only c is NaN the result is c itself, as fmaf returns it (the sign of a NaN matters for
   // the e2m1 codes of the vllm_* recipes: the sign bit of v is kept on every code).
-  const Tensor S = where(logical_and(isnan(C), logical_not(isnan(P))), C, add(P, C));
+  const Tensor S = where(land(isnan(C), lnot(isnan(P))), C, add(P, C));
   // TwoSum (Knuth): err = (P + C) - S exactly, for any magnitudes (no overflow here).
   const Tensor bv = sub(S, P);
   const Tensor av = sub(S, bv);
@@ -185,13 +123,13 @@ Tensor fma_f32(const Tensor& a, const Tensor& b, const Tensor& c, const Consts& 
   // is) and S's significand is even, step one ulp toward the exact sum.
   const Tensor zero = k.scalar(0.0, ScalarType::Double);
   const Tensor pos = gt(err, zero);
-  const Tensor inexact = logical_or(pos, lt(err, zero));
+  const Tensor inexact = lor(pos, lt(err, zero));
   const Tensor bits = view_as_dtype(S, ScalarType::Long);
-  const Tensor even = eq(bitwise_and(bits, k.scalar(1.0, ScalarType::Long)),
+  const Tensor even = eq(band(bits, k.scalar(1.0, ScalarType::Long)),
                          k.scalar(0.0, ScalarType::Long));
   const Tensor toward = where(pos, k.scalar(std::numeric_limits<double>::infinity(), ScalarType::Double),
                               k.scalar(-std::numeric_limits<double>::infinity(), ScalarType::Double));
-  const Tensor odd = where(logical_and(inexact, even), nextafter(S, toward), S);
+  const Tensor odd = where(land(inexact, even), nextafter(S, toward), S);
   return to_dtype(odd, ScalarType::Float);  // correctly rounded: == fmaf(a, b, c)
 }
 
@@ -205,14 +143,14 @@ Tensor round_bf16(const Tensor& x, const Consts& k) {
   Tensor ud = to_dtype(u, D);  // the signed value of the bits
   ud = where(lt(ud, k.scalar(0.0, D)), add(ud, k.scalar(4294967296.0, D)), ud);  // unsigned
   const Tensor lsb = to_dtype(
-      bitwise_and(bitwise_right_shift(u, k.scalar(16.0, I)), k.scalar(1.0, I)), D);
+      band(shr(u, k.scalar(16.0, I)), k.scalar(1.0, I)), D);
   const Tensor sum = add(add(ud, k.scalar(32767.0, D)), lsb);           // < 2^33, exact
   const Tensor masked = mul(floor(div(sum, k.scalar(65536.0, D))), k.scalar(65536.0, D));
   const Tensor bits = where(ge(masked, k.scalar(2147483648.0, D)),
                             sub(masked, k.scalar(4294967296.0, D)), masked);  // int32 range
   const Tensor r = view_as_dtype(to_dtype(bits, I), ScalarType::Float);
   const Tensor quiet =
-      view_as_dtype(bitwise_or(u, k.scalar(double(0x00400000), I)), ScalarType::Float);
+      view_as_dtype(bor(u, k.scalar(double(0x00400000), I)), ScalarType::Float);
   return where(isnan(x), quiet, r);
 }
 
@@ -222,8 +160,8 @@ Tensor round_bf16(const Tensor& x, const Consts& k) {
 Tensor exponent_rounded_up(const Tensor& s, const Consts& k) {
   const ScalarType I = ScalarType::Int, D = ScalarType::Double;
   const Tensor bits = view_as_dtype(s, I);  // s > 0: sign bit clear
-  const Tensor expo = bitwise_and(bitwise_right_shift(bits, k.scalar(23.0, I)), k.scalar(255.0, I));
-  const Tensor mant_nz = ne(bitwise_and(bits, k.scalar(double(0x7fffff), I)), k.scalar(0.0, I));
+  const Tensor expo = band(shr(bits, k.scalar(23.0, I)), k.scalar(255.0, I));
+  const Tensor mant_nz = ne(band(bits, k.scalar(double(0x7fffff), I)), k.scalar(0.0, I));
   return add(to_dtype(expo, D), to_dtype(mant_nz, D));
 }
 
@@ -261,8 +199,8 @@ void composed_forward(const TorchArgs& a) {
   // On a device they cannot be checked without a synchronization; such a row gets what the CUDA
   // backend gives it (zero codes, zero block scales, a NaN weights_out) and no out-of-bounds read.
   const ScalarType pt = a.positions.scalar_type();
-  const Tensor valid = logical_and(ge(a.positions, k.scalar(0.0, pt)),
-                                   lt(a.positions, k.scalar(double(a.freqs.size(0)), pt)));
+  const Tensor valid = land(ge(a.positions, k.scalar(0.0, pt)),
+                            lt(a.positions, k.scalar(double(a.freqs.size(0)), pt)));
   const Tensor safe_positions = where(valid, a.positions, k.scalar(0.0, pt));
   const Tensor valid_rows = view(valid, Shape{B, 1, 1});
 
@@ -365,16 +303,16 @@ void composed_forward(const TorchArgs& a) {
                      L);
       // the sign bit of v on every code, zero included; a NaN v gives 0x7 whatever its sign
       // (mag is 7 there: fmin(NaN, 6) = 6)
-      negative = logical_and(lt(view_as_dtype(v, I), k.scalar(0.0, I)), logical_not(isnan(v)));
+      negative = land(lt(view_as_dtype(v, I), k.scalar(0.0, I)), lnot(isnan(v)));
     } else {
       // ties to the smaller magnitude: strictly above every threshold; sign on nonzero codes
       mag = count_nonzero(gt(av5, thresholds({0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0})), 4);
-      negative = logical_and(lt(v, k.scalar(0.0, F)), ne(mag, k.scalar(0.0, L)));
+      negative = land(lt(v, k.scalar(0.0, F)), ne(mag, k.scalar(0.0, L)));
     }
-    const Tensor code = where(negative, bitwise_or(mag, k.scalar(8.0, L)), mag);  // int64
+    const Tensor code = where(negative, bor(mag, k.scalar(8.0, L)), mag);  // int64
     const Tensor pairs = view(code, Shape{B, H, 64, 2});
     const Tensor packed =
-        bitwise_or(pick(pairs, 3, 0), mul(pick(pairs, 3, 1), k.scalar(16.0, L)));  // (B, H, 64)
+        bor(pick(pairs, 3, 0), mul(pick(pairs, 3, 1), k.scalar(16.0, L)));  // (B, H, 64)
     const Tensor rows_ok = view(valid, Shape{B, 1, 1});
     write_bytes(a.q_out, to_dtype(where(rows_ok, packed, k.scalar(0.0, L)), U8));
 

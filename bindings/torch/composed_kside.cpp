@@ -32,7 +32,6 @@
 //  - tokens: a token is written when slot >= 0, slot < num_pages * page_size and position in
 //    [0, max_pos) (on the CPU the validator has already rejected every other non-negative slot);
 //    its 132 / 68 bytes are index_copy_'d into the flat cache at SPEC-kside.md section 3's place.
-#include <array>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -46,6 +45,7 @@
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 
+#include "aten_ops.h"
 #include "kside_binding.h"
 
 namespace indexer_q {
@@ -54,70 +54,19 @@ namespace torch_binding {
 namespace {
 
 using torch::headeronly::ScalarType;
-using Shape = std::vector<std::int64_t>;
 constexpr ScalarType F = ScalarType::Float, I32 = ScalarType::Int, L = ScalarType::Long, U8 = ScalarType::Byte;
 
-template <class... A>
-Tensor aten(const char* name, const char* overload, const A&... args) {
-  std::array<StableIValue, sizeof...(A)> stack{torch::stable::detail::from(args)...};
-  IQ_SHIM_CHECK(torch_call_dispatcher(name, overload, stack.data(), TORCH_ABI_VERSION));
-  return torch::stable::detail::to<Tensor>(stack[0]);
-}
-
-Tensor mul(const Tensor& a, const Tensor& b) { return aten("aten::mul", "Tensor", a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return aten("aten::div", "Tensor", a, b); }
-Tensor neg(const Tensor& a) { return aten("aten::neg", "", a); }
-Tensor sub(const Tensor& a, const Tensor& b) { return torch::stable::subtract(a, b); }  // float only
-Tensor add(const Tensor& a, const Tensor& b) { return sub(a, neg(b)); }                  // float only
-Tensor abs(const Tensor& a) { return aten("aten::abs", "", a); }
-Tensor fmax(const Tensor& a, const Tensor& b) { return aten("aten::fmax", "", a, b); }
-Tensor fmin(const Tensor& a, const Tensor& b) { return aten("aten::fmin", "", a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return aten("aten::gt", "Tensor", a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return aten("aten::lt", "Tensor", a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return aten("aten::ge", "Tensor", a, b); }
-Tensor eq(const Tensor& a, const Tensor& b) { return aten("aten::eq", "Tensor", a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return aten("aten::ne", "Tensor", a, b); }
-Tensor land(const Tensor& a, const Tensor& b) { return aten("aten::logical_and", "", a, b); }
-Tensor lor(const Tensor& a, const Tensor& b) { return aten("aten::logical_or", "", a, b); }
-Tensor lnot(const Tensor& a) { return aten("aten::logical_not", "", a); }
-Tensor lxor(const Tensor& a, const Tensor& b) { return aten("aten::logical_xor", "", a, b); }
-Tensor band(const Tensor& a, const Tensor& b) { return aten("aten::bitwise_and", "Tensor", a, b); }
-Tensor bor(const Tensor& a, const Tensor& b) { return aten("aten::bitwise_or", "Tensor", a, b); }
-Tensor bxor(const Tensor& a, const Tensor& b) { return aten("aten::bitwise_xor", "Tensor", a, b); }
-Tensor shl(const Tensor& a, const Tensor& b) { return aten("aten::bitwise_left_shift", "Tensor", a, b); }
-Tensor shr(const Tensor& a, const Tensor& b) { return aten("aten::bitwise_right_shift", "Tensor", a, b); }
-Tensor isnan(const Tensor& a) { return aten("aten::isnan", "", a); }
+// The ATen operations shared with composed.cpp (aten, mul, ..., sub / add (float only), land, band,
+// shr, where, view, to_dtype, Consts with li / f): aten_ops.h. Those only this file needs:
 Tensor isfinite(const Tensor& a) { return aten("aten::isfinite", "", a); }
-Tensor floor(const Tensor& a) { return aten("aten::floor", "", a); }
-Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) { return aten("aten::where", "self", c, a, b); }
-Tensor view_as_dtype(const Tensor& a, ScalarType t) { return aten("aten::view", "dtype", a, t); }
-Tensor index_select(const Tensor& a, std::int64_t dim, const Tensor& index) {
-  return aten("aten::index_select", "", a, dim, index);
-}
 Tensor nonzero(const Tensor& a) { return aten("aten::nonzero", "", a); }
 Tensor stack(const std::vector<Tensor>& ts, std::int64_t dim) { return aten("aten::stack", "", ts, dim); }
-Tensor view(const Tensor& a, const Shape& s) { return torch::stable::view(a, s); }
-Tensor reshape(const Tensor& a, const Shape& s) { return torch::stable::reshape(a, s); }
 Tensor narrow(const Tensor& a, std::int64_t d, std::int64_t start, std::int64_t len) {
   Tensor t = a;  // a handle: narrow takes a non-const reference
   return torch::stable::narrow(t, d, start, len);
 }
-Tensor pick(const Tensor& a, std::int64_t d, std::int64_t i) { return torch::stable::select(a, d, i); }
-Tensor to_dtype(const Tensor& a, ScalarType t) {
-  return torch::stable::to(a, t, std::nullopt, std::nullopt, std::nullopt, false, /*copy=*/true);
-}
 Tensor cat(const std::vector<Tensor>& ts, std::int64_t dim) { return aten("aten::cat", "", ts, dim); }
 Tensor amax_dim(const Tensor& a, std::int64_t dim) { return torch::stable::amax(a, dim, /*keepdim=*/false); }
-
-struct Consts {
-  torch::stable::Device dev;
-  Tensor scalar(double v, ScalarType t) const { return torch::stable::full(Shape{}, v, t, std::nullopt, dev); }
-  Tensor filled(const Shape& s, double v, ScalarType t) const {
-    return torch::stable::full(s, v, t, std::nullopt, dev);
-  }
-  Tensor li(std::int64_t v) const { return scalar(double(v), L); }   // |v| < 2^53: exact
-  Tensor f(double v) const { return scalar(v, F); }                  // a float32 value: exact
-};
 
 // int64 a + b (same shape): the sum over a stacked pair.
 Tensor iadd(const Tensor& a, const Tensor& b) {

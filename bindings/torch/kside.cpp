@@ -16,34 +16,23 @@
 // the library's one validator (validate(KStoreArgs)) decide; it only reports what a TensorView
 // cannot express (a dtype the library has no DType for, a non-strided layout, more than 4 dims,
 // tensors on different devices of a kind the library cannot name).
-#include <algorithm>
 #include <cstdint>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
-#include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
-#include <torch/headeronly/core/ScalarType.h>
 
 #include "binding.h"
 #include "indexer_q/indexer_q.h"
 #include "kside_binding.h"
+#include "torch_views.h"
 
 namespace indexer_q {
 namespace torch_binding {
 
 namespace {
-
-using torch::headeronly::ScalarType;
-using StableDeviceType = torch::headeronly::DeviceType;
-
-[[noreturn]] void fail(const char* arg, const std::string& what) {
-  throw std::runtime_error(std::string("indexer_q: ") + arg + ": " + what);
-}
 
 const char* kside_expected_dtype(const std::string& a) {
   if (a == "input" || a == "weight") return "fp32, bf16 or fp16 (weight: the dtype of input)";
@@ -65,35 +54,11 @@ std::string device_text(const Tensor& t) {
 }
 
 TensorView kview(const Tensor& t, const char* arg) {
-  if (!t.defined()) fail(arg, "expected a tensor, got an undefined tensor");
-  if (t.layout() != torch::headeronly::Layout::Strided)
-    fail(arg, "expected a strided (dense) tensor, got a sparse or other non-strided layout");
-  const std::int64_t nd = t.dim();
-  if (nd > TensorView::kMaxDims) fail(arg, "expected at most 2 dims, got " + std::to_string(nd));
-  TensorView v;
-  switch (t.scalar_type()) {
-    case ScalarType::BFloat16: v.dtype = DType::kBFloat16; break;
-    case ScalarType::Half: v.dtype = DType::kFloat16; break;
-    case ScalarType::Float: v.dtype = DType::kFloat32; break;
-    case ScalarType::Byte: v.dtype = DType::kUInt8; break;
-    case ScalarType::Char: v.dtype = DType::kInt8; break;
-    case ScalarType::Int: v.dtype = DType::kInt32; break;
-    case ScalarType::Long: v.dtype = DType::kInt64; break;
-    case ScalarType::Float8_e4m3fn: v.dtype = DType::kFloat8E4M3; break;
-    default: fail(arg, std::string("expected dtype ") + kside_expected_dtype(arg) + ", got another dtype");
-  }
-  v.ndim = int(nd);
-  const auto sizes = t.sizes();
-  const auto strides = t.strides();
-  for (int d = 0; d < v.ndim; ++d) {
-    v.sizes[d] = sizes[d];
-    v.strides[d] = strides[d];
-  }
-  v.data = t.numel() > 0 ? t.data_ptr() : nullptr;
-  const auto dev = t.device();
-  v.device = dev.type() == StableDeviceType::CPU ? Device{DeviceType::kCPU, 0}
-                                                 : Device{DeviceType::kCUDA, int(dev.index())};
-  return v;
+  check_viewable(t, arg, "2");
+  const std::optional<DType> dtype = library_dtype(t.scalar_type());
+  if (!dtype || *dtype == DType::kFloat8E4M3FNUZ)  // the key side takes no FNUZ tensor
+    fail(arg, std::string("expected dtype ") + kside_expected_dtype(arg) + ", got another dtype");
+  return view_with_dtype(t, *dtype);
 }
 
 }  // namespace
@@ -107,26 +72,9 @@ KRecipeId krecipe_or_throw(const std::string& name) {
 }
 
 KStoreArgs make_kargs(const KTorchArgs& a) {
-  struct Named {
-    const char* name;
-    const Tensor* t;
-  };
-  const Named all[] = {{"input", &a.input},         {"weight", &a.weight}, {"freqs", &a.freqs},
-                       {"positions", &a.positions}, {"slots", &a.slots},   {"kvcache", &a.kvcache}};
-  bool other_device = false;
-  for (const auto& x : all) {
-    if (!x.t->defined()) fail(x.name, "expected a tensor, got an undefined tensor");
-    const auto ty = x.t->device().type();
-    if (ty != StableDeviceType::CPU && ty != StableDeviceType::CUDA) other_device = true;
-  }
-  if (other_device) {  // devices the library cannot name: all on input's device
-    const auto d0 = a.input.device();
-    for (const auto& x : all) {
-      const auto d = x.t->device();
-      if (d.type() != d0.type() || d.index() != d0.index())
-        fail(x.name, "expected the device of input (" + device_text(a.input) + "), got " + device_text(*x.t));
-    }
-  }
+  const NamedTensor all[] = {{"input", &a.input},         {"weight", &a.weight}, {"freqs", &a.freqs},
+                             {"positions", &a.positions}, {"slots", &a.slots},   {"kvcache", &a.kvcache}};
+  check_devices(all, device_text);  // devices the library cannot name: all on input's device
   KStoreArgs k;
   k.recipe = a.recipe;
   k.input = kview(a.input, "input");
@@ -145,10 +93,7 @@ namespace {
 void kside_cpu(std::string recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor positions,
                Tensor slots, Tensor kvcache, std::int64_t page_size, bool /*enable_pdl*/) {
   const KTorchArgs a{krecipe_or_throw(recipe), input, weight, eps, freqs, positions, slots, kvcache, page_size};
-  Options o;
-  o.backend = Backend::kCpu;
-  o.num_threads = int(std::max<std::uint32_t>(1u, torch::stable::get_num_threads()));
-  throw_if_error(indexer_q::run(make_kargs(a), o));
+  run_on_cpu(make_kargs(a));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
@@ -157,19 +102,7 @@ void kside_cpu(std::string recipe, Tensor input, Tensor weight, double eps, Tens
 void kside_cuda(std::string recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor positions,
                 Tensor slots, Tensor kvcache, std::int64_t page_size, bool enable_pdl) {
   const KTorchArgs a{krecipe_or_throw(recipe), input, weight, eps, freqs, positions, slots, kvcache, page_size};
-  const KStoreArgs k = make_kargs(a);
-  Options o;
-  o.backend = Backend::kCuda;
-  o.enable_pdl = enable_pdl;
-  std::optional<torch::stable::accelerator::DeviceGuard> guard;
-  if (input.is_cuda()) {
-    const int32_t index = input.get_device_index();
-    guard.emplace(index);
-    void* stream = nullptr;
-    IQ_SHIM_CHECK(aoti_torch_get_current_cuda_stream(index, &stream));
-    o.stream = stream;
-  }
-  throw_if_error(indexer_q::run(k, o));
+  run_on_cuda(input, make_kargs(a), enable_pdl);
 }
 #endif
 

@@ -28,21 +28,19 @@
 //    torch::stable::accelerator::Stream::nativeHandle() would do it but needs torch >= 2.13)
 //  - device guard:          torch::stable::accelerator::DeviceGuard (torch >= 2.9)
 //  - str / str[] / int[] / Tensor? arguments and results: stable conversions of torch >= 2.10
-#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
-#include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 
 #include "binding.h"
 #include "indexer_q/indexer_q.h"
+#include "torch_views.h"
 
 namespace indexer_q {
 namespace torch_binding {
@@ -50,7 +48,6 @@ namespace torch_binding {
 namespace {
 
 using torch::headeronly::ScalarType;
-using StableDeviceType = torch::headeronly::DeviceType;
 
 // The op's names for a torch dtype the library has no DType for (messages only).
 const char* torch_dtype_name(ScalarType t) {
@@ -95,10 +92,6 @@ std::string device_text(const Tensor& t) {
   return s;
 }
 
-[[noreturn]] void fail(const char* arg, const std::string& what) {
-  throw std::runtime_error(std::string("indexer_q: ") + arg + ": " + what);
-}
-
 // Expected dtypes per argument, used only when the tensor's dtype has no indexer_q::DType.
 std::string expected_dtype_text(const std::string& a, const Recipe& rec) {
   if (a == "q_input") return "bf16, fp16 or fp32";
@@ -114,45 +107,12 @@ std::string expected_dtype_text(const std::string& a, const Recipe& rec) {
 }
 
 TensorView view_of(const Tensor& t, const char* arg, const Recipe& rec) {
-  if (!t.defined()) fail(arg, "expected a tensor, got an undefined tensor");
-  if (t.layout() != torch::headeronly::Layout::Strided)
-    fail(arg, "expected a strided (dense) tensor, got a sparse or other non-strided layout");
-  const std::int64_t nd = t.dim();
-  if (nd > TensorView::kMaxDims)
-    fail(arg, "expected at most 3 dims, got " + std::to_string(nd));
-
-  TensorView v;
-  switch (t.scalar_type()) {
-    case ScalarType::BFloat16: v.dtype = DType::kBFloat16; break;
-    case ScalarType::Half: v.dtype = DType::kFloat16; break;
-    case ScalarType::Float: v.dtype = DType::kFloat32; break;
-    case ScalarType::Float8_e4m3fn: v.dtype = DType::kFloat8E4M3; break;
-    case ScalarType::Float8_e4m3fnuz: v.dtype = DType::kFloat8E4M3FNUZ; break;
-    case ScalarType::Byte: v.dtype = DType::kUInt8; break;
-    case ScalarType::Char: v.dtype = DType::kInt8; break;
-    case ScalarType::Int: v.dtype = DType::kInt32; break;
-    case ScalarType::Long: v.dtype = DType::kInt64; break;
-    default:
-      fail(arg, "expected dtype " + expected_dtype_text(arg, rec) + ", got " +
-                    torch_dtype_name(t.scalar_type()));
-  }
-  v.ndim = int(nd);
-  const auto sizes = t.sizes();
-  const auto strides = t.strides();
-  for (int d = 0; d < v.ndim; ++d) {
-    v.sizes[d] = sizes[d];
-    v.strides[d] = strides[d];
-  }
-  v.data = t.numel() > 0 ? t.data_ptr() : nullptr;
-  const auto dev = t.device();
-  if (dev.type() == StableDeviceType::CPU) {
-    v.device = Device{DeviceType::kCPU, 0};
-  } else {
-    // CUDA tensors are CUDA memory; any other device is described as CUDA memory of the same
-    // index, after make_args() checked that all tensors share that device.
-    v.device = Device{DeviceType::kCUDA, int(dev.index())};
-  }
-  return v;
+  check_viewable(t, arg, "3");
+  const std::optional<DType> dtype = library_dtype(t.scalar_type());
+  if (!dtype)
+    fail(arg, "expected dtype " + expected_dtype_text(arg, rec) + ", got " +
+                  torch_dtype_name(t.scalar_type()));
+  return view_with_dtype(t, *dtype);
 }
 
 }  // namespace
@@ -175,31 +135,13 @@ RecipeId recipe_or_throw(const std::string& name) {
 indexer_q::OpArgs make_args(const TorchArgs& a) {
   const Recipe& rec = recipe(a.recipe);
   const char* out_name = rec.format == OutFormat::kE2M1 ? "q_fp4" : "q_fp8";
-  struct Named {
-    const char* name;
-    const Tensor* t;
-  };
-  std::vector<Named> all = {{"q_input", &a.q_input}, {out_name, &a.q_out}};
+  std::vector<NamedTensor> all = {{"q_input", &a.q_input}, {out_name, &a.q_out}};
   if (a.q_sf) all.push_back({"q_sf", a.q_sf});
-  for (Named n : {Named{"weight", &a.weight}, Named{"weights_out", &a.weights_out},
-                  Named{"freqs", &a.freqs}, Named{"positions", &a.positions}})
+  for (NamedTensor n : {NamedTensor{"weight", &a.weight}, NamedTensor{"weights_out", &a.weights_out},
+                        NamedTensor{"freqs", &a.freqs}, NamedTensor{"positions", &a.positions}})
     all.push_back(n);
   // Devices the library cannot name: check here that they all agree with q_input's.
-  bool other_device = false;
-  for (const auto& x : all) {
-    if (!x.t->defined()) fail(x.name, "expected a tensor, got an undefined tensor");
-    const auto ty = x.t->device().type();
-    if (ty != StableDeviceType::CPU && ty != StableDeviceType::CUDA) other_device = true;
-  }
-  if (other_device) {
-    const auto d0 = a.q_input.device();
-    for (const auto& x : all) {
-      const auto d = x.t->device();
-      if (d.type() != d0.type() || d.index() != d0.index())
-        fail(x.name, "expected the device of q_input (" + device_text(a.q_input) + "), got " +
-                         device_text(*x.t));
-    }
-  }
+  check_devices(all, device_text);
   indexer_q::OpArgs o;
   o.recipe = a.recipe;
   o.q_input = view_of(a.q_input, "q_input", rec);
@@ -219,36 +161,13 @@ void validate_or_throw(const indexer_q::OpArgs& args) { throw_if_error(indexer_q
 namespace {
 
 // ---- CPU: the library's CPU backend -------------------------------------------------------
-void run_cpu(const TorchArgs& a) {
-  const indexer_q::OpArgs args = make_args(a);
-  Options o;
-  o.backend = Backend::kCpu;
-  // torch's intra-op thread count (torch.get_num_threads()), through the stable C shim.
-  o.num_threads = int(std::max<std::uint32_t>(1u, torch::stable::get_num_threads()));
-  throw_if_error(indexer_q::run(args, o));
-}
+void run_cpu(const TorchArgs& a) { run_on_cpu(make_args(a)); }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 // ---- CUDA: the library's CUDA backend on torch's current stream ---------------------------
 // positions cannot be range-checked here without a device synchronization: the CUDA backend
 // guards every read instead (see docs/TORCH.md).
-void run_cuda(const TorchArgs& a, bool enable_pdl) {
-  const indexer_q::OpArgs args = make_args(a);
-  Options o;
-  o.backend = Backend::kCuda;
-  o.enable_pdl = enable_pdl;
-  // The dispatcher also lands here when q_input is on the CPU but another tensor is on CUDA:
-  // then no guard or stream is needed, the validator reports the device mismatch.
-  std::optional<torch::stable::accelerator::DeviceGuard> guard;
-  if (a.q_input.is_cuda()) {
-    const int32_t index = a.q_input.get_device_index();
-    guard.emplace(index);
-    void* stream = nullptr;
-    IQ_SHIM_CHECK(aoti_torch_get_current_cuda_stream(index, &stream));
-    o.stream = stream;
-  }
-  throw_if_error(indexer_q::run(args, o));
-}
+void run_cuda(const TorchArgs& a, bool enable_pdl) { run_on_cuda(a.q_input, make_args(a), enable_pdl); }
 #endif
 
 // ---- the historical v4_fp8 operator --------------------------------------------------------

@@ -68,25 +68,20 @@
 #include <cuda_fp16.h>
 #include <string>
 
-#include "cuda/device_facts.cuh"
 #include "common/problem.h"
 #include "common/recipe.h"
 #include "common/row.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/fp4_e2m1.cuh"
 #include "cuda/fp8_e4m3.cuh"
+#include "cuda/launch.cuh"
 
 namespace indexer_q {
 namespace detail {
 namespace {
 
-enum : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
+// kBF16 / kF16 / kF32, pdl_wait, pdl_launch_dependents: src/cuda/launch.cuh.
 
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
 // griddepcontrol.wait with register inputs: the values passed (indices and addresses computed
 // from the launch parameters alone) are computed before the wait, so their parameter reads and
 // integer math overlap the previous kernel instead of following it.
@@ -96,11 +91,6 @@ __device__ __forceinline__ void pdl_wait_after(std::uint64_t a, std::uint64_t b,
   asm volatile("griddepcontrol.wait;" ::"l"(a), "l"(b), "l"(c), "l"(d), "l"(e) : "memory");
 #else
   asm volatile("" ::"l"(a), "l"(b), "l"(c), "l"(d), "l"(e) : "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
@@ -547,29 +537,10 @@ __global__ void __launch_bounds__(128) scalar_kernel(const Problem p, int trigge
   process_row<R>(x, f, w, p.weight_scale, p.head_scale, o, sf, p.weights_out + row);
 }
 
-// ---- per-device facts and the pointer check: src/cuda/device_facts.cuh (kMaxDevices, pdl_supported, check_ptr) ----
+// ---- per-device facts and the pointer check: src/cuda/device_facts.cuh (kMaxDevices, pdl_supported, check_ptr);
+// launch (with the PDL attribute), check_device, run_on_device (device guard), cuda_err, aligned: src/cuda/launch.cuh ----
 
-std::string cuda_err(const char* what, cudaError_t e) {
-  return std::string("indexer_q: cuda backend: ") + what + ": " + cudaGetErrorName(e) + " (" +
-         cudaGetErrorString(e) + ")";
-}
-
-template <typename K>
-cudaError_t launch(K kernel, std::uint64_t grid, unsigned block, cudaStream_t s, bool pdl, const Problem& p,
-                   int trigger) {
-  if (grid == 0) return cudaSuccess;
-  if (grid > 0x7fffffffu) return cudaErrorInvalidConfiguration;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(grid));
-  cfg.blockDim = dim3(block);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, p, trigger);
-}
+constexpr char kBackendName[] = "cuda backend";  // in error messages
 
 struct Launch {
   Variant v;  // lanes 0 (fallback), 4, 8 or 16; block > 0; trigger >= 0
@@ -608,8 +579,6 @@ cudaError_t launch_dtypes(const Problem& p, const Launch& L) {
 // Grids up to this many rows trigger their dependents at their start (choose_variant).
 constexpr std::int64_t kEarlyTriggerRows = 1024;
 
-bool aligned(const void* p, std::uintptr_t n) { return (reinterpret_cast<std::uintptr_t>(p) % n) == 0; }
-
 }  // namespace
 
 bool cuda_available() {
@@ -641,51 +610,30 @@ Variant choose_variant(std::int64_t rows) {
 
 Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant v) {
   const int dev = p.device.index;
-  int ndev = 0;
-  cudaError_t e = cudaGetDeviceCount(&ndev);
-  if (e != cudaSuccess) return Status::Unavailable(cuda_err("cudaGetDeviceCount", e));
-  if (dev < 0 || dev >= ndev || dev >= kMaxDevices)
-    return Status::InvalidArgument("indexer_q: q_input: device cuda:" + std::to_string(dev) +
-                                   " does not exist (" + std::to_string(ndev) + " devices)");
   const bool fp4 = recipe(p.recipe).format == OutFormat::kE2M1;
-  const struct {
-    const char* name;
-    const void* ptr;
-  } ptrs[] = {{"q_input", p.q_input},         {"q_out", p.q_out}, {"weight", p.weight},
-              {"weights_out", p.weights_out}, {"freqs", p.freqs}, {"positions", p.positions},
-              {"q_sf", fp4 ? p.q_sf : p.q_input}};
-  for (const auto& x : ptrs) {
-    Status s = check_ptr(x.name, x.ptr, dev);
-    if (!s.ok()) return s;
-  }
+  const NamedPtr ptrs[] = {{"q_input", p.q_input},         {"q_out", p.q_out}, {"weight", p.weight},
+                           {"weights_out", p.weights_out}, {"freqs", p.freqs}, {"positions", p.positions},
+                           {"q_sf", fp4 ? p.q_sf : p.q_input}};
+  Status s = check_device(kBackendName, dev, ptrs);
+  if (!s.ok()) return s;
   if (p.rows() > (std::int64_t(1) << 40) || p.H > 0x7fffffff)
     return Status::InvalidArgument("indexer_q: q_input: too many rows for the CUDA backend");
 
-  // Device guard: launch on the tensors' device, restore the caller's current device.
-  int prev = 0;
-  e = cudaGetDevice(&prev);
-  if (e != cudaSuccess) return Status::Internal(cuda_err("cudaGetDevice", e));
-  if (prev != dev) {
-    e = cudaSetDevice(dev);
-    if (e != cudaSuccess) return Status::Internal(cuda_err("cudaSetDevice", e));
-  }
-  const bool fast_ok = aligned(p.q_input, 16) && aligned(p.freqs, 16) &&
-                       (fp4 ? aligned(p.q_out, 4) && aligned(p.q_sf, 4) : aligned(p.q_out, 8));
-  const Variant chosen = choose_variant(p.rows());
-  if (v.lanes < 0) {
-    v.lanes = chosen.lanes;
-    v.block = chosen.block;
-  }
-  if (v.trigger < 0 || v.trigger > kTriggerAtExit) v.trigger = chosen.trigger;
-  if (!fast_ok) v.lanes = 0;
-  if (v.block <= 0) v.block = 256;
-  const Launch L{v, static_cast<cudaStream_t>(stream), enable_pdl && pdl_supported(dev)};
-  e = with_recipe(p.recipe, [&](auto r) { return launch_dtypes<decltype(r)>(p, L); });
-  const cudaError_t last = cudaGetLastError();
-  if (e == cudaSuccess) e = last;
-  if (prev != dev) cudaSetDevice(prev);
-  if (e != cudaSuccess) return Status::Internal(cuda_err("kernel launch failed", e));
-  return Status::Ok();
+  // Launch on the tensors' device (pdl_supported reads the current device's facts).
+  return run_on_device(kBackendName, dev, [&] {
+    const bool fast_ok = aligned(p.q_input, 16) && aligned(p.freqs, 16) &&
+                         (fp4 ? aligned(p.q_out, 4) && aligned(p.q_sf, 4) : aligned(p.q_out, 8));
+    const Variant chosen = choose_variant(p.rows());
+    if (v.lanes < 0) {
+      v.lanes = chosen.lanes;
+      v.block = chosen.block;
+    }
+    if (v.trigger < 0 || v.trigger > kTriggerAtExit) v.trigger = chosen.trigger;
+    if (!fast_ok) v.lanes = 0;
+    if (v.block <= 0) v.block = 256;
+    const Launch L{v, static_cast<cudaStream_t>(stream), enable_pdl && pdl_supported(dev)};
+    return with_recipe(p.recipe, [&](auto r) { return launch_dtypes<decltype(r)>(p, L); });
+  });
 }
 
 Status cuda_run(const Problem& p, void* stream, bool enable_pdl) {

@@ -57,30 +57,19 @@
 #include <cstdint>
 #include <string>
 
-#include "cuda/device_facts.cuh"
 #include "common/kside_problem.h"
 #include "common/kside_row.h"
 #include "common/row.h"
 #include "cuda/fp4_e2m1.cuh"
 #include "cuda/fp8_e4m3.cuh"
 #include "cuda/kside_cuda.h"
+#include "cuda/launch.cuh"
 
 namespace indexer_q {
 namespace detail {
 namespace {
 
-enum : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
-
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// kBF16 / kF16 / kF32, pdl_wait, pdl_launch_dependents: src/cuda/launch.cuh.
 
 // ---- loads, in program order (asm volatile keeps them in the order written: the index and
 // input loads are all in flight before the position-dependent freqs loads are issued) ----
@@ -365,28 +354,10 @@ __global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p) {
   for (int i = 0; i < 4; ++i) os[i] = sb[i];
 }
 
-// ---- per-device facts and the pointer check: src/cuda/device_facts.cuh (kMaxDevices, pdl_supported, check_ptr) ----
+// ---- per-device facts and the pointer check: src/cuda/device_facts.cuh (kMaxDevices, pdl_supported, check_ptr);
+// launch (with the PDL attribute), check_device, run_on_device (device guard), cuda_err, aligned: src/cuda/launch.cuh ----
 
-std::string cuda_err(const char* what, cudaError_t e) {
-  return std::string("indexer_q: cuda backend (key side): ") + what + ": " + cudaGetErrorName(e) + " (" +
-         cudaGetErrorString(e) + ")";
-}
-
-template <typename K>
-cudaError_t launch(K kernel, std::uint64_t grid, unsigned block, cudaStream_t s, bool pdl, const KProblem& p) {
-  if (grid == 0) return cudaSuccess;
-  if (grid > 0x7fffffffu) return cudaErrorInvalidConfiguration;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(grid));
-  cfg.blockDim = dim3(block);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, p);
-}
+constexpr char kBackendName[] = "cuda backend (key side)";  // in error messages
 
 template <class KR, int DT, bool POS64>
 cudaError_t launch_shape(const KProblem& p, KVariant v, cudaStream_t s, bool pdl) {
@@ -416,8 +387,6 @@ cudaError_t launch_dtypes(const KProblem& p, KVariant v, cudaStream_t s, bool pd
   }
 }
 
-bool aligned(const void* p, std::uintptr_t n) { return (reinterpret_cast<std::uintptr_t>(p) % n) == 0; }
-
 }  // namespace
 
 KVariant kside_choose_variant(std::int64_t N) {
@@ -435,46 +404,26 @@ KVariant kside_choose_variant(std::int64_t N) {
 Status kside_cuda_run_variant(const KProblem& p, void* stream, bool enable_pdl, KVariant v) {
   if (p.N <= 0) return Status::Ok();
   const int dev = p.device.index;
-  int ndev = 0;
-  cudaError_t e = cudaGetDeviceCount(&ndev);
-  if (e != cudaSuccess) return Status::Unavailable(cuda_err("cudaGetDeviceCount", e));
-  if (dev < 0 || dev >= ndev || dev >= kMaxDevices)
-    return Status::InvalidArgument("indexer_q: input: device cuda:" + std::to_string(dev) + " does not exist (" +
-                                   std::to_string(ndev) + " devices)");
-  const struct {
-    const char* name;
-    const void* ptr;
-  } ptrs[] = {{"input", p.input}, {"weight", p.weight}, {"freqs", p.freqs},
-              {"positions", p.positions}, {"slots", p.slots}, {"kvcache", p.cache}};
-  for (const auto& x : ptrs) {
-    Status s = check_ptr(x.name, x.ptr, dev);
-    if (!s.ok()) return s;
-  }
+  const NamedPtr ptrs[] = {{"input", p.input},         {"weight", p.weight}, {"freqs", p.freqs},
+                           {"positions", p.positions}, {"slots", p.slots},   {"kvcache", p.cache}};
+  Status st = check_device(kBackendName, dev, ptrs);
+  if (!st.ok()) return st;
   if (p.N > (std::int64_t(1) << 36))
     return Status::InvalidArgument("indexer_q: input: too many tokens for the CUDA backend");
 
-  int prev = 0;
-  e = cudaGetDevice(&prev);
-  if (e != cudaSuccess) return Status::Internal(cuda_err("cudaGetDevice", e));
-  if (prev != dev) {
-    e = cudaSetDevice(dev);
-    if (e != cudaSuccess) return Status::Internal(cuda_err("cudaSetDevice", e));
-  }
-  const std::uintptr_t chunk = p.dtype == DType::kFloat32 ? 16 : 8;  // bytes of one 4-value load
-  const std::int64_t es = p.dtype == DType::kFloat32 ? 4 : 2;
-  const bool fast_ok = aligned(p.input, chunk) && (p.input_stride * es) % std::int64_t(chunk) == 0 &&
-                       aligned(p.weight, chunk) && aligned(p.freqs, 16) && aligned(p.cache, 4);
-  if (v.lanes < 0) v = kside_choose_variant(p.N);
-  if (!fast_ok) v.lanes = 0;
-  if (v.block <= 0) v.block = 128;
-  const bool pdl = enable_pdl && pdl_supported(dev);
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  e = with_krecipe(p.recipe, [&](auto kr) { return launch_dtypes<decltype(kr)>(p, v, s, pdl); });
-  const cudaError_t last = cudaGetLastError();
-  if (e == cudaSuccess) e = last;
-  if (prev != dev) cudaSetDevice(prev);
-  if (e != cudaSuccess) return Status::Internal(cuda_err("kernel launch failed", e));
-  return Status::Ok();
+  // Launch on the tensors' device (pdl_supported reads the current device's facts).
+  return run_on_device(kBackendName, dev, [&] {
+    const std::uintptr_t chunk = p.dtype == DType::kFloat32 ? 16 : 8;  // bytes of one 4-value load
+    const std::int64_t es = p.dtype == DType::kFloat32 ? 4 : 2;
+    const bool fast_ok = aligned(p.input, chunk) && (p.input_stride * es) % std::int64_t(chunk) == 0 &&
+                         aligned(p.weight, chunk) && aligned(p.freqs, 16) && aligned(p.cache, 4);
+    if (v.lanes < 0) v = kside_choose_variant(p.N);
+    if (!fast_ok) v.lanes = 0;
+    if (v.block <= 0) v.block = 128;
+    const bool pdl = enable_pdl && pdl_supported(dev);
+    const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    return with_krecipe(p.recipe, [&](auto kr) { return launch_dtypes<decltype(kr)>(p, v, s, pdl); });
+  });
 }
 
 Status kside_cuda_run(const KProblem& p, void* stream, bool enable_pdl) {
