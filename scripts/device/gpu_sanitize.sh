@@ -15,6 +15,7 @@
 #   BUILD_DIR=dir   the build tree (default build-gpu)
 #   TOOL_TIMEOUT=s  seconds per tool (default 140: four tools stay inside a 10-minute call)
 #   MEMCHECK_TIMEOUT=s  seconds for memcheck alone (default TOOL_TIMEOUT; it runs the most tests)
+#   TOOLS="memcheck racecheck initcheck synccheck"  the tools to run (default all four)
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu_sanitize_out}
@@ -68,10 +69,15 @@ run_tool() {  # label, tool, filter, extra options...
 
 leak=()
 [ -n "${LEAK_CHECK:-}" ] && leak=(--leak-check full)
-run_tool memcheck memcheck "$MEM" "${leak[@]}"
-[ -n "$MEM_API" ] && run_tool memcheck-deliberate-api-errors memcheck "$MEM_API" --report-api-errors no
-run_tool racecheck racecheck "$KER" --racecheck-report all
-run_tool initcheck initcheck "$KER"
-if compute-sanitizer --help 2>&1 | grep -q synccheck; then run_tool synccheck synccheck "$KER"; fi
+TOOLS=" ${TOOLS:-memcheck racecheck initcheck synccheck} "
+if [[ $TOOLS == *" memcheck "* ]]; then
+  run_tool memcheck memcheck "$MEM" "${leak[@]}"
+  [ -n "$MEM_API" ] && run_tool memcheck-deliberate-api-errors memcheck "$MEM_API" --report-api-errors no
+fi
+[[ $TOOLS == *" racecheck "* ]] && run_tool racecheck racecheck "$KER" --racecheck-report all
+[[ $TOOLS == *" initcheck "* ]] && run_tool initcheck initcheck "$KER"
+if [[ $TOOLS == *" synccheck "* ]] && compute-sanitizer --help 2>&1 | grep -q synccheck; then
+  run_tool synccheck synccheck "$KER"
+fi
 say "gpu_sanitize: $([ $rc_all -eq 0 ] && echo PASS || echo FAIL)"
 exit $rc_all
