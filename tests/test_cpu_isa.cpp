@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <thread>
@@ -47,6 +48,19 @@ void put(std::vector<std::uint8_t>& buf, DType dt, std::int64_t i, float v) {
     const std::uint16_t h = dt == DType::kBFloat16 ? std::uint16_t(bits(v) >> 16) : to_f16(v);
     std::memcpy(buf.data() + 2 * i, &h, 2);
   }
+}
+
+// Weight (b, h) of case c, decoded to float.
+float weight_of(const Case& c, std::int64_t b, std::int64_t h) {
+  const std::int64_t i = b * c.wstride + h;
+  if (c.dt == DType::kFloat32) {
+    float w;
+    std::memcpy(&w, c.w.data() + 4 * i, 4);
+    return w;
+  }
+  std::uint16_t u;
+  std::memcpy(&u, c.w.data() + 2 * i, 2);
+  return c.dt == DType::kBFloat16 ? detail::bf16_to_f32(u) : detail::f16_to_f32(u);
 }
 
 // Rows of many kinds: ordinary values over many decades, zero, all-NaN, one NaN, +-Inf, tiny
@@ -134,6 +148,20 @@ Case make_case(std::int64_t B, std::int64_t H, DType dt, DType pos_dt, std::uint
   return c;
 }
 
+// One token, one head per special row (zero, NaN, tiny, Inf with weight 0, constant, -Inf, below
+// the floor, huge, then the dtype's largest finite values), `rows` <= 10 of them: even dims hold
+// the row's first value, odd dims its second.
+Case special_rows_case(DType dt, int rows, std::uint32_t seed) {
+  Case c = make_case(1, rows, dt, DType::kInt64, seed);
+  const float big = dt == DType::kFloat16 ? 65504.0f : 3.3e38f;
+  const float table[10][2] = {{0, 0}, {NAN, NAN}, {1e-7f, -1e-7f}, {INFINITY, 1.0f}, {1.0f, 1.0f},
+                              {-INFINITY, -INFINITY}, {6e-5f, 0}, {1e4f, -1e4f}, {big, big}, {big, -big}};
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < 128; ++i) put(c.q, dt, r * 128 + i, table[r][i % 2]);
+  put(c.w, dt, 3, 0.0f);  // the Inf row with weight 0 -> NaN weights_out
+  return c;
+}
+
 struct Out {
   std::vector<std::uint8_t> q;
   std::vector<float> w;
@@ -173,6 +201,33 @@ struct ThresholdGuard {
   explicit ThresholdGuard(std::int64_t rows) { detail::cpu::set_inline_row_threshold(rows); }
   ~ThresholdGuard() { detail::cpu::set_inline_row_threshold(saved); }
 };
+
+Options cpu_options(CpuIsa isa, int threads) {
+  Options opt;
+  opt.backend = Backend::kCpu;
+  opt.cpu_isa = isa;
+  opt.num_threads = threads;
+  return opt;
+}
+
+// The encoder of every supported ISA (encoder_for(isa): n values, n a multiple of 16) on vals
+// with inv, code for code against want_of(value); `what` names the setting in failure messages.
+template <class WantOf>
+void expect_encoder_matches(detail::cpu::QuantizeFn (*encoder_for)(CpuIsa), const std::vector<float>& vals,
+                            float inv, WantOf want_of, const std::string& what) {
+  std::vector<std::uint8_t> want(vals.size()), got(vals.size());
+  for (std::size_t i = 0; i < vals.size(); ++i) want[i] = want_of(vals[i]);
+  for (CpuIsa isa : supported_cpu_isas()) {
+    std::fill(got.begin(), got.end(), 0xAB);
+    encoder_for(isa)(vals.data(), inv, got.data(), std::int64_t(vals.size()));
+    std::int64_t bad = 0;
+    std::size_t first = 0;
+    for (std::size_t i = 0; i < vals.size(); ++i)
+      if (got[i] != want[i] && bad++ == 0) first = i;
+    EXPECT_EQ(bad, 0) << cpu_isa_name(isa) << " " << what << " first value bits 0x" << std::hex << bits(vals[first])
+                      << " got 0x" << int(got[first]) << " want 0x" << int(want[first]);
+  }
+}
 
 TEST(CpuIsa, ListIsConsistent) {
   const std::vector<CpuIsa> isas = supported_cpu_isas();
@@ -288,12 +343,8 @@ TEST(CpuIsa, BitExactWithReferenceAllIsasAndThreads) {
       const Out ref = reference(c);
       for (CpuIsa isa : supported_cpu_isas()) {
         for (int threads : {1, 2, 3, 7}) {
-          Options opt;
-          opt.backend = Backend::kCpu;
-          opt.cpu_isa = isa;
-          opt.num_threads = threads;
           Out o;
-          const Status s = run(c, opt, &o);
+          const Status s = run(c, cpu_options(isa, threads), &o);
           ASSERT_TRUE(s.ok()) << s.message();
           EXPECT_EQ(differing_bytes(o, ref), 0)
               << cpu_isa_name(isa) << " threads=" << threads << " dtype=" << dtype_name(cb.dt)
@@ -308,34 +359,16 @@ TEST(CpuIsa, SpecialRowsExact) {
   // Rows from SPEC.md's consequences: all zero, all NaN, amax below the floor, an Inf with a
   // zero weight, all equal, alternating +-448-ish spikes.
   for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
-    Case c = make_case(1, 8, dt, DType::kInt64, 99);
-    const float rows[8][2] = {{0, 0}, {NAN, NAN}, {1e-7f, -1e-7f}, {INFINITY, 1.0f},
-                              {1.0f, 1.0f}, {-INFINITY, -INFINITY}, {6e-5f, 0}, {1e4f, -1e4f}};
-    for (int r = 0; r < 8; ++r)
-      for (int i = 0; i < 128; ++i) put(c.q, dt, r * 128 + i, rows[r][i % 2]);
-    put(c.w, dt, 3, 0.0f);  // Inf row with weight 0 -> NaN weights_out
+    const Case c = special_rows_case(dt, 8, 99);
     const Out ref = reference(c);
     for (CpuIsa isa : supported_cpu_isas()) {
-      Options opt;
-      opt.backend = Backend::kCpu;
-      opt.cpu_isa = isa;
-      opt.num_threads = 1;
       Out o;
-      ASSERT_TRUE(run(c, opt, &o).ok());
+      ASSERT_TRUE(run(c, cpu_options(isa, 1), &o).ok());
       EXPECT_EQ(differing_bytes(o, ref), 0) << cpu_isa_name(isa) << " " << dtype_name(dt);
       // The zero row and the all-NaN row get the floor scale 1e-4 / 448.
       const float floor_scale = 1e-4f / 448.0f;
-      for (int r = 0; r < 2; ++r) {
-        float w;
-        if (dt == DType::kFloat32) {
-          std::memcpy(&w, c.w.data() + 4 * r, 4);
-        } else {
-          std::uint16_t h;
-          std::memcpy(&h, c.w.data() + 2 * r, 2);
-          w = dt == DType::kBFloat16 ? detail::bf16_to_f32(h) : detail::f16_to_f32(h);
-        }
-        EXPECT_EQ(bits(o.w[r]), bits((w * c.weight_scale) * floor_scale)) << "row " << r;
-      }
+      for (int r = 0; r < 2; ++r)
+        EXPECT_EQ(bits(o.w[r]), bits((weight_of(c, 0, r) * c.weight_scale) * floor_scale)) << "row " << r;
     }
   }
 }
@@ -362,21 +395,10 @@ TEST(CpuIsa, EncoderSweepMatchesRowH) {
     vals.push_back(v);
   while (vals.size() % 16) vals.push_back(0.0f);
   const float invs[] = {1.0f, 0.5f, 3.1f, 1.0f / 0.37f, 0.0f, INFINITY};
-  std::vector<std::uint8_t> want(vals.size()), got(vals.size());
-  for (float inv : invs) {
-    for (std::size_t i = 0; i < vals.size(); ++i) want[i] = detail::quantize_value(vals[i], inv);
-    for (CpuIsa isa : supported_cpu_isas()) {
-      std::fill(got.begin(), got.end(), 0xAB);
-      detail::cpu::quantize_for(isa)(vals.data(), inv, got.data(), std::int64_t(vals.size()));
-      std::int64_t bad = 0;
-      std::size_t first = 0;
-      for (std::size_t i = 0; i < vals.size(); ++i)
-        if (got[i] != want[i] && bad++ == 0) first = i;
-      EXPECT_EQ(bad, 0) << cpu_isa_name(isa) << " inv=" << inv << " first value bits 0x" << std::hex
-                        << bits(vals[first]) << " got 0x" << int(got[first]) << " want 0x"
-                        << int(want[first]);
-    }
-  }
+  for (float inv : invs)
+    expect_encoder_matches(
+        detail::cpu::quantize_for, vals, inv, [inv](float v) { return detail::quantize_value(v, inv); },
+        "inv=" + testing::PrintToString(inv));
 }
 
 // ---- every recipe ----
@@ -425,6 +447,32 @@ std::int64_t recipe_diff(const RecipeOut& a, const RecipeOut& b, std::string* wh
   return n;
 }
 
+// Recipe rid of case c on the reference backend.
+void run_recipe_reference(const Case& c, RecipeId rid, RecipeOut* ref) {
+  Options ro;
+  ro.backend = Backend::kReference;
+  const Status s = run_recipe(c, rid, ro, ref);
+  ASSERT_TRUE(s.ok()) << s.message();
+}
+
+// Recipe rid of case c on the CPU backend, every supported ISA at each thread count, byte for
+// byte against ref; `what` is added to failure messages; *checked (if given) counts the comparisons.
+void expect_every_isa_matches(const Case& c, RecipeId rid, const RecipeOut& ref, std::initializer_list<int> threads,
+                              const std::string& what = "", int* checked = nullptr) {
+  for (CpuIsa isa : supported_cpu_isas()) {
+    for (int t : threads) {
+      RecipeOut o;
+      const Status s = run_recipe(c, rid, cpu_options(isa, t), &o);
+      ASSERT_TRUE(s.ok()) << s.message();
+      std::string where;
+      EXPECT_EQ(recipe_diff(o, ref, &where), 0)
+          << recipe_name(rid) << " " << cpu_isa_name(isa) << " threads=" << t << " dtype=" << dtype_name(c.dt)
+          << " pos=" << dtype_name(c.pos_dt) << " B=" << c.B << " H=" << c.H << what << " first difference " << where;
+      if (checked != nullptr) ++*checked;
+    }
+  }
+}
+
 // Every recipe x every supported ISA x bf16/fp16/fp32 x int32/int64 x B in {0, 1, 7, 333} x
 // H in {1, 8, 64, 128}, byte for byte against the reference, at 1 and several threads. The
 // grid is sampled: per recipe every (B, H) pair runs once, with the dtype and position dtype
@@ -448,29 +496,10 @@ TEST(CpuIsaRecipes, EveryRecipeBitExactWithReference) {
         const int combo = (i + int(rid)) % 6;
         const DType dt = dts[combo % 3], pd = pds[combo / 3];
         ++i;
-        Case c = make_case(B, H, dt, pd, seed++);
-        Options ro;
-        ro.backend = Backend::kReference;
+        const Case c = make_case(B, H, dt, pd, seed++);
         RecipeOut ref;
-        const Status rs = run_recipe(c, rid, ro, &ref);
-        ASSERT_TRUE(rs.ok()) << rs.message();
-        for (CpuIsa isa : supported_cpu_isas()) {
-          for (int threads : {1, 3}) {
-            Options opt;
-            opt.backend = Backend::kCpu;
-            opt.cpu_isa = isa;
-            opt.num_threads = threads;
-            RecipeOut o;
-            const Status s = run_recipe(c, rid, opt, &o);
-            ASSERT_TRUE(s.ok()) << s.message();
-            std::string where;
-            EXPECT_EQ(recipe_diff(o, ref, &where), 0)
-                << recipe_name(rid) << " " << cpu_isa_name(isa) << " threads=" << threads
-                << " dtype=" << dtype_name(dt) << " pos=" << dtype_name(pd) << " B=" << B << " H=" << H
-                << " first difference " << where;
-            ++checked;
-          }
-        }
+        ASSERT_NO_FATAL_FAILURE(run_recipe_reference(c, rid, &ref));
+        ASSERT_NO_FATAL_FAILURE(expect_every_isa_matches(c, rid, ref, {1, 3}, "", &checked));
       }
   }
   std::printf("recipe x isa x threads cases checked: %d\n", checked);
@@ -483,24 +512,10 @@ TEST(CpuIsaRecipes, EveryRecipeEveryDtypeAndThreads) {
   for (RecipeId rid : all_recipes())
     for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32})
       for (DType pd : {DType::kInt32, DType::kInt64}) {
-        Case c = make_case(9, 13, dt, pd, seed++);  // odd H: single-row tails per token
-        Options ro;
-        ro.backend = Backend::kReference;
+        const Case c = make_case(9, 13, dt, pd, seed++);  // odd H: single-row tails per token
         RecipeOut ref;
-        ASSERT_TRUE(run_recipe(c, rid, ro, &ref).ok());
-        for (CpuIsa isa : supported_cpu_isas())
-          for (int threads : {1, 2, 7}) {
-            Options opt;
-            opt.backend = Backend::kCpu;
-            opt.cpu_isa = isa;
-            opt.num_threads = threads;
-            RecipeOut o;
-            ASSERT_TRUE(run_recipe(c, rid, opt, &o).ok());
-            std::string where;
-            EXPECT_EQ(recipe_diff(o, ref, &where), 0)
-                << recipe_name(rid) << " " << cpu_isa_name(isa) << " threads=" << threads << " dtype="
-                << dtype_name(dt) << " pos=" << dtype_name(pd) << " first difference " << where;
-          }
+        ASSERT_NO_FATAL_FAILURE(run_recipe_reference(c, rid, &ref));
+        ASSERT_NO_FATAL_FAILURE(expect_every_isa_matches(c, rid, ref, {1, 2, 7}));
       }
 }
 
@@ -509,28 +524,10 @@ TEST(CpuIsaRecipes, EveryRecipeEveryDtypeAndThreads) {
 TEST(CpuIsaRecipes, SpecialRowsEveryRecipe) {
   for (RecipeId rid : all_recipes())
     for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
-      Case c = make_case(1, 10, dt, DType::kInt64, 77);
-      const float big = dt == DType::kFloat16 ? 65504.0f : 3.3e38f;
-      const float rows[10][2] = {{0, 0}, {NAN, NAN}, {1e-7f, -1e-7f}, {INFINITY, 1.0f}, {1.0f, 1.0f},
-                                 {-INFINITY, -INFINITY}, {6e-5f, 0}, {1e4f, -1e4f}, {big, big}, {big, -big}};
-      for (int r = 0; r < 10; ++r)
-        for (int i = 0; i < 128; ++i) put(c.q, dt, r * 128 + i, rows[r][i % 2]);
-      put(c.w, dt, 3, 0.0f);
-      Options ro;
-      ro.backend = Backend::kReference;
+      const Case c = special_rows_case(dt, 10, 77);
       RecipeOut ref;
-      ASSERT_TRUE(run_recipe(c, rid, ro, &ref).ok());
-      for (CpuIsa isa : supported_cpu_isas()) {
-        Options opt;
-        opt.backend = Backend::kCpu;
-        opt.cpu_isa = isa;
-        opt.num_threads = 1;
-        RecipeOut o;
-        ASSERT_TRUE(run_recipe(c, rid, opt, &o).ok());
-        std::string where;
-        EXPECT_EQ(recipe_diff(o, ref, &where), 0)
-            << recipe_name(rid) << " " << cpu_isa_name(isa) << " " << dtype_name(dt) << " first difference " << where;
-      }
+      ASSERT_NO_FATAL_FAILURE(run_recipe_reference(c, rid, &ref));
+      ASSERT_NO_FATAL_FAILURE(expect_every_isa_matches(c, rid, ref, {1}));
     }
 }
 
@@ -544,36 +541,15 @@ TEST(CpuIsaRecipes, Fp4EncoderSweepMatchesRowH) {
     for (int d = -3; d <= 3; ++d)
       for (float sg : {1.0f, -1.0f}) vals.push_back(sg * from_bits(std::uint32_t(std::int64_t(bits(t)) + d * 0x10000)));
   while (vals.size() % 16) vals.push_back(0.0f);
-  std::vector<std::uint8_t> want(vals.size()), got(vals.size());
   for (int e : {1, 100, 113, 120, 127, 130, 140, 200, 254, 255}) {
     const float inv = detail::ue8m0_inverse(std::uint8_t(e));
-    for (std::size_t i = 0; i < vals.size(); ++i) want[i] = detail::e2m1_encode(vals[i] * inv);
-    for (CpuIsa isa : supported_cpu_isas()) {
-      std::fill(got.begin(), got.end(), 0xAB);
-      detail::cpu::encode_fp4_for(isa)(vals.data(), inv, got.data(), std::int64_t(vals.size()));
-      std::int64_t bad = 0;
-      std::size_t first = 0;
-      for (std::size_t i = 0; i < vals.size(); ++i)
-        if (got[i] != want[i] && bad++ == 0) first = i;
-      EXPECT_EQ(bad, 0) << cpu_isa_name(isa) << " e=" << e << " first value bits 0x" << std::hex
-                        << bits(vals[first]) << " got 0x" << int(got[first]) << " want 0x" << int(want[first]);
-    }
+    expect_encoder_matches(
+        detail::cpu::encode_fp4_for, vals, inv, [inv](float v) { return detail::e2m1_encode(v * inv); },
+        "e=" + std::to_string(e));
   }
 }
 
 // ---- vLLM's quantizer (Quantizer::kVllm, SPEC-vllm.md) ----
-
-float weight_of(const Case& c, std::int64_t b, std::int64_t h) {
-  const std::int64_t i = b * c.wstride + h;
-  if (c.dt == DType::kFloat32) {
-    float w;
-    std::memcpy(&w, c.w.data() + 4 * i, 4);
-    return w;
-  }
-  std::uint16_t u;
-  std::memcpy(&u, c.w.data() + 2 * i, 2);
-  return c.dt == DType::kBFloat16 ? detail::bf16_to_f32(u) : detail::f16_to_f32(u);
-}
 
 // Edge rows of the vLLM forms, every ISA (scalar included) byte for byte against the reference,
 // with a few bytes checked against values written out by hand (independent of row.h). Position 0
@@ -649,10 +625,8 @@ TEST(CpuIsaVllm, EdgeRowsEveryIsa) {
           put(c.q, dt, r * 128 + i, v);
         }
       }
-      Options ro;
-      ro.backend = Backend::kReference;
       RecipeOut ref;
-      ASSERT_TRUE(run_recipe(c, rid, ro, &ref).ok());
+      ASSERT_NO_FATAL_FAILURE(run_recipe_reference(c, rid, &ref));
       // By hand: FP8 row 2 (k = 0) has q_scale 1: 448 -> 0x7e, -448 -> 0xfe, weights_out =
       // ((w * 1) * weight_scale) * head_scale; row 8: +-4e-4 -> 0x00 / 0x80; row 10: NaN -> 0x7f
       // whatever its sign; row 11 (+Inf): q_scale = Inf, finite -> +-0, Inf -> NaN -> 0x7f.
@@ -685,19 +659,8 @@ TEST(CpuIsaVllm, EdgeRowsEveryIsa) {
         EXPECT_EQ(bits(ref.w[2]), bits((weight_of(c, 0, 2) * c.weight_scale) * c.head_scale));
         hand_checked += 6;
       }
-      for (CpuIsa isa : supported_cpu_isas())
-        for (int threads : {1, 3}) {
-          ThresholdGuard guard(0);
-          Options opt;
-          opt.backend = Backend::kCpu;
-          opt.cpu_isa = isa;
-          opt.num_threads = threads;
-          RecipeOut o;
-          ASSERT_TRUE(run_recipe(c, rid, opt, &o).ok());
-          std::string where;
-          EXPECT_EQ(recipe_diff(o, ref, &where), 0) << recipe_name(rid) << " " << cpu_isa_name(isa) << " threads="
-                                                    << threads << " " << dtype_name(dt) << " first difference " << where;
-        }
+      ThresholdGuard guard(0);
+      ASSERT_NO_FATAL_FAILURE(expect_every_isa_matches(c, rid, ref, {1, 3}));
     }
   }
   std::printf("vLLM edge rows: %d bytes checked by hand\n", hand_checked);
@@ -711,21 +674,9 @@ TEST(CpuIsaVllm, HeadScaleEveryIsa) {
     for (float hs : {1.0f, 0.125f, 0.1234567f, 3.0f, 0.0f, -2.5f, INFINITY}) {
       Case c = make_case(3, 8, DType::kBFloat16, DType::kInt32, 606);
       c.head_scale = hs;
-      Options ro;
-      ro.backend = Backend::kReference;
       RecipeOut ref;
-      ASSERT_TRUE(run_recipe(c, rid, ro, &ref).ok());
-      for (CpuIsa isa : supported_cpu_isas()) {
-        Options opt;
-        opt.backend = Backend::kCpu;
-        opt.cpu_isa = isa;
-        opt.num_threads = 1;
-        RecipeOut o;
-        ASSERT_TRUE(run_recipe(c, rid, opt, &o).ok());
-        std::string where;
-        EXPECT_EQ(recipe_diff(o, ref, &where), 0) << recipe_name(rid) << " " << cpu_isa_name(isa) << " head_scale="
-                                                  << hs << " first difference " << where;
-      }
+      ASSERT_NO_FATAL_FAILURE(run_recipe_reference(c, rid, &ref));
+      ASSERT_NO_FATAL_FAILURE(expect_every_isa_matches(c, rid, ref, {1}, " head_scale=" + testing::PrintToString(hs)));
       if (hs == 0.1234567f && recipe(rid).format == OutFormat::kE2M1) {  // (w * weight_scale) * head_scale
         for (int r = 0; r < 24; ++r)
           EXPECT_EQ(bits(ref.w[r]), bits((weight_of(c, r / 8, r % 8) * c.weight_scale) * hs)) << r;
@@ -761,18 +712,9 @@ TEST(CpuIsaVllm, Fp8EncoderSweepMatchesRowH) {
         }
     }
     while (vals.size() % 16) vals.push_back(0.0f);
-    std::vector<std::uint8_t> want(vals.size()), got(vals.size());
-    for (std::size_t i = 0; i < vals.size(); ++i) want[i] = detail::vllm_fp8_code(vals[i], q_scale);
-    for (CpuIsa isa : supported_cpu_isas()) {
-      std::fill(got.begin(), got.end(), 0xAB);
-      detail::cpu::quantize_vllm_for(isa)(vals.data(), inv, got.data(), std::int64_t(vals.size()));
-      std::int64_t bad = 0;
-      std::size_t first = 0;
-      for (std::size_t i = 0; i < vals.size(); ++i)
-        if (got[i] != want[i] && bad++ == 0) first = i;
-      EXPECT_EQ(bad, 0) << cpu_isa_name(isa) << " q_scale=2^" << k << " first value bits 0x" << std::hex
-                        << bits(vals[first]) << " got 0x" << int(got[first]) << " want 0x" << int(want[first]);
-    }
+    expect_encoder_matches(
+        detail::cpu::quantize_vllm_for, vals, inv, [q_scale](float v) { return detail::vllm_fp8_code(v, q_scale); },
+        "q_scale=2^" + std::to_string(k));
     ++scales;
   }
   EXPECT_EQ(scales, 12);
@@ -794,20 +736,11 @@ TEST(CpuIsaVllm, Mxfp4EncoderSweepMatchesRowH) {
                   from_bits(0xffc00000u), 1e-45f, -1e-45f})
     vals.push_back(v);
   while (vals.size() % 16) vals.push_back(0.0f);
-  std::vector<std::uint8_t> want(vals.size()), got(vals.size());
   for (int e : {1, 2, 3, 100, 126, 127, 128, 130, 147, 200, 253, 254}) {
     const float inv = detail::ue8m0_inverse(std::uint8_t(e));
-    for (std::size_t i = 0; i < vals.size(); ++i) want[i] = detail::mx_e2m1_encode(vals[i] * inv);
-    for (CpuIsa isa : supported_cpu_isas()) {
-      std::fill(got.begin(), got.end(), 0xAB);
-      detail::cpu::encode_mxfp4_for(isa)(vals.data(), inv, got.data(), std::int64_t(vals.size()));
-      std::int64_t bad = 0;
-      std::size_t first = 0;
-      for (std::size_t i = 0; i < vals.size(); ++i)
-        if (got[i] != want[i] && bad++ == 0) first = i;
-      EXPECT_EQ(bad, 0) << cpu_isa_name(isa) << " e=" << e << " first value bits 0x" << std::hex << bits(vals[first])
-                        << " got 0x" << int(got[first]) << " want 0x" << int(want[first]);
-    }
+    expect_encoder_matches(
+        detail::cpu::encode_mxfp4_for, vals, inv, [inv](float v) { return detail::mx_e2m1_encode(v * inv); },
+        "e=" + std::to_string(e));
   }
   // The ties by hand: t * 2^-k with inv = 2^k (no row.h).
   const float ties[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};

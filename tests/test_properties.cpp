@@ -175,45 +175,37 @@ TEST(Fp8Decode, AllCodesAgainstTableDefinition) {
   }
 }
 
-// bf16: sign, 8 exponent bits, 7 mantissa bits.
-TEST(InputDecoders, Bf16Exhaustive) {
+// Every pattern of a 16-bit format (bit 15 the sign, then `ebits` exponent and `mbits` mantissa
+// bits, bias 2^(ebits-1) - 1) through decode, against the value by definition: exponent all ones
+// with m != 0 -> NaN of that sign, with m = 0 -> Inf; exponent 0 -> m * 2^(1 - bias - mbits);
+// else (1 + m / 2^mbits) * 2^(e - bias). Returns the mismatches (the first five are reported).
+int decoder_mismatches(const char* name, int ebits, int mbits, float (*decode)(std::uint16_t)) {
+  const int emax = (1 << ebits) - 1, bias = (1 << (ebits - 1)) - 1;
   int bad = 0;
   for (std::uint32_t h = 0; h < 0x10000u; ++h) {
-    const int e = (h >> 7) & 0xff, m = h & 0x7f;
+    const int e = int(h >> mbits) & emax, m = int(h) & ((1 << mbits) - 1);
     const bool neg = h & 0x8000;
-    const float got = detail::bf16_to_f32(std::uint16_t(h));
+    const float got = decode(std::uint16_t(h));
     bool ok;
-    if (e == 0xff && m != 0) {
+    if (e == emax && m != 0) {
       ok = std::isnan(got) && std::signbit(got) == neg;
     } else {
-      double v = e == 0xff ? INFINITY : e == 0 ? std::ldexp(double(m), -133) : std::ldexp(1.0 + m / 128.0, e - 127);
+      double v = e == emax ? INFINITY
+                 : e == 0  ? std::ldexp(double(m), 1 - bias - mbits)
+                           : std::ldexp(1.0 + std::ldexp(double(m), -mbits), e - bias);
       if (neg) v = -v;
       ok = double(got) == v && std::signbit(got) == neg;
     }
-    if (!ok && bad++ < 5) ADD_FAILURE() << "bf16 0x" << std::hex << h << " -> " << got;
+    if (!ok && bad++ < 5) ADD_FAILURE() << name << " 0x" << std::hex << h << " -> " << got;
   }
-  EXPECT_EQ(bad, 0);
+  return bad;
 }
 
-// fp16: sign, 5 exponent bits, 10 mantissa bits.
-TEST(InputDecoders, Fp16Exhaustive) {
-  int bad = 0;
-  for (std::uint32_t h = 0; h < 0x10000u; ++h) {
-    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    const bool neg = h & 0x8000;
-    const float got = detail::f16_to_f32(std::uint16_t(h));
-    bool ok;
-    if (e == 31 && m != 0) {
-      ok = std::isnan(got) && std::signbit(got) == neg;
-    } else {
-      double v = e == 31 ? INFINITY : e == 0 ? std::ldexp(double(m), -24) : std::ldexp(1.0 + m / 1024.0, e - 15);
-      if (neg) v = -v;
-      ok = double(got) == v && std::signbit(got) == neg;
-    }
-    if (!ok && bad++ < 5) ADD_FAILURE() << "fp16 0x" << std::hex << h << " -> " << got;
-  }
-  EXPECT_EQ(bad, 0);
-}
+// bf16: sign, 8 exponent bits, 7 mantissa bits (subnormals m * 2^-133, normals (1 + m/128) 2^(e-127)).
+TEST(InputDecoders, Bf16Exhaustive) { EXPECT_EQ(decoder_mismatches("bf16", 8, 7, detail::bf16_to_f32), 0); }
+
+// fp16: sign, 5 exponent bits, 10 mantissa bits (subnormals m * 2^-24, normals (1 + m/1024) 2^(e-15)).
+TEST(InputDecoders, Fp16Exhaustive) { EXPECT_EQ(decoder_mismatches("fp16", 5, 10, detail::f16_to_f32), 0); }
 
 // The test's own input encoders (used by the other tests) round-trip through the decoders.
 TEST(InputDecoders, TestEncodersRoundTrip) {

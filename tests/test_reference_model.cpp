@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -66,9 +67,22 @@ double decode_input(const HostCase& c, const std::vector<std::uint8_t>& buf, std
   return neg ? -v : v;
 }
 
+// Position of token b (int32 or int64 by the case's position dtype).
+std::int64_t position_of(const HostCase& c, std::int64_t b) {
+  if (c.pos_dtype == DType::kInt32) {
+    std::int32_t v;
+    std::memcpy(&v, c.positions.data() + 4 * b, 4);
+    return v;
+  }
+  std::int64_t p;
+  std::memcpy(&p, c.positions.data() + 8 * b, 8);
+  return p;
+}
+
 using iqtest::e4m3_value;
 
-// Nearest e4m3fn code (brute force, ties to even, saturating at +-448).
+// Nearest e4m3fn code (brute force over the 127 values in double, ties to the even code,
+// saturating at +-448); the sign kept (-0 -> 0x80).
 int e4m3_nearest(double x) {
   const int sign = std::signbit(x) ? 0x80 : 0;
   const double a = std::fabs(x);
@@ -113,15 +127,7 @@ Violations check_against_model(const HostCase& c, const std::vector<std::uint8_t
     if (out.first.size() < 600) out.first += " " + s + ";";
   };
   for (std::int64_t b = 0; b < c.B; ++b) {
-    std::int64_t p = 0;
-    if (c.pos_dtype == DType::kInt32) {
-      std::int32_t v;
-      std::memcpy(&v, c.positions.data() + 4 * b, 4);
-      p = v;
-    } else {
-      std::memcpy(&p, c.positions.data() + 8 * b, 8);
-    }
-    const float* f = c.freqs.data() + p * 64;
+    const float* f = c.freqs.data() + position_of(c, b) * 64;
     for (std::int64_t h = 0; h < c.H; ++h) {
       const std::int64_t r = b * c.H + h;
       double x[128], e[128];
@@ -260,14 +266,18 @@ HostCase model_case(std::int64_t B, std::int64_t H, DType dt, DType pos_dt, bool
   return c;
 }
 
+iqtest::Outputs run_on(const iqtest::BackendUnderTest& be, const HostCase& c) {
+  iqtest::Outputs o;
+  const Status s = iqtest::run_case(be, c, &o, 0xA5);
+  EXPECT_TRUE(s.ok()) << be.name << ": " << s.message();
+  return o;
+}
+
 iqtest::Outputs run_reference(const HostCase& c) {
   iqtest::BackendUnderTest ref;
   ref.name = "reference";
   ref.options.backend = Backend::kReference;
-  iqtest::Outputs o;
-  const Status s = iqtest::run_case(ref, c, &o, 0xA5);
-  EXPECT_TRUE(s.ok()) << s.message();
-  return o;
+  return run_on(ref, c);
 }
 
 class ReferenceModel : public testing::TestWithParam<DType> {};
@@ -306,11 +316,7 @@ TEST(ReferenceModelCheck, CatchesAWrongRope) {
   }
   {
     HostCase wrong = c;
-    for (std::int64_t b = 0; b < c.B; ++b) {
-      std::int64_t p;
-      std::memcpy(&p, c.positions.data() + 8 * b, 8);
-      iqtest::set_position(wrong, b, (p + 1) % c.max_pos);
-    }
+    for (std::int64_t b = 0; b < c.B; ++b) iqtest::set_position(wrong, b, (position_of(c, b) + 1) % c.max_pos);
     const iqtest::Outputs o = run_reference(wrong);
     EXPECT_GT(check_against_model(c, o.q_out, o.weights_out).total(), 0);
   }
@@ -377,21 +383,6 @@ float model_bf16(float f) {
   return std::signbit(f) ? -out : out;
 }
 
-// Nearest e4m3fn code of a finite v with |v| <= 448 (ties to the even code); sign kept (-0 -> 0x80).
-int model_e4m3(float v) {
-  const double a = std::fabs(double(v));
-  int best = 0;
-  double bd = INFINITY;
-  for (int k = 0; k <= 126; ++k) {
-    const double d = std::fabs(a - e4m3_value(k));
-    if (d < bd || (d == bd && (k & 1) == 0)) {
-      bd = d;
-      best = k;
-    }
-  }
-  return (std::signbit(v) ? 0x80 : 0) | best;
-}
-
 // UE8M0 byte of a block scale s > 0: the biased exponent of the smallest power of two >= s (255 for Inf).
 int model_ue8m0(float s) {
   if (std::isinf(s)) return 255;
@@ -428,7 +419,7 @@ float model_pow2_ceil(float s) {
 int model_vllm_fp8(float v) {
   if (std::isnan(v)) return 0x7f;
   if (std::fabs(v) > 448.0f) return std::signbit(v) ? 0xfe : 0x7e;
-  return model_e4m3(v);
+  return e4m3_nearest(v);
 }
 // MXFP4 steps 1-3: the UE8M0 byte of a block's amax (NaN already ignored).
 int model_mx_ue8m0(float amax) {
@@ -490,15 +481,7 @@ iqtest::Outputs model_outputs(const HostCase& c, Perturb perturb = Perturb::kNon
   if (F.fp4) o.q_sf.assign(std::size_t(rows * 4), 0);
   o.weights_out.assign(std::size_t(rows), 0.0f);
   for (std::int64_t b = 0; b < c.B; ++b) {
-    std::int64_t p = 0;
-    if (c.pos_dtype == DType::kInt32) {
-      std::int32_t v;
-      std::memcpy(&v, c.positions.data() + 4 * b, 4);
-      p = v;
-    } else {
-      std::memcpy(&p, c.positions.data() + 8 * b, 8);
-    }
-    const float* fr = c.freqs.data() + p * 64;
+    const float* fr = c.freqs.data() + position_of(c, b) * 64;
     for (std::int64_t h = 0; h < c.H; ++h) {
       const std::int64_t r = b * c.H + h;
       float x[128];
@@ -582,7 +565,7 @@ iqtest::Outputs model_outputs(const HostCase& c, Perturb perturb = Perturb::kNon
       const float inv = 1.0f / scale;
       for (int i = 0; i < 128; ++i) {
         const float v = std::fmax(std::fmin(x[i] * inv, 448.0f), -448.0f);
-        int code = model_e4m3(v);
+        int code = e4m3_nearest(v);
         if (F.fnuz && code == 0x80) code = 0;
         o.q_out[std::size_t(r * 128 + i)] = std::uint8_t(code);
       }
@@ -714,29 +697,19 @@ TEST(RecipeModel, DescriptorsMatchTheSpec) {
   }
 }
 
-iqtest::Outputs run_on(const iqtest::BackendUnderTest& be, const HostCase& c) {
-  iqtest::Outputs o;
-  const Status s = iqtest::run_case(be, c, &o, 0xA5);
-  EXPECT_TRUE(s.ok()) << be.name << ": " << s.message();
-  return o;
-}
-
 class RecipeModel : public testing::TestWithParam<RecipeId> {};
 
 // Random cases (with the edge rows of iqtest::random_case: zero, tiny, huge, Inf, NaN, subnormal,
 // FP8 ties, E2M1 thresholds, bf16 ties), every input dtype and both position dtypes.
 TEST_P(RecipeModel, ReferenceMatchesTheModelByteForByte) {
   const RecipeId r = GetParam();
-  iqtest::BackendUnderTest ref;
-  ref.name = "reference";
-  ref.options.backend = Backend::kReference;
   std::uint64_t seed = 500 + 17 * std::uint64_t(r);
   for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
     for (DType pt : {DType::kInt32, DType::kInt64}) {
       const HostCase c = iqtest::random_case(41, 24, dt, pt, 27, ++seed, r);
       SCOPED_TRACE(c.describe());
       const iqtest::Outputs want = model_outputs(c);
-      const iqtest::Outputs got = run_on(ref, c);
+      const iqtest::Outputs got = run_reference(c);
       const iqtest::Comparison cmp = iqtest::compare(got, want, c.H);
       EXPECT_TRUE(cmp.exact()) << cmp.summary();
     }
@@ -750,15 +723,13 @@ INSTANTIATE_TEST_SUITE_P(Recipes, RecipeModel, testing::ValuesIn(all_recipes()),
 // under another recipe of a different form on the same inputs.
 TEST(RecipeModelCheck, CatchesTheWrongForm) {
   const HostCase c = iqtest::random_case(9, 8, DType::kFloat32, DType::kInt64, 8, 99, RecipeId::kV32Fp8);
-  iqtest::BackendUnderTest ref;
-  ref.options.backend = Backend::kReference;
   for (RecipeId a : all_recipes()) {
     for (RecipeId b : all_recipes()) {
       if (a == b || (recipe(a).format == OutFormat::kE2M1) != (recipe(b).format == OutFormat::kE2M1)) continue;
       HostCase ca = c, cb = c;
       ca.recipe = a;
       cb.recipe = b;
-      const iqtest::Comparison cmp = iqtest::compare(run_on(ref, cb), model_outputs(ca), c.H);
+      const iqtest::Comparison cmp = iqtest::compare(run_reference(cb), model_outputs(ca), c.H);
       EXPECT_FALSE(cmp.exact()) << recipe_name(a) << " vs " << recipe_name(b);
     }
   }
@@ -767,8 +738,6 @@ TEST(RecipeModelCheck, CatchesTheWrongForm) {
 // Each vLLM-specific step is observable on the test data: the model with that step done
 // another way (SGLang's way, or a plausible slip) disagrees with the reference.
 TEST(RecipeModelCheck, CatchesEachVllmStepDoneDifferently) {
-  iqtest::BackendUnderTest ref;
-  ref.options.backend = Backend::kReference;
   const struct {
     RecipeId r;
     Perturb p;
@@ -786,7 +755,7 @@ TEST(RecipeModelCheck, CatchesEachVllmStepDoneDifferently) {
     HostCase c = iqtest::random_case(41, 24, DType::kBFloat16, DType::kInt64, 24, 7100 + int(k.p), k.r);
     c.weight_scale = float(1.0 / std::sqrt(128.0));  // vLLM's factors (H^-0.5 with H = 24)
     c.head_scale = float(1.0 / std::sqrt(24.0));
-    const iqtest::Outputs got = run_on(ref, c);
+    const iqtest::Outputs got = run_reference(c);
     EXPECT_TRUE(iqtest::compare(got, model_outputs(c), c.H).exact()) << k.what;
     const iqtest::Comparison cmp = iqtest::compare(got, model_outputs(c, k.p), c.H);
     EXPECT_FALSE(cmp.exact()) << "the model " << k.what << " still matches the reference";
@@ -819,6 +788,13 @@ std::vector<float> two_spikes(double P, double N, int j) {
   return row;
 }
 
+// A row of `fill` with dim j set to v.
+std::vector<float> row_with(float fill, int j, float v) {
+  std::vector<float> row(128, fill);
+  row[std::size_t(j)] = v;
+  return row;
+}
+
 TEST(Fp4ByHand, ThresholdsNibblesScalesAndSigns) {
   std::vector<std::vector<float>> rows;
   // row 0: even dims 3.5 * 2^-3, odd dims -1.25 * 2^-3 (j = 1: s = (-1)^(i & 1)). amax 0.4375:
@@ -832,29 +808,13 @@ TEST(Fp4ByHand, ThresholdsNibblesScalesAndSigns) {
   rows.push_back(two_spikes(96.0, -1.6, 1));
   // row 3: a single +Inf at dim 0: every y = +Inf, amax = Inf, e = 255, inv = -Inf, v = -Inf:
   //   code 7 | 8 on every nibble (0xff), q_sf = 0xffffffff.
-  {
-    std::vector<float> r(128, 0.0f);
-    r[0] = INFINITY;
-    rows.push_back(r);
-  }
+  rows.push_back(row_with(0.0f, 0, INFINITY));
   // row 4: a single -Inf: v = +Inf: code 7 everywhere (0x77), q_sf 0xffffffff.
-  {
-    std::vector<float> r(128, 0.0f);
-    r[0] = -INFINITY;
-    rows.push_back(r);
-  }
+  rows.push_back(row_with(0.0f, 0, -INFINITY));
   // row 5: zeros (dim 5 = -0): scale floor 1e-4 / 6 -> 2^-15 (e = 112); codes 0, no sign.
-  {
-    std::vector<float> r(128, 0.0f);
-    r[5] = -0.0f;
-    rows.push_back(r);
-  }
+  rows.push_back(row_with(0.0f, 5, -0.0f));
   // row 6: a NaN at dim 3: every y NaN, amax ignores NaN (0, floor: e = 112), v NaN -> 6, code 7, no sign.
-  {
-    std::vector<float> r(128, 1.0f);
-    r[3] = NAN;
-    rows.push_back(r);
-  }
+  rows.push_back(row_with(1.0f, 3, NAN));
   // row 7: j = 32: s = +1 for blocks 0 (dims 0..31) and 2 (64..95), -1 for blocks 1 and 3:
   //   block values 5 * 2^2 and -0.75 * 2^2: blocks 0, 2 -> e = 127 + 2 (s = 20/6 -> 4), v = 5.0
   //   is a tie: six thresholds strictly below, code 6 (4.0), not 7 (6.0) -> byte 0x66; blocks 1, 3 -> amax 3: s = 0.5 -> e = 126, inv = 2:
@@ -870,29 +830,31 @@ TEST(Fp4ByHand, ThresholdsNibblesScalesAndSigns) {
       return std::uint32_t(o.q_sf[r * 4]) | std::uint32_t(o.q_sf[r * 4 + 1]) << 8 |
              std::uint32_t(o.q_sf[r * 4 + 2]) << 16 | std::uint32_t(o.q_sf[r * 4 + 3]) << 24;
     };
-    auto row_bytes = [&](std::size_t r, std::uint8_t want_lo_blocks, std::uint8_t want_hi_blocks, bool alt) {
+    auto row_bytes = [&](std::size_t r, std::uint8_t want_even_blocks, std::uint8_t want_odd_blocks) {
       for (int m = 0; m < 64; ++m) {
         const bool odd_block = (m / 16) & 1;
-        const std::uint8_t want = alt && odd_block ? want_hi_blocks : want_lo_blocks;
+        const std::uint8_t want = odd_block ? want_odd_blocks : want_even_blocks;
         ASSERT_EQ(int(o.q_out[r * 64 + m]), int(want)) << "row " << r << " byte " << m;
       }
     };
-    row_bytes(0, 0xA5, 0xA5, false);
-    EXPECT_EQ(sf(0), 0x7c7c7c7cu);
-    row_bytes(1, 0xB5, 0xB5, false);  // -1.2578 > 1.25: code 3 (1.5), sign: 0xB
-    EXPECT_EQ(sf(1), 0x7c7c7c7cu);
-    row_bytes(2, 0x07, 0x07, false);
-    EXPECT_EQ(sf(2), 0x83838383u);
-    row_bytes(3, 0xff, 0xff, false);
-    EXPECT_EQ(sf(3), 0xffffffffu);
-    row_bytes(4, 0x77, 0x77, false);
-    EXPECT_EQ(sf(4), 0xffffffffu);
-    row_bytes(5, 0x00, 0x00, false);
-    EXPECT_EQ(sf(5), 0x70707070u);
-    row_bytes(6, 0x77, 0x77, false);
-    EXPECT_EQ(sf(6), 0x70707070u);
-    row_bytes(7, 0x66, 0xff, true);
-    EXPECT_EQ(sf(7), 0x7e817e81u);
+    // Row by row: the code bytes of blocks 0 and 2, of blocks 1 and 3, and q_sf.
+    const struct {
+      std::uint8_t even_blocks, odd_blocks;
+      std::uint32_t sf;
+    } expected[] = {
+        {0xA5, 0xA5, 0x7c7c7c7cu},
+        {0xB5, 0xB5, 0x7c7c7c7cu},  // -1.2578 > 1.25: code 3 (1.5), sign: 0xB
+        {0x07, 0x07, 0x83838383u},
+        {0xff, 0xff, 0xffffffffu},
+        {0x77, 0x77, 0xffffffffu},
+        {0x00, 0x00, 0x70707070u},
+        {0x77, 0x77, 0x70707070u},
+        {0x66, 0xff, 0x7e817e81u},
+    };
+    for (std::size_t r = 0; r < std::size(expected); ++r) {
+      row_bytes(r, expected[r].even_blocks, expected[r].odd_blocks);
+      EXPECT_EQ(sf(r), expected[r].sf) << "row " << r;
+    }
     for (std::size_t r = 0; r < rows.size(); ++r)  // weights_out = weight * weight_scale, no scale
       EXPECT_EQ(o.weights_out[r], -0.75f) << r;
     // and the model agrees

@@ -261,28 +261,26 @@ TEST(Safetensors, MissingTensor) {
 }
 
 TEST(Safetensors, InconsistentShapesAndDtypes) {
+  // small_case() with one tensor replaced, and the error that names it.
+  const struct {
+    const char* name;
+    StTensor replacement;
+    const char* error;
+  } bad[] = {
+      {"weight", tensor("BF16", {2, 4}, 2, 0), "inconsistent shapes: tensor 'weight'"},
+      {"q_fp8", tensor("F8_E4M3", {3, 3, 128}, 1, 0), "inconsistent shapes: tensor 'q_fp8'"},
+      {"weights_out", tensor("F32", {2, 3, 2}, 4, 0), "inconsistent shapes: tensor 'weights_out'"},
+      {"q_input", tensor("BF16", {2, 3, 64}, 2, 0), "tensor 'q_input' has shape"},
+      {"freqs", tensor("F32", {4, 32}, 4, 0), "tensor 'freqs' has shape"},
+      {"weight", tensor("I32", {2, 3}, 4, 0), "tensor 'weight' has dtype I32"},
+      {"q_fp8", tensor("BF16", {2, 3, 128}, 2, 0), "tensor 'q_fp8' has dtype BF16"},
+  };
+  for (const auto& b : bad) {
+    StFile f = small_case();
+    f.tensors[b.name] = b.replacement;
+    expect_case_error(f, b.error);
+  }
   StFile f = small_case();
-  f.tensors["weight"] = tensor("BF16", {2, 4}, 2, 0);
-  expect_case_error(f, "inconsistent shapes: tensor 'weight'");
-  f = small_case();
-  f.tensors["q_fp8"] = tensor("F8_E4M3", {3, 3, 128}, 1, 0);
-  expect_case_error(f, "inconsistent shapes: tensor 'q_fp8'");
-  f = small_case();
-  f.tensors["weights_out"] = tensor("F32", {2, 3, 2}, 4, 0);
-  expect_case_error(f, "inconsistent shapes: tensor 'weights_out'");
-  f = small_case();
-  f.tensors["q_input"] = tensor("BF16", {2, 3, 64}, 2, 0);
-  expect_case_error(f, "tensor 'q_input' has shape");
-  f = small_case();
-  f.tensors["freqs"] = tensor("F32", {4, 32}, 4, 0);
-  expect_case_error(f, "tensor 'freqs' has shape");
-  f = small_case();
-  f.tensors["weight"] = tensor("I32", {2, 3}, 4, 0);
-  expect_case_error(f, "tensor 'weight' has dtype I32");
-  f = small_case();
-  f.tensors["q_fp8"] = tensor("BF16", {2, 3, 128}, 2, 0);
-  expect_case_error(f, "tensor 'q_fp8' has dtype BF16");
-  f = small_case();
   f.tensors["q_fp8"] = tensor("U8", {2, 3, 128}, 1, 0);  // raw codes: accepted
   {
     ConformanceCase ok;
