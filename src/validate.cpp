@@ -316,6 +316,11 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
       return detail::bad_arg(a.name, "data pointer is null while the tensor has " + std::to_string(a.t->numel()) +
                              " elements");
   }
+  // --- every data pointer aligned to its element size (the kernels read typed elements) ---
+  for (const auto& a : all) {
+    s = detail::check_element_aligned(a.name, *a.t);
+    if (!s.ok()) return s;
+  }
   if (max_pos == 0) return detail::bad_arg("freqs", "has 0 rows (max_pos = 0), so no position is valid");
 
   // --- every view within the address space; outputs must not overlap inputs or each other ---

@@ -109,15 +109,16 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
     return detail::bad_arg("freqs", "max_pos * 64 elements overflow int64 (shape " + detail::shape_text(freqs) + ")");
 
   // --- positions, slots ---
-  const std::string n1 = "(" + std::to_string(N) + ",) = (N,)";
+  // (The expected-shape texts are built only when a check fails: an accepted call allocates nothing.)
+  const auto n1 = [N] { return "(" + std::to_string(N) + ",) = (N,)"; };
   if (positions.ndim != 1 || positions.sizes[0] != N)
-    return detail::bad_arg("positions", "expected shape " + n1 + ", got " + detail::shape_text(positions));
+    return detail::bad_arg("positions", "expected shape " + n1() + ", got " + detail::shape_text(positions));
   if (!dtype_in(positions.dtype, {DType::kInt32, DType::kInt64}))
     return detail::bad_arg("positions", std::string("expected dtype int32 or int64, got ") + dtype_name(positions.dtype));
   if (N > 1 && positions.strides[0] != 1)
     return detail::bad_arg("positions", "unsupported strides " + detail::strides_text(positions) + "; expected contiguous (1,)");
   if (slots.ndim != 1 || slots.sizes[0] != N)
-    return detail::bad_arg("slots", "expected shape " + n1 + ", got " + detail::shape_text(slots));
+    return detail::bad_arg("slots", "expected shape " + n1() + ", got " + detail::shape_text(slots));
   if (slots.dtype != DType::kInt64)
     return detail::bad_arg("slots", std::string("expected dtype int64, got ") + dtype_name(slots.dtype));
   if (N > 1 && slots.strides[0] != 1)
@@ -130,11 +131,12 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
   int log2_page = 0;
   while ((std::int64_t(1) << log2_page) < ps) ++log2_page;
   const std::int64_t page_bytes = token_bytes * ps;
-  const std::string want_cache = "(num_pages, " + std::to_string(page_bytes) + ") = (num_pages, " +
-                                 std::to_string(token_bytes) + " * page_size) for recipe " + rname +
-                                 " and page_size " + std::to_string(ps);
+  const auto want_cache = [&] {
+    return "(num_pages, " + std::to_string(page_bytes) + ") = (num_pages, " + std::to_string(token_bytes) +
+           " * page_size) for recipe " + rname + " and page_size " + std::to_string(ps);
+  };
   if (kvcache.ndim != 2 || kvcache.sizes[1] != page_bytes || kvcache.sizes[0] < 0)
-    return detail::bad_arg("kvcache", "expected shape " + want_cache + ", got " + detail::shape_text(kvcache));
+    return detail::bad_arg("kvcache", "expected shape " + want_cache() + ", got " + detail::shape_text(kvcache));
   if (!dtype_in(kvcache.dtype, {DType::kUInt8, DType::kInt8}))
     return detail::bad_arg("kvcache", std::string("expected dtype uint8 or int8 (raw bytes), got ") + dtype_name(kvcache.dtype));
   const std::int64_t num_pages = kvcache.sizes[0];
@@ -187,6 +189,11 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
   for (const Named& a : all)
     if (a.t->data == nullptr && a.t->numel() > 0)
       return detail::bad_arg(a.name, "data pointer is null while the tensor has " + std::to_string(a.t->numel()) + " elements");
+  // every data pointer aligned to its element size (the kernels read typed elements)
+  for (const Named& a : all) {
+    Status s = detail::check_element_aligned(a.name, *a.t);
+    if (!s.ok()) return s;
+  }
   for (const Named& a : all) {
     std::uintptr_t lo, hi;
     if (!span(*a.t, &lo, &hi))

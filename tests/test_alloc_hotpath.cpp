@@ -9,10 +9,12 @@
 //
 // For every recipe, every supported ISA (and auto), threads 1 and N, bf16 / fp32 inputs: the
 // first call may allocate (the pool starts its workers, the ISA choice is cached); the next calls
-// must not. Rejected calls may allocate (an error message is a std::string): only accepted calls
-// are the hot path.
+// must not. The same for the key side (validate(KStoreArgs), run(KStoreArgs) on the CPU).
+// Rejected calls may allocate (an error message is a std::string): only accepted calls are the
+// hot path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -165,6 +167,91 @@ TEST(AllocFree, ValidateOfAnAcceptedCallAllocatesNothing) {
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_EQ(n, 0) << recipe_name(r);
   }
+}
+
+// The key side (SPEC-kside.md): a store of N tokens into a paged cache, every buffer owned here.
+struct KsideCall {
+  std::vector<std::uint8_t> input, weight, cache;
+  std::vector<float> freqs;
+  std::vector<std::int64_t> positions, slots;
+  KRecipeId recipe = KRecipeId::kV4KFp8;
+  DType dtype = DType::kFloat32;
+  std::int64_t N = 0, max_pos = 64, page_size = 16, num_pages = 0;
+
+  KsideCall(KRecipeId r, std::int64_t n, DType dt) : recipe(r), dtype(dt), N(n) {
+    const std::size_t es = dtype_size(dt);
+    input.assign(std::size_t(N * 128) * es, 0);
+    for (std::size_t i = 0; i < std::size_t(N * 128); ++i) store_as(input, dt, i, 0.125f * float(int(i % 23) - 11));
+    weight.assign(128 * es, 0);
+    for (std::size_t i = 0; i < 128; ++i) store_as(weight, dt, i, 1.0f + 0.01f * float(i));
+    freqs = rope_freqs(max_pos);
+    num_pages = (N + 3 + page_size - 1) / page_size;
+    cache.assign(std::size_t(num_pages * kside_token_bytes(r) * page_size), 0);
+    for (std::int64_t t = 0; t < N; ++t) {
+      positions.push_back((5 * t) % max_pos);
+      slots.push_back(t % 7 == 3 ? -1 : t + 2);  // distinct slots, some tokens skipped
+    }
+  }
+  KStoreArgs args() {
+    KStoreArgs a;
+    a.recipe = recipe;
+    a.input = TensorView::contiguous(input.data(), dtype, {N, 128});
+    a.weight = TensorView::contiguous(weight.data(), dtype, {128});
+    a.freqs = TensorView::contiguous(freqs.data(), DType::kFloat32, {max_pos, 64});
+    a.positions = TensorView::contiguous(positions.data(), DType::kInt64, {N});
+    a.slots = TensorView::contiguous(slots.data(), DType::kInt64, {N});
+    a.kvcache = TensorView::contiguous(cache.data(), DType::kUInt8, {num_pages, kside_token_bytes(recipe) * page_size});
+    a.page_size = page_size;
+    return a;
+  }
+};
+
+// validate(KStoreArgs) of an accepted call is part of every key-side run(): no allocation.
+TEST(AllocFree, KsideValidateOfAnAcceptedCallAllocatesNothing) {
+  for (KRecipeId r : all_krecipes()) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      KsideCall k(r, 40, dt);
+      const KStoreArgs a = k.args();
+      Status s;
+      const long n = allocations_during([&] { s = validate(a); });
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_EQ(n, 0) << krecipe_name(r) << " " << dtype_name(dt);
+    }
+  }
+}
+
+// A key-side CPU call after the first allocates nothing (every recipe, supported ISA and auto,
+// threads 1 and N; 300 tokens: above the inline threshold, so threads > 1 use the pool).
+TEST(AllocFree, KsideCpuCallAfterTheFirstAllocatesNothing) {
+  const int hw = std::max(2u, std::thread::hardware_concurrency());
+  std::vector<CpuIsa> isas = supported_cpu_isas();
+  isas.push_back(CpuIsa::kAuto);
+  int checked = 0;
+  for (KRecipeId r : all_krecipes()) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      KsideCall k(r, 300, dt);
+      const KStoreArgs a = k.args();
+      for (CpuIsa isa : isas) {
+        for (int threads : {1, hw}) {
+          Options o;
+          o.backend = Backend::kCpu;
+          o.cpu_isa = isa;
+          o.num_threads = threads;
+          ASSERT_TRUE(run(a, o).ok());  // the first call: may start the pool's workers
+          Status s;
+          const long n = allocations_during([&] {
+            for (int i = 0; i < 3; ++i) s = run(a, o);
+          });
+          ASSERT_TRUE(s.ok()) << s.message();
+          EXPECT_EQ(n, 0) << krecipe_name(r) << " " << dtype_name(dt) << " " << cpu_isa_name(isa) << " threads "
+                          << threads << ": " << n << " allocation(s) in 3 calls";
+          ++checked;
+        }
+      }
+    }
+  }
+  std::printf("[ alloc ] key side: %d (recipe, dtype, isa, threads) combinations: 3 calls each, allocations counted\n",
+              checked);
 }
 
 }  // namespace

@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -336,6 +339,185 @@ TEST(Kside, BadArgumentsNamed) {
     a.input = TensorView::contiguous(cache.data(), DType::kFloat32, {5, 128});  // inside the cache
     expect_rejected(a, cache, "kvcache", "overlaps input");
   }
+}
+
+constexpr std::int64_t kI64Max = std::numeric_limits<std::int64_t>::max();
+const char* const kArgNames[] = {"input", "weight", "freqs", "positions", "slots", "kvcache"};
+
+// The views of a call in argument order (names: kArgNames).
+std::vector<TensorView*> views_of(KStoreArgs& a) {
+  return {&a.input, &a.weight, &a.freqs, &a.positions, &a.slots, &a.kvcache};
+}
+
+// A data pointer as the validators print it.
+std::string hex_address(const void* p) {
+  std::ostringstream os;
+  os << "0x" << std::hex << reinterpret_cast<std::uintptr_t>(p);
+  return os.str();
+}
+
+// Element counts that overflow int64: refused naming the argument, for N = 0 too (the views are
+// never read; huge sizes get explicit strides).
+TEST(Kside, ElementCountOverflowNamed) {
+  for (KRecipeId recipe : all_krecipes()) {
+    for (std::int64_t N : {5, 0}) {
+      const KCall c = random_call(recipe, N, DType::kFloat32, DType::kInt64, 64, 5);
+      std::vector<std::uint8_t> cache(c.cache_size());
+      const std::int64_t pb = c.page_bytes();
+      for (std::int64_t n : {kI64Max / 128 + 1, kI64Max}) {
+        KStoreArgs a = c.args(cache.data());
+        a.input = TensorView::strided(c.input.data(), DType::kFloat32, {n, 128}, {128, 1});
+        expect_rejected(a, cache, "input", "N * 128 elements overflow int64 (shape (" + std::to_string(n) + ", 128))");
+      }
+      for (std::int64_t mp : {kI64Max / 64 + 1, kI64Max}) {
+        KStoreArgs a = c.args(cache.data());
+        a.freqs = TensorView::strided(c.freqs.data(), DType::kFloat32, {mp, 64}, {64, 1});
+        expect_rejected(a, cache, "freqs",
+                        "max_pos * 64 elements overflow int64 (shape (" + std::to_string(mp) + ", 64))");
+      }
+      for (std::int64_t np : {kI64Max / pb + 1, kI64Max}) {
+        KStoreArgs a = c.args(cache.data());
+        a.kvcache = TensorView::strided(cache.data(), DType::kUInt8, {np, pb}, {pb, 1});
+        expect_rejected(a, cache, "kvcache", "num_pages * page_bytes overflows int64");
+      }
+    }
+  }
+}
+
+// Views whose byte range cannot lie in the address space: refused naming the argument with its
+// sizes and strides. The addresses near the top are never dereferenced.
+TEST(Kside, SpanBeyondTheAddressSpaceNamed) {
+  const std::string span = "span more bytes than the address space holds";
+  for (KRecipeId recipe : all_krecipes()) {
+    const KCall c = random_call(recipe, 5, DType::kFloat32, DType::kInt64, 64, 5);
+    std::vector<std::uint8_t> cache(c.cache_size());
+    // input's row stride may be anything >= 128
+    for (std::int64_t st : {kI64Max, kI64Max / 2, std::int64_t(1) << 61}) {
+      KStoreArgs a = c.args(cache.data());
+      a.input = TensorView::strided(c.input.data(), DType::kFloat32, {5, 128}, {st, 1});
+      expect_rejected(a, cache, "input", "sizes (5, 128) and strides (" + std::to_string(st) + ", 1) " + span);
+    }
+    // every tensor 16 bytes below the top of the address space (16-aligned)
+    void* const top = reinterpret_cast<void*>(std::numeric_limits<std::uintptr_t>::max() - 15);
+    for (int i = 0; i < 6; ++i) {
+      KStoreArgs a = c.args(cache.data());
+      views_of(a)[std::size_t(i)]->data = top;
+      expect_rejected(a, cache, kArgNames[i], span);
+    }
+    // A negative stride on a dim of size > 1 is refused by the stride rules first; on a dim of
+    // size 1 any stride is fine.
+    for (int i = 0; i < 6; ++i) {
+      KStoreArgs a = c.args(cache.data());
+      TensorView* v = views_of(a)[std::size_t(i)];
+      int d = 0;
+      while (v->sizes[d] <= 1) ++d;  // (the cache has one page here: its dim 1)
+      v->strides[d] = -std::max<std::int64_t>(v->strides[d], 1);
+      expect_rejected(a, cache, kArgNames[i], "unsupported strides");
+    }
+    KCall one = random_call(recipe, 1, DType::kFloat32, DType::kInt64, 64, 6);
+    std::vector<std::uint8_t> c1(one.cache_size(), 0x33), c2(one.cache_size(), 0x33);
+    KStoreArgs a1 = one.args(c1.data()), a2 = one.args(c2.data());
+    a2.input.strides[0] = -128;  // N = 1: dim 0 has size 1
+    a2.positions.strides[0] = -1;
+    a2.slots.strides[0] = -5;
+    ASSERT_TRUE(run(a1, reference_options()).ok());
+    const Status s2 = run(a2, reference_options());
+    ASSERT_TRUE(s2.ok()) << s2.message();
+    EXPECT_EQ(c1, c2);
+  }
+}
+
+// ndim beyond TensorView::kMaxDims or negative, on every tensor: refused naming it.
+TEST(Kside, RanksOutsideTheViewNamed) {
+  const KCall c = random_call(KRecipeId::kV4KFp4, 5, DType::kBFloat16, DType::kInt32, 16, 8);
+  std::vector<std::uint8_t> cache(c.cache_size());
+  for (int nd : {TensorView::kMaxDims + 1, 64, INT_MAX, -1, INT_MIN}) {
+    for (int i = 0; i < 6; ++i) {
+      KStoreArgs a = c.args(cache.data());
+      views_of(a)[std::size_t(i)]->ndim = nd;
+      expect_rejected(a, cache, kArgNames[i], "expected shape");
+    }
+  }
+}
+
+// A non-null data pointer not aligned to its dtype's element size is refused naming the argument,
+// the address, the element size and the dtype, for every tensor; nothing read or written (the
+// misaligned views point into a scratch buffer and are never dereferenced). The cache has 1-byte
+// elements: any address. With N = 0 no pointer is looked at.
+TEST(Kside, MisalignedDataPointersNamed) {
+  std::vector<std::uint64_t> scratch(80 * 1024 / 8, 0);
+  std::uint8_t* const base = reinterpret_cast<std::uint8_t*>(scratch.data());
+  for (KRecipeId recipe : all_krecipes()) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      SCOPED_TRACE(std::string(krecipe_name(recipe)) + " " + dtype_name(dt));
+      const KCall c = random_call(recipe, 5, dt, DType::kInt64, 16, 31);
+      std::vector<std::uint8_t> cache(c.cache_size());
+      const std::string es = std::to_string(dtype_size(dt)) + "-byte elements of " + dtype_name(dt);
+      auto expect_misaligned = [&](KStoreArgs a, int arg, std::size_t off, DType vdt, const std::string& elems) {
+        TensorView* v = views_of(a)[std::size_t(arg)];
+        v->data = base + off;
+        v->dtype = vdt;
+        expect_rejected(a, cache, kArgNames[arg],
+                        "data pointer " + hex_address(base + off) + " is not aligned to the " + elems);
+      };
+      const KStoreArgs a = c.args(cache.data());
+      expect_misaligned(a, 0, 1, dt, es);                                   // input
+      if (dt == DType::kFloat32) expect_misaligned(a, 0, 2, dt, es);
+      expect_misaligned(a, 1, 1, dt, es);                                   // weight
+      expect_misaligned(a, 2, 2, DType::kFloat32, "4-byte elements of fp32");  // freqs
+      expect_misaligned(a, 3, 4, DType::kInt64, "8-byte elements of int64");   // positions
+      expect_misaligned(a, 3, 2, DType::kInt32, "4-byte elements of int32");
+      expect_misaligned(a, 4, 4, DType::kInt64, "8-byte elements of int64");   // slots
+      {  // the first misaligned tensor in argument order is the one named
+        KStoreArgs b = a;
+        b.slots.data = base + 1;
+        b.freqs.data = base + 3;
+        expect_rejected(b, cache, "freqs", "data pointer " + hex_address(base + 3));
+      }
+      // the cache at an odd address: valid, the same bytes
+      const auto want = run_ok(c, reference_options(), 0x5C);
+      for (const auto& be : iqtest::backends_under_test({1, 2})) {
+        if (be.cuda) continue;
+        std::vector<std::uint8_t> odd(c.cache_size() + 1, 0x5C);
+        const Status s = run(c.args(odd.data() + 1), be.options);
+        ASSERT_TRUE(s.ok()) << be.name << ": " << s.message();
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), odd.begin() + 1)) << be.name;
+      }
+    }
+  }
+  // N = 0: nothing read or written, pointers not looked at
+  const KCall z = random_call(KRecipeId::kV4KFp8, 0, DType::kBFloat16, DType::kInt64, 64, 3);
+  std::vector<std::uint8_t> cache(z.cache_size(), 0x11);
+  KStoreArgs a = z.args(cache.data());
+  a.input.data = base + 1;
+  a.weight.data = base + 3;
+  a.freqs.data = base + 2;
+  a.positions.data = base + 4;
+  a.slots.data = base + 4;
+  EXPECT_TRUE(validate(a).ok()) << validate(a).message();
+  EXPECT_TRUE(run(a).ok()) << run(a).message();
+  EXPECT_EQ(std::count(cache.begin(), cache.end(), 0x11), std::ptrdiff_t(cache.size()));
+  // CUDA tensors (fake addresses, never dereferenced): the same rule, before any backend sees them
+  KStoreArgs g = z.args(cache.data());
+  std::uintptr_t addr = 0x10000;
+  for (TensorView* v : views_of(g)) {
+    v->device = Device{DeviceType::kCUDA, 0};
+    v->data = reinterpret_cast<void*>(addr);
+    addr += 0x100000;
+  }
+  g.input.sizes[0] = 3;
+  g.positions.sizes[0] = 3;
+  g.slots.sizes[0] = 3;
+  g.slots.data = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(g.slots.data) + 4);
+  Options o;
+  o.backend = Backend::kCuda;
+  const Status sv = validate(g, o), so = run(g, o);
+  EXPECT_EQ(sv.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(sv.message(), so.message());
+  EXPECT_NE(sv.message().find("slots: data pointer " + hex_address(g.slots.data) +
+                              " is not aligned to the 8-byte elements of int64"),
+            std::string::npos)
+      << sv.message();
 }
 
 TEST(Kside, Names) {

@@ -5,10 +5,14 @@
 // compared byte for byte before and after each call.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "indexer_q/indexer_q.h"
@@ -395,10 +399,16 @@ TEST_F(Validation, Overlaps) {
     a.f8 = TensorView::contiguous(at(kSpare), kFp8, {kB, kH, 128});
     a.wo = TensorView::contiguous(at(kSpare + 1000), kF32, {kB, kH, 1});
   }, IA, {"q_fp8", "overlaps weights_out"});
+  // (q_fp8 one byte in, so that weights_out, 4-byte aligned, starts at its last byte)
   expect_error("weights_out over the last byte of q_fp8", [&](Args& a) {
+    a.f8 = TensorView::contiguous(at(kSpare + 1), kFp8, {kB, kH, 128});
+    a.wo = TensorView::contiguous(at(kSpare + 1536), kF32, {kB, kH, 1});
+  }, IA, {"q_fp8", "overlaps weights_out"});
+  // the same bytes with weights_out itself at the odd address: its alignment is checked first
+  expect_error("weights_out at an odd address over the last byte of q_fp8", [&](Args& a) {
     a.f8 = TensorView::contiguous(at(kSpare), kFp8, {kB, kH, 128});
     a.wo = TensorView::contiguous(at(kSpare + 1535), kF32, {kB, kH, 1});
-  }, IA, {"q_fp8", "overlaps weights_out"});
+  }, IA, {"weights_out", "is not aligned to the 4-byte elements of fp32"});
   expect_error("q_fp8 over freqs", [&](Args& a) {
     a.f8 = TensorView::contiguous(at(kFR + 4000), kFp8, {kB, kH, 128});
   }, IA, {"q_fp8", "overlaps freqs"});
@@ -520,6 +530,15 @@ struct RArgs {
   Options opt;
 };
 
+constexpr std::int64_t kI64Max = std::numeric_limits<std::int64_t>::max();
+
+// A data pointer as the validators print it: "0x" and lowercase hex digits.
+std::string hex_address(const void* p) {
+  std::ostringstream os;
+  os << "0x" << std::hex << reinterpret_cast<std::uintptr_t>(p);
+  return os.str();
+}
+
 class RecipeValidation : public testing::TestWithParam<RecipeId> {
  protected:
   void SetUp() override {
@@ -535,6 +554,17 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
   std::string out_name() const { return fp4() ? "q_fp4" : "q_fp8"; }
   DType own_dtype() const {
     return fp4() ? DType::kUInt8 : fnuz() ? DType::kFloat8E4M3FNUZ : DType::kFloat8E4M3;
+  }
+
+  // The tensors of the call in argument order, named as the validator names them.
+  std::vector<std::pair<std::string, TensorView*>> named_views(RArgs& r) const {
+    std::vector<std::pair<std::string, TensorView*>> v = {{"q_input", &r.a.q_input}, {out_name(), &r.a.q_out}};
+    if (fp4()) v.emplace_back("q_sf", &r.a.q_scale);
+    v.emplace_back("weight", &r.a.weight);
+    v.emplace_back("weights_out", &r.a.weights_out);
+    v.emplace_back("freqs", &r.a.freqs);
+    v.emplace_back("positions", &r.a.positions);
+    return v;
   }
 
   void reset() {
@@ -805,6 +835,201 @@ TEST_P(RecipeValidation, SharedChecks) {
   expect_error("weights_out dtype", [&](RArgs& r) { r.a.weights_out.dtype = DType::kBFloat16; },
                {"weights_out", "fp32"});
   expect_error("num_threads -1", [&](RArgs& r) { r.opt.num_threads = -1; }, {"options.num_threads"});
+}
+
+// Sizes whose element counts overflow int64 are refused naming the argument, before any product
+// is formed (and for B = 0 too). The views are never read, so they may describe more than the
+// arena holds; huge sizes get explicit strides (TensorView::contiguous would multiply them).
+TEST_P(RecipeValidation, ElementCountOverflowNamed) {
+  const std::string bh128 = "B * H * 128 elements overflow int64";
+  expect_error("B * H * 128 > INT64_MAX", [&](RArgs& r) {
+    r.a.q_input = TensorView::strided(at(kQ), DType::kBFloat16, {kI64Max / 128 / kH + 1, kH, 128}, {kH * 128, 128, 1});
+  }, {"q_input", bh128, "(18014398509481984, 4, 128)"});
+  expect_error("B = INT64_MAX", [&](RArgs& r) {
+    r.a.q_input = TensorView::strided(at(kQ), DType::kBFloat16, {kI64Max, 1, 128}, {128, 128, 1});
+  }, {"q_input", bh128});
+  expect_error("H * 128 > INT64_MAX with B = 0", [&](RArgs& r) {
+    r.a.q_input = TensorView::strided(at(kQ), DType::kBFloat16, {0, kI64Max / 128 + 1, 128}, {128, 128, 1});
+  }, {"q_input", bh128, "(0, 72057594037927936, 128)"});
+  const std::string mp64 = "max_pos * 64 elements overflow int64";
+  for (std::int64_t mp : {kI64Max / 64 + 1, kI64Max}) {
+    expect_error("max_pos = " + std::to_string(mp), [&](RArgs& r) {
+      r.a.freqs = TensorView::strided(at(kFR), DType::kFloat32, {mp, 64}, {64, 1});
+    }, {"freqs", mp64, "(" + std::to_string(mp) + ", 64)"});
+  }
+  expect_error("max_pos * 64 > INT64_MAX with B = 0", [&](RArgs& r) {
+    r.a.q_input = TensorView::contiguous(at(kQ), DType::kBFloat16, {0, kH, 128});
+    r.a.q_out = TensorView::contiguous(at(kO), own_dtype(), {0, kH, od()});
+    if (fp4()) r.a.q_scale = TensorView::contiguous(at(kS), DType::kInt32, {0, kH});
+    r.a.weight = TensorView::contiguous(at(kW), DType::kBFloat16, {0, kH});
+    r.a.weights_out = TensorView::contiguous(at(kWO), DType::kFloat32, {0, kH, 1});
+    r.a.positions = TensorView::contiguous(at(kP), DType::kInt64, {0});
+    r.a.freqs = TensorView::strided(at(kFR), DType::kFloat32, {kI64Max / 64 + 1, 64}, {64, 1});
+  }, {"freqs", mp64});
+}
+
+// Views whose byte range cannot lie in the address space: refused naming the argument with its
+// sizes and strides, before anything is read. The addresses near the top are never dereferenced.
+TEST_P(RecipeValidation, SpanBeyondTheAddressSpaceNamed) {
+  const std::string span = "span more bytes than the address space holds";
+  // weight's row stride may be anything >= H: (B - 1) * stride overflows int64, or its bytes do
+  expect_error("weight stride(0) = INT64_MAX", [&](RArgs& r) {
+    r.a.weight = TensorView::strided(at(kW), DType::kBFloat16, {kB, kH}, {kI64Max, 1});
+  }, {"weight: sizes (3, 4) and strides (9223372036854775807, 1) " + span});
+  expect_error("weight stride(0) = INT64_MAX / 2", [&](RArgs& r) {
+    r.a.weight = TensorView::strided(at(kW), DType::kBFloat16, {kB, kH}, {kI64Max / 2, 1});
+  }, {"weight: sizes", span});
+  expect_error("fp32 weight stride(0) = 2^61", [&](RArgs& r) {  // 2 * 2^61 + 3 elements of 4 bytes
+    r.a.weight = TensorView::strided(at(kW), DType::kFloat32, {kB, kH}, {std::int64_t(1) << 61, 1});
+  }, {"weight: sizes", span});
+  // every tensor of the call starting 16 bytes below the top of the address space (16-aligned)
+  void* const top = reinterpret_cast<void*>(std::numeric_limits<std::uintptr_t>::max() - 15);
+  RArgs probe = valid();
+  const std::size_t n = named_views(probe).size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string name = named_views(probe)[i].first;
+    expect_error(name + " 16 bytes below the top of the address space",
+                 [&](RArgs& r) { named_views(r)[i].second->data = top; }, {name + ": sizes", span});
+  }
+  // A negative stride on a dim of size > 1 is refused by the stride rules first (every such stride
+  // is fixed and positive, weight's stride(0) >= H); on a dim of size 1 any stride is fine.
+  const std::vector<std::pair<std::string, std::function<void(RArgs&)>>> negative = {
+      {"q_input", [&](RArgs& r) { r.a.q_input.strides[0] = -kH * 128; }},
+      {out_name(), [&](RArgs& r) { r.a.q_out.strides[1] = -od(); }},
+      {"weight", [&](RArgs& r) { r.a.weight.strides[0] = -kH; }},
+      {"weights_out", [&](RArgs& r) { r.a.weights_out.strides[0] = -kH; }},
+      {"freqs", [&](RArgs& r) { r.a.freqs.strides[0] = -64; }},
+      {"positions", [&](RArgs& r) { r.a.positions.strides[0] = -1; }},
+  };
+  for (const auto& [name, set] : negative)
+    expect_error(name + " with a negative stride", set, {name + ": unsupported strides"});
+  if (fp4())
+    expect_error("q_sf with a negative stride", [&](RArgs& r) { r.a.q_scale.strides[1] = -1; },
+                 {"q_sf: unsupported strides"});
+  const std::vector<std::uint8_t> ref = expect_ok("baseline", [](RArgs&) {});
+  EXPECT_EQ(expect_ok("weights_out (B, H, 1) with stride(2) = -7", [&](RArgs& r) {
+    r.a.weights_out.strides[2] = -7;
+  }), ref);
+}
+
+// ndim beyond TensorView::kMaxDims or negative, on every tensor: refused naming it, without
+// reading sizes[] or strides[] past the view's four entries.
+TEST_P(RecipeValidation, RanksOutsideTheViewNamed) {
+  RArgs probe = valid();
+  const std::size_t n = named_views(probe).size();
+  for (int nd : {TensorView::kMaxDims + 1, 64, INT_MAX, -1, INT_MIN}) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::string name = named_views(probe)[i].first;
+      std::string want;
+      if (name == "q_input") {
+        want = "expected 3 dims (B, H, 128), got " + std::to_string(nd);
+      } else if (name == "freqs") {
+        want = "expected shape (max_pos, 64)";
+      } else if (nd < 0) {
+        want = "sizes and strides have different lengths";
+      } else {
+        want = "ndim " + std::to_string(nd) + " exceeds TensorView::kMaxDims = 4";
+      }
+      expect_error(name + " ndim " + std::to_string(nd), [&](RArgs& r) { named_views(r)[i].second->ndim = nd; },
+                   {name + ": " + want});
+    }
+    if (!fp4())  // FP8 recipes: q_sf must be the empty view
+      expect_error("q_sf ndim " + std::to_string(nd), [&](RArgs& r) { r.a.q_scale.ndim = nd; },
+                   {"q_sf: recipe", "empty view"});
+  }
+}
+
+// A non-null data pointer not aligned to its dtype's element size is refused naming the argument,
+// the address, the element size and the dtype, for every tensor of the call; nothing is read or
+// written (the misaligned views are never dereferenced). 1-byte outputs are aligned anywhere.
+// With B = 0 nothing is read, and no pointer is looked at.
+TEST_P(RecipeValidation, MisalignedDataPointersNamed) {
+  auto misaligned = [&](const std::string& what, const std::string& name, const void* p, const std::string& elems,
+                        const std::function<void(RArgs&)>& set) {
+    expect_error(what, set, {name + ": data pointer " + hex_address(p) + " is not aligned to the " + elems});
+  };
+  misaligned("q_input bf16 at +1", "q_input", at(kQ + 1), "2-byte elements of bf16", [&](RArgs& r) {
+    r.a.q_input = TensorView::contiguous(at(kQ + 1), DType::kBFloat16, {kB, kH, 128});
+  });
+  misaligned("q_input fp16 at +3", "q_input", at(kQ + 3), "2-byte elements of fp16", [&](RArgs& r) {
+    r.a.q_input = TensorView::contiguous(at(kQ + 3), DType::kFloat16, {kB, kH, 128});
+  });
+  misaligned("weight bf16 at +1", "weight", at(kW + 1), "2-byte elements of bf16", [&](RArgs& r) {
+    r.a.weight = TensorView::contiguous(at(kW + 1), DType::kBFloat16, {kB, kH});
+  });
+  misaligned("weight fp32 at +2", "weight", at(kW + 2), "4-byte elements of fp32", [&](RArgs& r) {
+    r.a.weight = TensorView::contiguous(at(kW + 2), DType::kFloat32, {kB, kH});
+  });
+  misaligned("weights_out at +2", "weights_out", at(kWO + 2), "4-byte elements of fp32", [&](RArgs& r) {
+    r.a.weights_out = TensorView::contiguous(at(kWO + 2), DType::kFloat32, {kB, kH, 1});
+  });
+  misaligned("weights_out (B, H) at +1", "weights_out", at(kWO + 1), "4-byte elements of fp32", [&](RArgs& r) {
+    r.a.weights_out = TensorView::contiguous(at(kWO + 1), DType::kFloat32, {kB, kH});
+  });
+  misaligned("freqs at +1", "freqs", at(kFR + 1), "4-byte elements of fp32", [&](RArgs& r) {
+    r.a.freqs = TensorView::contiguous(at(kFR + 1), DType::kFloat32, {kMaxPos, 64});
+  });
+  misaligned("positions int64 at +4", "positions", at(kP + 4), "8-byte elements of int64", [&](RArgs& r) {
+    r.a.positions = TensorView::contiguous(at(kP + 4), DType::kInt64, {kB});
+  });
+  misaligned("positions int32 at +2", "positions", at(kP + 2), "4-byte elements of int32", [&](RArgs& r) {
+    r.a.positions = TensorView::contiguous(at(kP + 2), DType::kInt32, {kB});
+  });
+  if (fp4()) {
+    for (std::size_t off : {std::size_t(1), std::size_t(2), std::size_t(3)})
+      misaligned("q_sf at +" + std::to_string(off), "q_sf", at(kS + off), "4-byte elements of int32",
+                 [&](RArgs& r) { r.a.q_scale = TensorView::contiguous(at(kS + off), DType::kInt32, {kB, kH}); });
+  }
+  // the first misaligned tensor in argument order is the one named
+  misaligned("weight and freqs misaligned", "weight", at(kW + 1), "2-byte elements of bf16", [&](RArgs& r) {
+    r.a.freqs.data = at(kFR + 2);
+    r.a.weight.data = at(kW + 1);
+  });
+
+  // 1-byte elements: q_fp8 / q_fp4 at an odd address is valid and gives the same bytes
+  const std::vector<std::uint8_t> ref = expect_ok("baseline", [](RArgs&) {});
+  for (Backend b : {Backend::kReference, Backend::kCpu}) {
+    EXPECT_EQ(expect_ok(std::string("q_out at an odd address, ") + backend_name(b), [&](RArgs& r) {
+      r.a.q_out = TensorView::contiguous(at(kO + 1), own_dtype(), {kB, kH, od()});
+    }, b), ref);
+  }
+
+  // B = 0: nothing is read or written, so the pointers are not looked at
+  reset();
+  RArgs z = valid();
+  z.a.q_input = TensorView::contiguous(at(kQ + 1), DType::kBFloat16, {0, kH, 128});
+  z.a.q_out = TensorView::contiguous(at(kO), own_dtype(), {0, kH, od()});
+  if (fp4()) z.a.q_scale = TensorView::contiguous(at(kS + 2), DType::kInt32, {0, kH});
+  z.a.weight = TensorView::contiguous(at(kW + 1), DType::kBFloat16, {0, kH});
+  z.a.weights_out = TensorView::contiguous(at(kWO + 2), DType::kFloat32, {0, kH, 1});
+  z.a.freqs.data = at(kFR + 1);
+  z.a.positions = TensorView::contiguous(at(kP + 4), DType::kInt64, {0});
+  const std::vector<std::uint64_t> before = arena_;
+  for (Backend b : {Backend::kReference, Backend::kCpu}) {
+    z.opt.backend = b;
+    EXPECT_TRUE(validate(z.a, z.opt).ok()) << validate(z.a, z.opt).message();
+    EXPECT_TRUE(run(z.a, z.opt).ok()) << run(z.a, z.opt).message();
+  }
+  EXPECT_TRUE(arena_ == before);
+
+  // CUDA tensors (fake addresses, never dereferenced): the same rule, before any backend sees them
+  RArgs c = valid();
+  std::uintptr_t addr = 0x10000;
+  for (auto& nv : named_views(c)) {
+    nv.second->device = Device{DeviceType::kCUDA, 0};
+    nv.second->data = reinterpret_cast<void*>(addr);
+    addr += 0x100000;
+  }
+  c.a.weights_out.data = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(c.a.weights_out.data) + 2);
+  c.opt.backend = Backend::kCuda;
+  const Status sv = validate(c.a, c.opt), so = run(c.a, c.opt);
+  EXPECT_EQ(sv.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(so.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(sv.message(), so.message());
+  EXPECT_NE(sv.message().find("weights_out: data pointer " + hex_address(c.a.weights_out.data) +
+                              " is not aligned to the 4-byte elements of fp32"),
+            std::string::npos)
+      << sv.message();
 }
 
 TEST_P(RecipeValidation, EmptyBatchIsValidAndWritesNothing) {

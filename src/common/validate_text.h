@@ -1,7 +1,10 @@
 // Message pieces shared by the validators (src/validate.cpp, src/validate_kside.cpp): a view's
-// sizes and strides as text, and the InvalidArgument Status naming an argument.
+// sizes and strides as text, the InvalidArgument Status naming an argument, and the element
+// alignment check of a data pointer (one rule, one message for both sides).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <sstream>
 #include <string>
 
@@ -25,6 +28,20 @@ inline std::string strides_text(const TensorView& t) { return dims_text(t, t.str
 // "indexer_q: <arg>: <what>"
 inline Status bad_arg(const char* arg, const std::string& what) {
   return Status::InvalidArgument(std::string("indexer_q: ") + arg + ": " + what);
+}
+
+// A non-null data pointer must be aligned to its dtype's element size: the host code reads and
+// writes typed elements (row.h's load_float) and the CUDA kernels fault on a misaligned one.
+// Ok for a null pointer (the null check is the validators' own) and for an unknown dtype (size 0).
+// Allocates only when it fails.
+inline Status check_element_aligned(const char* arg, const TensorView& t) {
+  const std::size_t es = dtype_size(t.dtype);
+  const std::uintptr_t addr = reinterpret_cast<std::uintptr_t>(t.data);
+  if (t.data == nullptr || es <= 1 || addr % es == 0) return Status::Ok();
+  std::ostringstream os;
+  os << "data pointer 0x" << std::hex << addr << std::dec << " is not aligned to the " << es << "-byte elements of "
+     << dtype_name(t.dtype);
+  return bad_arg(arg, os.str());
 }
 
 }  // namespace detail
