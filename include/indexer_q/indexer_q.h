@@ -58,7 +58,7 @@ struct Device {
 // A non-owning view of a strided tensor. Strides are in elements, not bytes.
 struct TensorView {
   static constexpr int kMaxDims = 4;
-  void* data = nullptr;
+  void* data = nullptr;  // aligned to dtype_size(dtype) when the call reads or writes it (validated)
   DType dtype = DType::kFloat32;
   int ndim = 0;
   std::int64_t sizes[kMaxDims] = {0, 0, 0, 0};
