@@ -113,10 +113,34 @@ TEST(AllocFree, CountingHooksSeeAllocations) {
   EXPECT_GE(m, 2);  // the thread's state and the vector
 }
 
-TEST(AllocFree, CpuCallAfterTheFirstAllocatesNothing) {
+// For every supported ISA and auto, 1 and N threads: after a first call of run(a) (which may start
+// the pool's workers), three more calls allocate nothing. `what` names the case in a failure;
+// *checked counts the combinations.
+template <class Args>
+void expect_repeat_calls_allocate_nothing(const Args& a, const std::string& what, int* checked) {
   const int hw = std::max(2u, std::thread::hardware_concurrency());
   std::vector<CpuIsa> isas = supported_cpu_isas();
   isas.push_back(CpuIsa::kAuto);
+  for (CpuIsa isa : isas) {
+    for (int threads : {1, hw}) {
+      Options o;
+      o.backend = Backend::kCpu;
+      o.cpu_isa = isa;
+      o.num_threads = threads;
+      ASSERT_TRUE(run(a, o).ok());
+      Status s;
+      const long n = allocations_during([&] {
+        for (int i = 0; i < 3; ++i) s = run(a, o);
+      });
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_EQ(n, 0) << what << " " << cpu_isa_name(isa) << " threads " << threads << ": " << n
+                      << " allocation(s) in 3 calls";
+      ++*checked;
+    }
+  }
+}
+
+TEST(AllocFree, CpuCallAfterTheFirstAllocatesNothing) {
   int checked = 0;
   for (RecipeId r : all_recipes()) {
     for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
@@ -129,23 +153,8 @@ TEST(AllocFree, CpuCallAfterTheFirstAllocatesNothing) {
       std::vector<float> wo(static_cast<std::size_t>(rows));
       const OpArgs a = op_args(c, c.q_input.data(), q_out.data(), c.fp4() ? q_sf.data() : nullptr,
                                c.weight.data(), wo.data(), c.freqs.data(), c.positions.data());
-      for (CpuIsa isa : isas) {
-        for (int threads : {1, hw}) {
-          Options o;
-          o.backend = Backend::kCpu;
-          o.cpu_isa = isa;
-          o.num_threads = threads;
-          ASSERT_TRUE(run(a, o).ok());  // the first call: may start the pool's workers
-          Status s;
-          const long n = allocations_during([&] {
-            for (int i = 0; i < 3; ++i) s = run(a, o);
-          });
-          ASSERT_TRUE(s.ok()) << s.message();
-          EXPECT_EQ(n, 0) << recipe_name(r) << " " << dtype_name(dt) << " " << cpu_isa_name(isa) << " threads "
-                          << threads << ": " << n << " allocation(s) in 3 calls";
-          ++checked;
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_repeat_calls_allocate_nothing(
+          a, std::string(recipe_name(r)) + " " + dtype_name(dt), &checked));
     }
   }
   std::printf("[ alloc ] %d (recipe, dtype, isa, threads) combinations: 3 calls each, allocations counted\n",
@@ -223,31 +232,13 @@ TEST(AllocFree, KsideValidateOfAnAcceptedCallAllocatesNothing) {
 // A key-side CPU call after the first allocates nothing (every recipe, supported ISA and auto,
 // threads 1 and N; 300 tokens: above the inline threshold, so threads > 1 use the pool).
 TEST(AllocFree, KsideCpuCallAfterTheFirstAllocatesNothing) {
-  const int hw = std::max(2u, std::thread::hardware_concurrency());
-  std::vector<CpuIsa> isas = supported_cpu_isas();
-  isas.push_back(CpuIsa::kAuto);
   int checked = 0;
   for (KRecipeId r : all_krecipes()) {
     for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
       KsideCall k(r, 300, dt);
       const KStoreArgs a = k.args();
-      for (CpuIsa isa : isas) {
-        for (int threads : {1, hw}) {
-          Options o;
-          o.backend = Backend::kCpu;
-          o.cpu_isa = isa;
-          o.num_threads = threads;
-          ASSERT_TRUE(run(a, o).ok());  // the first call: may start the pool's workers
-          Status s;
-          const long n = allocations_during([&] {
-            for (int i = 0; i < 3; ++i) s = run(a, o);
-          });
-          ASSERT_TRUE(s.ok()) << s.message();
-          EXPECT_EQ(n, 0) << krecipe_name(r) << " " << dtype_name(dt) << " " << cpu_isa_name(isa) << " threads "
-                          << threads << ": " << n << " allocation(s) in 3 calls";
-          ++checked;
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_repeat_calls_allocate_nothing(
+          a, std::string(krecipe_name(r)) + " " + dtype_name(dt), &checked));
     }
   }
   std::printf("[ alloc ] key side: %d (recipe, dtype, isa, threads) combinations: 3 calls each, allocations counted\n",
