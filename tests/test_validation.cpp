@@ -588,19 +588,20 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
     std::memset(at(kSpare), kSentinel, 4096);
   }
 
-  RArgs valid() {
+  // A valid call of B tokens (default kB; B = 0: an empty batch).
+  RArgs valid(std::int64_t B = kB) {
     RArgs r;
     OpArgs& a = r.a;
     a.recipe = rid();
-    a.q_input = TensorView::contiguous(at(kQ), DType::kBFloat16, {kB, kH, 128});
-    a.q_out = TensorView::contiguous(at(kO), own_dtype(), {kB, kH, od()});
-    if (fp4()) a.q_scale = TensorView::contiguous(at(kS), DType::kInt32, {kB, kH});
-    a.weight = TensorView::contiguous(at(kW), DType::kBFloat16, {kB, kH});
-    a.weights_out = TensorView::contiguous(at(kWO), DType::kFloat32, {kB, kH, 1});
+    a.q_input = TensorView::contiguous(at(kQ), DType::kBFloat16, {B, kH, 128});
+    a.q_out = TensorView::contiguous(at(kO), own_dtype(), {B, kH, od()});
+    if (fp4()) a.q_scale = TensorView::contiguous(at(kS), DType::kInt32, {B, kH});
+    a.weight = TensorView::contiguous(at(kW), DType::kBFloat16, {B, kH});
+    a.weights_out = TensorView::contiguous(at(kWO), DType::kFloat32, {B, kH, 1});
     a.weight_scale = 0.5f;
     a.head_scale = 0.625f;  // used by the vllm_* recipes' two-factor folds
     a.freqs = TensorView::contiguous(at(kFR), DType::kFloat32, {kMaxPos, 64});
-    a.positions = TensorView::contiguous(at(kP), DType::kInt64, {kB});
+    a.positions = TensorView::contiguous(at(kP), DType::kInt64, {B});
     r.opt.backend = Backend::kReference;
     return r;
   }
@@ -858,12 +859,7 @@ TEST_P(RecipeValidation, ElementCountOverflowNamed) {
     }, {"freqs", mp64, "(" + std::to_string(mp) + ", 64)"});
   }
   expect_error("max_pos * 64 > INT64_MAX with B = 0", [&](RArgs& r) {
-    r.a.q_input = TensorView::contiguous(at(kQ), DType::kBFloat16, {0, kH, 128});
-    r.a.q_out = TensorView::contiguous(at(kO), own_dtype(), {0, kH, od()});
-    if (fp4()) r.a.q_scale = TensorView::contiguous(at(kS), DType::kInt32, {0, kH});
-    r.a.weight = TensorView::contiguous(at(kW), DType::kBFloat16, {0, kH});
-    r.a.weights_out = TensorView::contiguous(at(kWO), DType::kFloat32, {0, kH, 1});
-    r.a.positions = TensorView::contiguous(at(kP), DType::kInt64, {0});
+    r.a = valid(0).a;
     r.a.freqs = TensorView::strided(at(kFR), DType::kFloat32, {kI64Max / 64 + 1, 64}, {64, 1});
   }, {"freqs", mp64});
 }
@@ -996,14 +992,13 @@ TEST_P(RecipeValidation, MisalignedDataPointersNamed) {
 
   // B = 0: nothing is read or written, so the pointers are not looked at
   reset();
-  RArgs z = valid();
-  z.a.q_input = TensorView::contiguous(at(kQ + 1), DType::kBFloat16, {0, kH, 128});
-  z.a.q_out = TensorView::contiguous(at(kO), own_dtype(), {0, kH, od()});
-  if (fp4()) z.a.q_scale = TensorView::contiguous(at(kS + 2), DType::kInt32, {0, kH});
-  z.a.weight = TensorView::contiguous(at(kW + 1), DType::kBFloat16, {0, kH});
-  z.a.weights_out = TensorView::contiguous(at(kWO + 2), DType::kFloat32, {0, kH, 1});
+  RArgs z = valid(0);
+  z.a.q_input.data = at(kQ + 1);
+  if (fp4()) z.a.q_scale.data = at(kS + 2);
+  z.a.weight.data = at(kW + 1);
+  z.a.weights_out.data = at(kWO + 2);
   z.a.freqs.data = at(kFR + 1);
-  z.a.positions = TensorView::contiguous(at(kP + 4), DType::kInt64, {0});
+  z.a.positions.data = at(kP + 4);
   const std::vector<std::uint64_t> before = arena_;
   for (Backend b : {Backend::kReference, Backend::kCpu}) {
     z.opt.backend = b;
@@ -1034,13 +1029,7 @@ TEST_P(RecipeValidation, MisalignedDataPointersNamed) {
 
 TEST_P(RecipeValidation, EmptyBatchIsValidAndWritesNothing) {
   reset();
-  RArgs r = valid();
-  r.a.q_input = TensorView::contiguous(at(kQ), DType::kBFloat16, {0, kH, 128});
-  r.a.q_out = TensorView::contiguous(at(kO), own_dtype(), {0, kH, od()});
-  if (fp4()) r.a.q_scale = TensorView::contiguous(at(kS), DType::kInt32, {0, kH});
-  r.a.weight = TensorView::contiguous(at(kW), DType::kBFloat16, {0, kH});
-  r.a.weights_out = TensorView::contiguous(at(kWO), DType::kFloat32, {0, kH, 1});
-  r.a.positions = TensorView::contiguous(at(kP), DType::kInt64, {0});
+  RArgs r = valid(0);
   const std::vector<std::uint64_t> before = arena_;
   for (Backend b : {Backend::kReference, Backend::kCpu, Backend::kAuto}) {
     r.opt.backend = b;
