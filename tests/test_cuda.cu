@@ -44,6 +44,7 @@
 #include "cuda/fp4_e2m1.cuh"
 #include "cuda/fp8_e4m3.cuh"
 #include "io/safetensors.h"
+#include "cuda_test_util.cuh"
 #include "iq_test_util.h"
 
 namespace {
@@ -52,26 +53,8 @@ using namespace indexer_q;
 using iqtest::HostCase;
 using iqtest::Outputs;
 
-#define CUDA_OK(expr)                                                          \
-  do {                                                                         \
-    const cudaError_t e_ = (expr);                                             \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);     \
-  } while (0)
-
-bool have_device() { return backend_available(Backend::kCuda); }
-#define SKIP_WITHOUT_DEVICE() \
-  if (!have_device()) GTEST_SKIP() << "no usable CUDA device"
-
-struct DevBuf {
-  void* p = nullptr;
-  DevBuf() = default;
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  ~DevBuf() {
-    if (p) cudaFree(p);
-  }
-  bool alloc(std::size_t n) { return cudaMalloc(&p, n ? n : 16) == cudaSuccess; }
-};
+using iqtest::DevBuf;
+using iqtest::have_device;
 
 // A case in device memory. freqs holds exactly max_pos rows (nothing after them), so an
 // out-of-range read is an out-of-bounds access that compute-sanitizer reports.

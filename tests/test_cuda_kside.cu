@@ -36,35 +36,15 @@
 #include "common/rsq_sm90.h"
 #include "cuda/kside_cuda.h"
 #include "io/safetensors.h"
+#include "cuda_test_util.cuh"
 #include "iq_test_util.h"
 
 namespace {
 
 using namespace indexer_q;
 
-#define CUDA_OK(expr)                                                      \
-  do {                                                                     \
-    const cudaError_t e_ = (expr);                                         \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
-  } while (0)
-
-bool have_device() { return backend_available(Backend::kCuda); }
-#define SKIP_WITHOUT_DEVICE() \
-  if (!have_device()) GTEST_SKIP() << "no usable CUDA device"
-
-struct DevBuf {
-  void* p = nullptr;
-  DevBuf() = default;
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  ~DevBuf() {
-    if (p) cudaFree(p);
-  }
-  bool alloc(std::size_t n) { return cudaMalloc(&p, n ? n : 16) == cudaSuccess; }
-  bool put(const void* src, std::size_t n) {
-    return alloc(n) && (n == 0 || cudaMemcpy(p, src, n, cudaMemcpyHostToDevice) == cudaSuccess);
-  }
-};
+using iqtest::DevBuf;
+using iqtest::have_device;
 
 // One key-side call as host bytes.
 struct KCase {
