@@ -1,10 +1,12 @@
 // The public API, part 1: tensor views and the names of dtypes, backends, ISAs and recipes.
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 #include <sstream>
 #include <string>
 
 #include "common/problem.h"
+#include "common/recipe.h"
 #include "indexer_q/indexer_q.h"
 
 namespace indexer_q {
@@ -155,28 +157,22 @@ const char* version() noexcept { return INDEXER_Q_VERSION; }
 // recipes (the list: include/indexer_q/recipes.inc)
 // ---------------------------------------------------------------------------------------
 namespace {
-constexpr Recipe kRecipes[] = {
-#define IQ_RECIPE(Id, Name, Rope, Freqs, Had, Bf16Rope, Bf16Had, Fmt, Quant, Fold)               \
-  Recipe{RecipeId::Id, Name, RopeDims::Rope, FreqsLayout::Freqs, Had, Bf16Rope, Bf16Had, OutFormat::Fmt, \
-         Quantizer::Quant, WeightFold::Fold},
-#include "indexer_q/recipes.inc"
-#undef IQ_RECIPE
-};
-constexpr int kNumRecipes = int(sizeof kRecipes / sizeof kRecipes[0]);
+using detail::kNumRecipes;
+using detail::kRecipeTable;
 }  // namespace
 
 const Recipe& recipe(RecipeId id) noexcept {
   const int i = int(id);
-  return (i >= 0 && i < kNumRecipes) ? kRecipes[i] : kRecipes[0];
+  return (i >= 0 && i < kNumRecipes) ? kRecipeTable[i] : kRecipeTable[0];
 }
 
 const char* recipe_name(RecipeId id) noexcept {
   const int i = int(id);
-  return (i >= 0 && i < kNumRecipes) ? kRecipes[i].name : "unknown";
+  return (i >= 0 && i < kNumRecipes) ? kRecipeTable[i].name : "unknown";
 }
 
 bool parse_recipe(const std::string& name, RecipeId* out) noexcept {
-  for (const Recipe& r : kRecipes) {
+  for (const Recipe& r : kRecipeTable) {
     if (name == r.name) {
       *out = r.id;
       return true;
@@ -185,48 +181,76 @@ bool parse_recipe(const std::string& name, RecipeId* out) noexcept {
   return false;
 }
 
-const char* rope_dims_name(RopeDims v) noexcept {
-  switch (v) {
-    case RopeDims::kLast64: return "last64";
-    case RopeDims::kFirst64: return "first64";
-  }
-  return "unknown";
+// ---- the columns (include/indexer_q/recipe_columns.inc) ----
+namespace {
+struct ValueRow {
+  const char* type;  // the column's enum, as written in recipe_columns.inc
+  int value;
+  const char* name;
+  const char* doc;
+};
+constexpr ValueRow kValues[] = {
+#define IQ_VALUE(Type, Value, name, doc) ValueRow{#Type, int(Type::Value), name, doc},
+#include "indexer_q/recipe_columns.inc"
+};
+struct ColumnRow {
+  const char* name;
+  const char* doc;
+  const char* type;  // nullptr for a flag
+};
+constexpr ColumnRow kColumns[] = {
+#define IQ_COLUMN(Type, member, doc) ColumnRow{#member, doc, #Type},
+#define IQ_FLAG(member, doc) ColumnRow{#member, doc, nullptr},
+#include "indexer_q/recipe_columns.inc"
+};
+constexpr int kNumColumns = int(sizeof kColumns / sizeof kColumns[0]);
+
+const ValueRow* find_value(const char* type, int v) noexcept {
+  for (const ValueRow& r : kValues)
+    if (r.value == v && std::strcmp(r.type, type) == 0) return &r;
+  return nullptr;
 }
-const char* freqs_layout_name(FreqsLayout v) noexcept {
-  switch (v) {
-    case FreqsLayout::kInterleaved: return "interleaved";
-    case FreqsLayout::kHalves: return "halves";
-  }
-  return "unknown";
+
+// Column i of r as an int (a flag: 0 / 1); -1 for i out of range.
+int column_int(const Recipe& r, int i) noexcept {
+  int k = 0;
+#define IQ_COLUMN(Type, member, doc) \
+  if (i == k++) return int(r.member);
+#define IQ_FLAG(member, doc) \
+  if (i == k++) return r.member ? 1 : 0;
+#include "indexer_q/recipe_columns.inc"
+  return -1;
 }
-const char* out_format_name(OutFormat v) noexcept {
-  switch (v) {
-    case OutFormat::kE4M3FN: return "e4m3fn";
-    case OutFormat::kE4M3FNUZ: return "e4m3fnuz";
-    case OutFormat::kE2M1: return "e2m1";
+}  // namespace
+
+#define IQ_COLUMN(Type, member, doc)                  \
+  const char* value_name(Type v) noexcept {           \
+    const ValueRow* r = find_value(#Type, int(v));    \
+    return r ? r->name : "unknown";                   \
   }
-  return "unknown";
+#include "indexer_q/recipe_columns.inc"
+
+int recipe_column_count() noexcept { return kNumColumns; }
+const char* recipe_column_name(int i) noexcept { return i >= 0 && i < kNumColumns ? kColumns[i].name : nullptr; }
+const char* recipe_column_doc(int i) noexcept { return i >= 0 && i < kNumColumns ? kColumns[i].doc : nullptr; }
+const char* recipe_column_value(RecipeId id, int i) noexcept {
+  if (i < 0 || i >= kNumColumns) return nullptr;
+  const int v = column_int(recipe(id), i);
+  if (!kColumns[i].type) return v ? "true" : "false";
+  const ValueRow* r = find_value(kColumns[i].type, v);
+  return r ? r->name : "unknown";
 }
-const char* quantizer_name(Quantizer v) noexcept {
-  switch (v) {
-    case Quantizer::kSglang: return "sglang";
-    case Quantizer::kVllm: return "vllm";
-  }
-  return "unknown";
-}
-const char* weight_fold_name(WeightFold v) noexcept {
-  switch (v) {
-    case WeightFold::kTimesScale: return "times_scale";
-    case WeightFold::kNoScale: return "no_scale";
-    case WeightFold::kScaleThenTwoFactors: return "scale_then_two_factors";
-    case WeightFold::kTwoFactors: return "two_factors";
-  }
-  return "unknown";
+const char* recipe_column_value_doc(RecipeId id, int i) noexcept {
+  if (i < 0 || i >= kNumColumns) return nullptr;
+  const int v = column_int(recipe(id), i);
+  if (!kColumns[i].type) return v ? kColumns[i].doc : "";
+  const ValueRow* r = find_value(kColumns[i].type, v);
+  return r ? r->doc : "";
 }
 
 std::vector<RecipeId> all_recipes() {
   std::vector<RecipeId> v;
-  for (const Recipe& r : kRecipes) v.push_back(r.id);
+  for (const Recipe& r : kRecipeTable) v.push_back(r.id);
   return v;
 }
 

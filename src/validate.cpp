@@ -144,7 +144,27 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   }
   const Recipe& rec = recipe(args.recipe);
   const bool fp4 = rec.format == OutFormat::kE2M1;
+  const bool has_rope = recipe_has_rope(rec), has_weights = recipe_has_weights(rec);
   const char* out_name = fp4 ? "q_fp4" : "q_fp8";
+  // A recipe without RoPE (or without weights) takes empty views for those tensors: nothing is
+  // read or written through them.
+  const auto empty_view = [](const TensorView& t) { return t.ndim == 0 && t.data == nullptr; };
+  if (!has_rope) {
+    if (!empty_view(freqs))
+      return detail::bad_arg("freqs", std::string("recipe ") + rec.name +
+                                          " has no RoPE: expected an empty view (ndim 0, no data)");
+    if (!empty_view(positions))
+      return detail::bad_arg("positions", std::string("recipe ") + rec.name +
+                                              " has no RoPE: expected an empty view (ndim 0, no data)");
+  }
+  if (!has_weights) {
+    if (!empty_view(weight))
+      return detail::bad_arg("weight", std::string("recipe ") + rec.name +
+                                           " has no weights: expected an empty view (ndim 0, no data)");
+    if (!empty_view(weights_out))
+      return detail::bad_arg("weights_out", std::string("recipe ") + rec.name +
+                                                " has no weights: expected an empty view (ndim 0, no data)");
+  }
 
   // --- q_input fixes B, H and the dtype ---
   if (q_input.ndim != 3)
@@ -204,6 +224,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   }
 
   // --- weight ---
+  if (has_weights) {
   const auto bh = [&] { return "(" + std::to_string(B) + ", " + std::to_string(H) + ") = (B, H)"; };
   s = check_shape("weight", weight, {B, H}, bh);
   if (!s.ok()) return s;
@@ -230,8 +251,11 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   if (!s.ok()) return s;
   s = check_dtype("weights_out", weights_out, {DType::kFloat32}, "fp32");
   if (!s.ok()) return s;
+  }  // has_weights
 
   // --- freqs ---
+  std::int64_t max_pos = 0;
+  if (has_rope) {
   if (freqs.ndim != 2 || freqs.sizes[1] != kFreqsDim || freqs.sizes[0] < 0)
     return detail::bad_arg("freqs", std::string("expected shape (max_pos, 64) (") +
                             (rec.freqs_layout == FreqsLayout::kInterleaved ? "(cos, sin) per pair"
@@ -241,7 +265,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   if (!s.ok()) return s;
   s = check_strides("freqs", freqs, {kFreqsDim, 1}, "contiguous (64, 1)");
   if (!s.ok()) return s;
-  const std::int64_t max_pos = freqs.sizes[0];
+  max_pos = freqs.sizes[0];
   if (max_pos > std::numeric_limits<std::int64_t>::max() / kFreqsDim)
     return detail::bad_arg("freqs", "max_pos * 64 elements overflow int64 (shape " + detail::shape_text(freqs) + ")");
 
@@ -253,6 +277,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   if (!s.ok()) return s;
   s = check_strides("positions", positions, {1}, "contiguous (1,)");
   if (!s.ok()) return s;
+  }  // has_rope
 
   // --- devices ---
   // The tensors of this recipe, in argument order (q_sf takes part only in FP4 recipes).
@@ -271,9 +296,14 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   all.push_back({"q_input", &q_input, false});
   all.push_back({out_name, &q_out, true});
   if (fp4) all.push_back({"q_sf", &q_scale, true});
-  for (Named n : {Named{"weight", &weight, false}, Named{"weights_out", &weights_out, true},
-                  Named{"freqs", &freqs, false}, Named{"positions", &positions, false}})
-    all.push_back(n);
+  if (has_weights) {
+    all.push_back({"weight", &weight, false});
+    all.push_back({"weights_out", &weights_out, true});
+  }
+  if (has_rope) {
+    all.push_back({"freqs", &freqs, false});
+    all.push_back({"positions", &positions, false});
+  }
   for (const auto& a : all) {
     if (a.t->device != q_input.device)
       return detail::bad_arg(a.name, std::string("expected the device of q_input (") + device_full(q_input.device) +
@@ -321,7 +351,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
     s = detail::check_element_aligned(a.name, *a.t);
     if (!s.ok()) return s;
   }
-  if (max_pos == 0) return detail::bad_arg("freqs", "has 0 rows (max_pos = 0), so no position is valid");
+  if (has_rope && max_pos == 0) return detail::bad_arg("freqs", "has 0 rows (max_pos = 0), so no position is valid");
 
   // --- every view within the address space; outputs must not overlap inputs or each other ---
   Span spans[7];
@@ -339,7 +369,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   }
 
   // --- positions in range, wherever the host can read them ---
-  if (dev.type == DeviceType::kCPU) {
+  if (has_rope && dev.type == DeviceType::kCPU) {
     for (std::int64_t b = 0; b < B; ++b) {
       const std::int64_t p = positions.dtype == DType::kInt32
                                  ? std::int64_t(static_cast<const std::int32_t*>(positions.data)[b])

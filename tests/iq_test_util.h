@@ -340,13 +340,19 @@ inline OpArgs op_args(const HostCase& c, const void* q_input, void* q_out, void*
   a.q_input = TensorView::contiguous(q_input, c.dtype, {c.B, c.H, 128}, dev);
   a.q_out = TensorView::contiguous(q_out, c.out_dtype(), {c.B, c.H, c.out_bytes_per_row()}, dev);
   if (c.fp4()) a.q_scale = TensorView::contiguous(q_sf, DType::kInt32, {c.B, c.H}, dev);
-  a.weight = TensorView::strided(weight, c.wdtype(), {c.B, c.H}, {c.weight_stride, 1}, dev);
-  a.weights_out = c.weights_out_2d ? TensorView::contiguous(weights_out, DType::kFloat32, {c.B, c.H}, dev)
-                                   : TensorView::contiguous(weights_out, DType::kFloat32, {c.B, c.H, 1}, dev);
+  // A recipe without weights (without RoPE) takes empty views for them.
+  const Recipe& r = indexer_q::recipe(c.recipe);
+  if (recipe_has_weights(r)) {
+    a.weight = TensorView::strided(weight, c.wdtype(), {c.B, c.H}, {c.weight_stride, 1}, dev);
+    a.weights_out = c.weights_out_2d ? TensorView::contiguous(weights_out, DType::kFloat32, {c.B, c.H}, dev)
+                                     : TensorView::contiguous(weights_out, DType::kFloat32, {c.B, c.H, 1}, dev);
+  }
   a.weight_scale = c.weight_scale;
   a.head_scale = c.head_scale;
-  a.freqs = TensorView::contiguous(freqs, DType::kFloat32, {c.max_pos, 64}, dev);
-  a.positions = TensorView::contiguous(positions, c.pos_dtype, {c.B}, dev);
+  if (recipe_has_rope(r)) {
+    a.freqs = TensorView::contiguous(freqs, DType::kFloat32, {c.max_pos, 64}, dev);
+    a.positions = TensorView::contiguous(positions, c.pos_dtype, {c.B}, dev);
+  }
   return a;
 }
 
@@ -363,7 +369,7 @@ inline Status run_case(const BackendUnderTest& be, const HostCase& c, Outputs* o
   const std::int64_t rows = c.B * c.H;
   out->q_out.assign(std::size_t(rows * c.out_bytes_per_row()), poison);
   out->q_sf.assign(c.fp4() ? std::size_t(rows * 4) : 0, poison);
-  out->weights_out.assign(std::size_t(rows), 0.0f);
+  out->weights_out.assign(recipe_has_weights(indexer_q::recipe(c.recipe)) ? std::size_t(rows) : 0, 0.0f);
   poison_fill(out->weights_out.data(), poison, out->weights_out.size() * 4);
   if (!be.cuda) {
     return run(op_args(c, c.q_input.data(), out->q_out.data(), c.fp4() ? out->q_sf.data() : nullptr,

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -332,50 +333,66 @@ TEST(Api, DescriptorEnumNames) {
   }
 }
 
-// The quant and fold columns of recipes.inc (expanded here) are the descriptors' columns, and
-// the vLLM forms are what SPEC-vllm.md says.
-struct ListRow {
-  RecipeId id;
-  Quantizer quant;
-  WeightFold fold;
-  bool bf16_after_rope, hadamard;
-};
-const ListRow kListRows[] = {
-#define IQ_RECIPE(Id, name, rope_dims, freqs_layout, hadamard, bf16_after_rope, bf16_after_hadamard, format, quant, fold) \
-  {RecipeId::Id, Quantizer::quant, WeightFold::fold, bf16_after_rope, hadamard},
-#include "indexer_q/recipes.inc"
-#undef IQ_RECIPE
-};
-
-TEST(Api, RecipeQuantizerAndFoldColumns) {
-  ASSERT_EQ(sizeof kListRows / sizeof kListRows[0], all_recipes().size());
-  int vllm = 0;
-  for (const ListRow& row : kListRows) {
-    const Recipe& d = recipe(row.id);
-    EXPECT_EQ(d.quant, row.quant) << d.name;
-    EXPECT_EQ(d.fold, row.fold) << d.name;
-    const bool is_vllm = std::string(d.name).rfind("vllm_", 0) == 0;
-    EXPECT_EQ(d.quant == Quantizer::kVllm, is_vllm) << d.name;
-    const bool two_factors = d.fold == WeightFold::kScaleThenTwoFactors || d.fold == WeightFold::kTwoFactors;
-    EXPECT_EQ(two_factors, is_vllm) << d.name << ": the two-factor folds are vLLM's";
-    if (is_vllm) {
-      ++vllm;
-      EXPECT_FALSE(d.hadamard) << d.name;
-      EXPECT_TRUE(d.bf16_after_rope) << d.name;
-      EXPECT_FALSE(d.bf16_after_hadamard) << d.name;
-      EXPECT_EQ(d.rope_dims, RopeDims::kLast64) << d.name;
-      EXPECT_EQ(d.freqs_layout, FreqsLayout::kHalves) << d.name;
+// The generated column API (include/indexer_q/recipe_columns.inc): every column of every recipe
+// has a named value, the names agree with value_name(), and the forms are what their contracts say.
+TEST(Api, RecipeColumnsAreNamedAndGenerated) {
+  const int n = recipe_column_count();
+  ASSERT_GE(n, 9);
+  EXPECT_EQ(recipe_column_name(n), nullptr);
+  EXPECT_EQ(recipe_column_name(-1), nullptr);
+  EXPECT_STREQ(recipe_column_name(0), "rope_dims");
+  for (RecipeId id : all_recipes()) {
+    const Recipe& d = recipe(id);
+    for (int i = 0; i < n; ++i) {
+      ASSERT_NE(recipe_column_value(id, i), nullptr);
+      EXPECT_STRNE(recipe_column_value(id, i), "unknown") << d.name << " column " << recipe_column_name(i);
+      EXPECT_NE(recipe_column_doc(i), nullptr);
     }
+    std::map<std::string, std::string> cols;
+    for (int i = 0; i < n; ++i) cols[recipe_column_name(i)] = recipe_column_value(id, i);
+    EXPECT_EQ(cols["rope_dims"], value_name(d.rope_dims)) << d.name;
+    EXPECT_EQ(cols["rope_pairs"], value_name(d.rope_pairs)) << d.name;
+    EXPECT_EQ(cols["freqs_layout"], value_name(d.freqs_layout)) << d.name;
+    EXPECT_EQ(cols["format"], value_name(d.format)) << d.name;
+    EXPECT_EQ(cols["quant"], value_name(d.quant)) << d.name;
+    EXPECT_EQ(cols["fold"], value_name(d.fold)) << d.name;
+    EXPECT_EQ(cols["hadamard"], d.hadamard ? "true" : "false") << d.name;
+    EXPECT_EQ(cols["bf16_after_rope"], d.bf16_after_rope ? "true" : "false") << d.name;
+    EXPECT_EQ(cols["bf16_after_hadamard"], d.bf16_after_hadamard ? "true" : "false") << d.name;
   }
-  EXPECT_EQ(vllm, 2);
+  EXPECT_STREQ(value_name(static_cast<Quantizer>(99)), "unknown");
+
+  // The forms as their contracts describe them (docs/RECIPES.md).
   const Recipe& f8 = recipe(RecipeId::kVllmV4Fp8);
   EXPECT_STREQ(f8.name, "vllm_v4_fp8");
-  EXPECT_EQ(f8.format, OutFormat::kE4M3FN);
+  EXPECT_EQ(f8.quant, Quantizer::kVllm);
   EXPECT_EQ(f8.fold, WeightFold::kScaleThenTwoFactors);
   const Recipe& f4 = recipe(RecipeId::kVllmV4Mxfp4);
-  EXPECT_STREQ(f4.name, "vllm_v4_mxfp4");
   EXPECT_EQ(f4.format, OutFormat::kE2M1);
   EXPECT_EQ(f4.fold, WeightFold::kTwoFactors);
+  const Recipe& neox = recipe(RecipeId::kVllmV32Fp8Neox);
+  EXPECT_STREQ(neox.name, "vllm_v32_fp8_neox");
+  EXPECT_EQ(neox.rope_dims, RopeDims::kFirst64);
+  EXPECT_EQ(neox.rope_pairs, RopePairs::kNeox);
+  EXPECT_EQ(neox.quant, Quantizer::kVllmV32);
+  EXPECT_EQ(recipe(RecipeId::kVllmV32Fp8Gptj).rope_pairs, RopePairs::kAdjacent);
+  const Recipe& cute = recipe(RecipeId::kVllmV4Fp8Cutedsl);
+  EXPECT_EQ(cute.quant, Quantizer::kVllmCute);
+  EXPECT_EQ(cute.fold, WeightFold::kTimesScale);
+  const Recipe& pack = recipe(RecipeId::kSglV41Fp4RopePack);
+  EXPECT_EQ(pack.quant, Quantizer::kFp4TwoStage);
+  EXPECT_EQ(pack.fold, WeightFold::kNoScaleBf16);
+  EXPECT_FALSE(pack.hadamard);
+  const Recipe& rne = recipe(RecipeId::kSglV41Fp4QuantRne);
+  EXPECT_FALSE(recipe_has_rope(rne));
+  EXPECT_FALSE(recipe_has_weights(rne));
+  EXPECT_TRUE(recipe_has_block_scales(rne));
+  for (RecipeId id : all_recipes()) {
+    const Recipe& d = recipe(id);
+    const bool is_vllm = std::string(d.name).rfind("vllm_", 0) == 0;
+    if (is_vllm) EXPECT_FALSE(d.hadamard) << d.name << ": vLLM's forms have no Hadamard";
+    if (is_vllm) EXPECT_TRUE(d.bf16_after_rope) << d.name;
+  }
 }
 
 }  // namespace

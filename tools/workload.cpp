@@ -187,17 +187,23 @@ OpArgs make_op_args(const io::ConformanceCase& c, const CasePointers& p, Device 
         p.q_out, r.format == OutFormat::kE4M3FNUZ ? DType::kFloat8E4M3FNUZ : DType::kFloat8E4M3, {c.B, c.H, 128},
         dev);
   }
-  a.weight = TensorView::contiguous(p.weight, c.weight_dtype, {c.B, c.H}, dev);
-  a.weights_out = TensorView::contiguous(p.weights_out, DType::kFloat32, {c.B, c.H, 1}, dev);
+  // A recipe without weights or without RoPE takes empty views for them.
+  if (recipe_has_weights(r)) {
+    a.weight = TensorView::contiguous(p.weight, c.weight_dtype, {c.B, c.H}, dev);
+    a.weights_out = TensorView::contiguous(p.weights_out, DType::kFloat32, {c.B, c.H, 1}, dev);
+  }
   a.weight_scale = c.weight_scale;
   a.head_scale = c.head_scale;
-  a.freqs = TensorView::contiguous(p.freqs, DType::kFloat32, {c.max_pos, 64}, dev);
-  a.positions = TensorView::contiguous(p.positions, c.pos_dtype, {c.B}, dev);
+  if (recipe_has_rope(r)) {
+    a.freqs = TensorView::contiguous(p.freqs, DType::kFloat32, {c.max_pos, 64}, dev);
+    a.positions = TensorView::contiguous(p.positions, c.pos_dtype, {c.B}, dev);
+  }
   return a;
 }
 
 namespace {
 bool is_fp4(const io::ConformanceCase& c) { return recipe(c.recipe).format == OutFormat::kE2M1; }
+bool has_weights(const io::ConformanceCase& c) { return recipe_has_weights(recipe(c.recipe)); }
 }  // namespace
 
 DeviceCase::DeviceCase(DeviceRuntime& rt, const io::ConformanceCase& c, const float* shared_freqs) : rt_(rt) {
@@ -220,8 +226,10 @@ DeviceCase::DeviceCase(DeviceRuntime& rt, const io::ConformanceCase& c, const fl
       p_.q_sf = rt_.alloc(std::size_t(rows()) * 4);
       owned_.push_back(p_.q_sf);
     }
-    p_.weights_out = static_cast<float*>(rt_.alloc(std::size_t(rows()) * 4));
-    owned_.push_back(p_.weights_out);
+    if (has_weights(c)) {
+      p_.weights_out = static_cast<float*>(rt_.alloc(std::size_t(rows()) * 4));
+      owned_.push_back(p_.weights_out);
+    }
   } catch (...) {
     for (void* p : owned_) rt_.release(p);
     throw;
@@ -250,18 +258,18 @@ Status DeviceCase::run(const Options& options) const {
 void DeviceCase::poison(unsigned char byte) {
   rt_.fill(p_.q_out, byte, std::size_t(rows() * shape_.out_bytes_per_row()));
   if (p_.q_sf) rt_.fill(p_.q_sf, byte, std::size_t(rows()) * 4);
-  rt_.fill(p_.weights_out, byte, std::size_t(rows()) * 4);
+  if (p_.weights_out) rt_.fill(p_.weights_out, byte, std::size_t(rows()) * 4);
 }
 
 void DeviceCase::download(Outputs* out) const {
   rt_.synchronize();
   out->q_out.resize(std::size_t(rows() * shape_.out_bytes_per_row()));
   out->q_sf.resize(p_.q_sf ? std::size_t(rows()) * 4 : 0);
-  out->weights_out.resize(std::size_t(rows()));
+  out->weights_out.resize(p_.weights_out ? std::size_t(rows()) : 0);
   if (rows() > 0) {
     rt_.to_host(out->q_out.data(), p_.q_out, out->q_out.size());
     if (p_.q_sf) rt_.to_host(out->q_sf.data(), p_.q_sf, out->q_sf.size());
-    rt_.to_host(out->weights_out.data(), p_.weights_out, out->weights_out.size() * 4);
+    if (p_.weights_out) rt_.to_host(out->weights_out.data(), p_.weights_out, out->weights_out.size() * 4);
   }
 }
 
@@ -269,7 +277,7 @@ Status reference_outputs(const io::ConformanceCase& c, Outputs* out) {
   const std::size_t rows = std::size_t(c.B * c.H);
   out->q_out.assign(rows * std::size_t(c.out_bytes_per_row()), 0);
   out->q_sf.assign(is_fp4(c) ? rows * 4 : 0, 0);
-  out->weights_out.assign(rows, 0.0f);
+  out->weights_out.assign(has_weights(c) ? rows : 0, 0.0f);
   CasePointers p;
   p.q_input = c.q_input.data();
   p.weight = c.weight.data();

@@ -151,36 +151,14 @@ int cpu_num_threads() noexcept;
 // Recipes: the forms of the op
 // ---------------------------------------------------------------------------------------
 // Each form of the op is one recipe: a row of include/indexer_q/recipes.inc, described by a
-// Recipe. Every backend runs every recipe and gives the same bytes.
-enum class RopeDims : int {
-  kLast64 = 0,   // dims 64..127 rotated (DeepSeek-V4), dims 0..63 pass through
-  kFirst64 = 1,  // dims 0..63 rotated (DeepSeek-V3.2 layout), dims 64..127 pass through
-};
-enum class FreqsLayout : int {
-  kInterleaved = 0,  // freqs[p, 2j] = cos, freqs[p, 2j + 1] = sin (pair j = 0..31)
-  kHalves = 1,       // freqs[p, j] = cos, freqs[p, 32 + j] = sin
-};
-enum class OutFormat : int {
-  kE4M3FN = 0,    // (B, H, 128) fp8 e4m3fn codes, one scale per row folded into weights_out
-  kE4M3FNUZ = 1,  // (B, H, 128) fp8 e4m3fnuz: the e4m3fn result with -0 written as +0 and
-                  // weights_out times 2, so dequant(q) * weights_out is unchanged
-  kE2M1 = 2,      // (B, H, 64) e2m1 code pairs (low nibble = even dim) + (B, H) int32 holding
-                  // four UE8M0 scale bytes (one per 32 dims, little-endian)
-};
-// The scale and rounding conventions of the quantization step (docs/RECIPES.md).
-enum class Quantizer : int {
-  kSglang = 0,  // FP8: scale = fmax(1e-4, amax) / 448, codes of clamp(y * (1 / scale)) (NaN -> 448);
-                // FP4: s = fmax(1e-4, amax) / 6 rounded up to 2^k, e2m1 ties to the smaller
-                // magnitude, sign only on nonzero codes
-  kVllm = 1,    // FP8: the same quotient rounded up to a power of two, codes of x / scale with
-                // saturation (NaN stays NaN); FP4: amax floored at 6 * 2^-126, times fl(1/6),
-                // rounded up to 2^k, e2m1 ties to even, sign kept on zero
-};
-enum class WeightFold : int {
-  kTimesScale = 0,           // weights_out = (weight * weight_scale) * scale
-  kNoScale = 1,              // weights_out = weight * weight_scale (the scales travel in q_scale)
-  kScaleThenTwoFactors = 2,  // weights_out = ((weight * scale) * weight_scale) * head_scale
-  kTwoFactors = 3,           // weights_out = (weight * weight_scale) * head_scale
+// Recipe. Every backend runs every recipe and gives the same bytes. The columns of a recipe, their
+// enums and what each value means are declared once, in include/indexer_q/recipe_columns.inc;
+// the enums (RopeDims, RopePairs, FreqsLayout, OutFormat, Quantizer, WeightFold) and the Recipe
+// struct below are generated from it (their values and documentation: that file).
+enum class RecipeColumnEnumsBegin : int {  // (only opens the generated list)
+#define IQ_COLUMN(Type, member, doc) }; enum class Type : int {
+#define IQ_VALUE(Type, Value, name, doc) Value,
+#include "indexer_q/recipe_columns.inc"
 };
 
 enum class RecipeId : int {
@@ -192,30 +170,42 @@ enum class RecipeId : int {
 struct Recipe {
   RecipeId id;
   const char* name;  // "v4_fp8", "v32_fp8", "rope_first_fp8", "v4_fp4", "v4_fp8_fnuz", ...
-  RopeDims rope_dims;
-  FreqsLayout freqs_layout;
-  bool hadamard;             // butterflies at strides 1..64, then * 0x1.6a09e6p-4f
-  bool bf16_after_rope;      // rotated dims rounded to bf16 (nearest even) after RoPE
-  bool bf16_after_hadamard;  // all values rounded to bf16 after the Hadamard multiply
-  OutFormat format;
-  Quantizer quant;
-  WeightFold fold;
+#define IQ_COLUMN(Type, member, doc) Type member;
+#define IQ_FLAG(member, doc) bool member;
+#include "indexer_q/recipe_columns.inc"
 };
 
 // The descriptor of a recipe; an unknown id returns the v4_fp8 descriptor with id kV4Fp8.
 const Recipe& recipe(RecipeId id) noexcept;
 const char* recipe_name(RecipeId id) noexcept;
-// Names of the descriptor's enumerators ("last64", "interleaved", "e4m3fn", "sglang",
-// "times_scale", ...), for tools and bindings.
-const char* rope_dims_name(RopeDims v) noexcept;
-const char* freqs_layout_name(FreqsLayout v) noexcept;
-const char* out_format_name(OutFormat v) noexcept;
-const char* quantizer_name(Quantizer v) noexcept;
-const char* weight_fold_name(WeightFold v) noexcept;
+// The name of a column value ("last64", "neox", "interleaved", "e4m3fn", "sglang",
+// "times_scale", ...), for tools and bindings; "unknown" for a value outside the list.
+#define IQ_COLUMN(Type, member, doc) const char* value_name(Type v) noexcept;
+#include "indexer_q/recipe_columns.inc"
+inline const char* rope_dims_name(RopeDims v) noexcept { return value_name(v); }
+inline const char* rope_pairs_name(RopePairs v) noexcept { return value_name(v); }
+inline const char* freqs_layout_name(FreqsLayout v) noexcept { return value_name(v); }
+inline const char* out_format_name(OutFormat v) noexcept { return value_name(v); }
+inline const char* quantizer_name(Quantizer v) noexcept { return value_name(v); }
+inline const char* weight_fold_name(WeightFold v) noexcept { return value_name(v); }
+// The columns, generically (for the torch binding's recipe_info, the CLI's summaries, docs): the
+// count, column i's name ("rope_dims", ..., "hadamard", ...) and description, and the value of
+// column i in a recipe as its name ("last64", ...; "true" / "false" for a flag) with the value's
+// description (a flag: its description when set, "" when not). nullptr for i out of range.
+int recipe_column_count() noexcept;
+const char* recipe_column_name(int i) noexcept;
+const char* recipe_column_doc(int i) noexcept;
+const char* recipe_column_value(RecipeId id, int i) noexcept;
+const char* recipe_column_value_doc(RecipeId id, int i) noexcept;
 // Parses a recipe name ("v4_fp8", ...); false if unknown.
 bool parse_recipe(const std::string& name, RecipeId* out) noexcept;
 // Every recipe, in list order (v4_fp8 first).
 std::vector<RecipeId> all_recipes();
+// What a recipe reads and writes beyond q_input and its codes: RoPE (freqs, positions), weights
+// (weight, weights_out), block scales (q_sf: FP4 formats).
+inline bool recipe_has_rope(const Recipe& r) noexcept { return r.rope_dims != RopeDims::kNoRope; }
+inline bool recipe_has_weights(const Recipe& r) noexcept { return r.fold != WeightFold::kNoWeights; }
+inline bool recipe_has_block_scales(const Recipe& r) noexcept { return r.format == OutFormat::kE2M1; }
 
 // ---------------------------------------------------------------------------------------
 // The op

@@ -26,6 +26,7 @@ struct KRecipeT;
     static constexpr int kTokenBytes = kCodeBytes + 4; /* + fp32 scale / 4 x e8 */ \
     static constexpr int kRopeOffset = 64;             /* dims 64..127 rotated */  \
     static constexpr FreqsLayout kFreqsLayout = FreqsLayout::kInterleaved;         \
+    static constexpr bool kNeox = false;               /* pairs (2j, 2j + 1) */    \
     static constexpr bool kHadamard = true;                                        \
   };
 #include "indexer_q/kside_recipes.inc"

@@ -1,7 +1,9 @@
-// Compile-time recipes: RecipeT<Id> carries the columns of include/indexer_q/recipes.inc as
-// static constexpr members, usable in host and device code, and with_recipe() turns a runtime
-// RecipeId into a call of a generic lambda with the matching RecipeT. Backends instantiate their
-// one kernel body per recipe through this (no kernel is written per form).
+// Compile-time recipes: kRecipeTable holds the rows of include/indexer_q/recipes.inc (columns as
+// include/indexer_q/recipe_columns.inc declares them); RecipeT<Id> carries a row's columns as
+// static constexpr members, usable in host and device code (R::rope_dims, R::quant, ... one per
+// column, generated, plus the short traits below), and with_recipe() turns a runtime RecipeId
+// into a call of a generic lambda with the matching RecipeT. Backends instantiate their one
+// kernel body per recipe through this (no kernel is written per form).
 #pragma once
 
 #include "indexer_q/indexer_q.h"
@@ -9,29 +11,49 @@
 namespace indexer_q {
 namespace detail {
 
-template <RecipeId kId>
-struct RecipeT;
+// The column values as unqualified names (every enumerator name is unique across the columns),
+// so that a recipes.inc row reads as a Recipe initializer.
+namespace recipe_values {
+#define IQ_VALUE(Type, Value, name, doc) constexpr Type Value = Type::Value;
+#include "indexer_q/recipe_columns.inc"
 
-#define IQ_RECIPE(Id, Name, Rope, Freqs, Had, Bf16Rope, Bf16Had, Fmt, Quant, Fold) \
-  template <>                                                                   \
-  struct RecipeT<RecipeId::Id> {                                                \
-    static constexpr RecipeId kId = RecipeId::Id;                               \
-    static constexpr RopeDims kRopeDims = RopeDims::Rope;                       \
-    static constexpr FreqsLayout kFreqsLayout = FreqsLayout::Freqs;             \
-    static constexpr bool kHadamard = Had;                                      \
-    static constexpr bool kBf16AfterRope = Bf16Rope;                            \
-    static constexpr bool kBf16AfterHadamard = Bf16Had;                         \
-    static constexpr OutFormat kFormat = OutFormat::Fmt;                        \
-    static constexpr Quantizer kQuant = Quantizer::Quant;                       \
-    static constexpr bool kVllm = Quantizer::Quant == Quantizer::kVllm;         \
-    static constexpr WeightFold kFold = WeightFold::Fold;                       \
-    static constexpr bool kFp4 = OutFormat::Fmt == OutFormat::kE2M1;            \
-    static constexpr bool kFnuz = OutFormat::Fmt == OutFormat::kE4M3FNUZ;       \
-    static constexpr int kRopeOffset = RopeDims::Rope == RopeDims::kLast64 ? 64 : 0; \
-    static constexpr int kOutBytes = kFp4 ? 64 : 128; /* per row */             \
-  };
+inline constexpr Recipe kRecipeTable[] = {
+#define IQ_RECIPE(Id, Name, ...) Recipe{RecipeId::Id, Name, __VA_ARGS__},
 #include "indexer_q/recipes.inc"
 #undef IQ_RECIPE
+};
+}  // namespace recipe_values
+using recipe_values::kRecipeTable;
+constexpr int kNumRecipes = int(sizeof kRecipeTable / sizeof kRecipeTable[0]);
+
+template <RecipeId kIdArg>
+struct RecipeT {
+  static_assert(int(kIdArg) >= 0 && int(kIdArg) < kNumRecipes, "a recipe of the list");
+  static_assert(int(kRecipeTable[int(kIdArg)].id) == int(kIdArg), "the table is in RecipeId order");
+  static constexpr RecipeId kId = kIdArg;
+  // One member per column, named as the column (R::rope_dims, R::hadamard, ...).
+#define IQ_COLUMN(Type, member, doc) static constexpr Type member = kRecipeTable[int(kIdArg)].member;
+#define IQ_FLAG(member, doc) static constexpr bool member = kRecipeTable[int(kIdArg)].member;
+#include "indexer_q/recipe_columns.inc"
+  // The traits the kernel bodies test.
+  static constexpr RopeDims kRopeDims = rope_dims;
+  static constexpr RopePairs kRopePairs = rope_pairs;
+  static constexpr FreqsLayout kFreqsLayout = freqs_layout;
+  static constexpr bool kHadamard = hadamard;
+  static constexpr bool kBf16AfterRope = bf16_after_rope;
+  static constexpr bool kBf16AfterHadamard = bf16_after_hadamard;
+  static constexpr OutFormat kFormat = format;
+  static constexpr Quantizer kQuant = quant;
+  static constexpr bool kVllm = quant == Quantizer::kVllm;
+  static constexpr WeightFold kFold = fold;
+  static constexpr bool kFp4 = format == OutFormat::kE2M1;
+  static constexpr bool kFnuz = format == OutFormat::kE4M3FNUZ;
+  static constexpr bool kRope = rope_dims != RopeDims::kNoRope;
+  static constexpr bool kNeox = rope_pairs == RopePairs::kNeox;
+  static constexpr bool kWeights = fold != WeightFold::kNoWeights;
+  static constexpr int kRopeOffset = rope_dims == RopeDims::kLast64 ? 64 : 0;
+  static constexpr int kOutBytes = kFp4 ? 64 : 128;  // per row
+};
 
 // Calls f(RecipeT<id>{}) and returns its result. f is a generic lambda (auto parameter).
 template <class F>

@@ -145,20 +145,22 @@ IQ_HD std::uint8_t e2m1_encode(float v) {
 
 // ---- the row pipeline, composed from a recipe (R = RecipeT<Id>, src/common/recipe.h) ----
 
-// Step 2: RoPE on the recipe's 64 dims, interleaved (re, im) pairs; f = freqs row of the
-// position, laid out as the recipe says.
+// Step 2: RoPE on the recipe's 64 dims: pair j = (x0, x1) is (2j, 2j+1) of them (RopePairs::
+// kAdjacent) or (j, j+32) (kNeox); f = freqs row of the position, laid out as the recipe says.
+// x0' = fma(x0, c, -(x1*s)), x1' = fma(x0, s, x1*c), the products rounded first.
 template <class R>
 IQ_HD void rope_row(float* x, const float* f) {
   for (int j = 0; j < kRopeDim / 2; ++j) {
-    float* v = x + R::kRopeOffset + 2 * j;
-    const float xr = v[0];
-    const float xi = v[1];
+    float* v0 = x + R::kRopeOffset + (R::kNeox ? j : 2 * j);
+    float* v1 = x + R::kRopeOffset + (R::kNeox ? j + 32 : 2 * j + 1);
+    const float xr = *v0;
+    const float xi = *v1;
     const float c = R::kFreqsLayout == FreqsLayout::kInterleaved ? f[2 * j] : f[j];
     const float s = R::kFreqsLayout == FreqsLayout::kInterleaved ? f[2 * j + 1] : f[32 + j];
     const float xis = xi * s;
     const float xic = xi * c;
-    v[0] = ::fmaf(xr, c, -xis);
-    v[1] = ::fmaf(xr, s, xic);
+    *v0 = ::fmaf(xr, c, -xis);
+    *v1 = ::fmaf(xr, s, xic);
   }
 }
 
@@ -232,6 +234,68 @@ IQ_HD std::uint8_t mx_e2m1_encode(float v) {
   return std::uint8_t(m | ((f32_bits(v) >> 28) & 8u));
 }
 
+// ---- vLLM's CuTe quantizer (Quantizer::kVllmCute) ----
+constexpr float kInv448 = 0x1.24924ap-9f;  // the float32 nearest 1/448, bits 0x3b124925
+// The exponent byte of fmax(amax, 1e-4) * fl(1/448) rounded up to a power of two: finite -> 1..254,
+// an infinite amax -> 255 (bits 0x7f800000 + 0x7fffff = 0x7fffffff).
+IQ_HD std::uint32_t cute_exponent(float amax) {
+  return ((f32_bits(::fmaxf(amax, kScaleFloor) * kInv448) + 0x7fffffu) >> 23) & 0xffu;
+}
+// inv = bits((254 - e) << 23) in 32-bit unsigned arithmetic: 2^(127-e); e = 255 gives -Inf.
+IQ_HD float cute_inverse(std::uint32_t e) { return f32_from_bits((254u - e) << 23); }
+
+// ---- vLLM's V3.2 quantizer (Quantizer::kVllmV32) ----
+constexpr float kV32Floor = 1e-10f;
+// The code of v = x / q_scale: e4m3fn of sign(v) * min(|v|, 448) (saturation does the min), and
+// 0x7e for every NaN v (the clamp keeps 448; the NaNs the engine's kernel meets are positive).
+IQ_HD std::uint8_t v32_fp8_code(float x, float q_scale) {
+  const float v = x / q_scale;
+  if (v != v) return 0x7eu;
+  return e4m3fn_encode(v);
+}
+
+// ---- the FP4 packer of SGLang V4.1 (Quantizer::kFp4Rne, and stage 2 of kFp4TwoStage) ----
+// The UE8M0 byte of a block: sf = fmax(amax / 6, 1e-4) (IEEE division, then the floor), its
+// exponent rounded up, clamped to [1, 254] (an infinite amax gives 254).
+IQ_HD std::uint32_t rne_ue8m0_of_amax(float amax) {
+  const std::uint32_t b = f32_bits(::fmaxf(amax / kFp4Max, kScaleFloor));
+  const std::uint32_t e = ((b >> 23) & 0xffu) + ((b & 0x7fffffu) != 0u ? 1u : 0u);
+  return e < 1u ? 1u : (e > 254u ? 254u : e);
+}
+// 2^(127 - e) for e in [1, 254], exactly (e = 254: the subnormal 2^-127), so x * it is x / 2^(e-127).
+IQ_HD float rne_inverse(std::uint32_t e) { return f32_from_bits(e == 254u ? 0x00400000u : (254u - e) << 23); }
+// The E2M1 magnitude (0..7) of min(|v|, 6), nearest with ties to even; NaN -> 7 (6).
+IQ_HD std::uint8_t e2m1_magnitude_rne(float v) {
+  if (v != v) return 7u;
+  const float a = ::fminf(::fabsf(v), kFp4Max);
+  return std::uint8_t((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) +
+                      (a > 5.0f));
+}
+// The code: the magnitude, and the sign bit of a negative v on a nonzero magnitude only.
+IQ_HD std::uint8_t e2m1_encode_rne(float v) {
+  const std::uint8_t m = e2m1_magnitude_rne(v);
+  return std::uint8_t(m | ((v < 0.0f && m != 0) ? 8u : 0u));
+}
+// The value of E2M1 magnitude m (0, 0.5, 1, 1.5, 2, 3, 4, 6).
+IQ_HD float e2m1_value(std::uint8_t m) {
+  return m < 4u ? float(m) * 0.5f : (m < 6u ? float(m) - 2.0f : (m == 6u ? 4.0f : 6.0f));
+}
+
+// ---- stage 1 of SGLang V4.1's rope-pack quantizer (Quantizer::kFp4TwoStage) ----
+// The block's exponent: fmax(amax, 6 * 2^-126) * fl(1/6), its exponent rounded up (no clamp: an
+// infinite amax gives 255, whose scale is +Inf and inverse bits 0xff800000 = -Inf).
+IQ_HD std::uint32_t stage1_exponent(float amax) {
+  const std::uint32_t b = f32_bits(::fmaxf(amax, kMxAmaxFloor) * kMxSixth);
+  return ((b >> 23) & 0xffu) + ((b & 0x7fffffu) != 0u ? 1u : 0u);
+}
+// The fake-quantized value: u = fma(x, inv, +0), its E2M1 value (ties to even, saturating at 6,
+// NaN -> +6) with the sign of u, times the block scale.
+IQ_HD float stage1_value(float x, float inv, float sc) {
+  const float u = ::fmaf(x, inv, 0.0f);
+  const float g = e2m1_value(e2m1_magnitude_rne(u));
+  return (u < 0.0f ? -g : g) * sc;
+}
+
 // Step 10 and its variants: weights_out as the recipe's fold says (scale: the row's fp8 scale).
 IQ_HD float fold_weight(float w, float weight_scale, float scale) {
   return (w * weight_scale) * scale;
@@ -243,20 +307,73 @@ IQ_HD float weights_out_of(float w, float weight_scale, float head_scale, float 
     case WeightFold::kNoScale: return w * weight_scale;
     case WeightFold::kScaleThenTwoFactors: return ((w * scale) * weight_scale) * head_scale;
     case WeightFold::kTwoFactors: return (w * weight_scale) * head_scale;
+    case WeightFold::kNoScaleBf16: return round_bf16(w * weight_scale);
+    case WeightFold::kNoWeights: return 0.0f;
   }
   return 0.0f;
 }
 
+// The FP4 block quantizers: the 128 values of x (the recipe's steps before done) into 64 code
+// pairs and 4 UE8M0 bytes.
+template <class R>
+IQ_HD void quantize_fp4_row(const float* x, std::uint8_t* out, std::uint8_t* sf) {
+  for (int k = 0; k < 4; ++k) {  // blocks of 32 dims
+    float amax = 0.0f;
+    for (int i = 32 * k; i < 32 * k + 32; ++i) amax = amax_step(amax, x[i]);
+    if (R::kQuant == Quantizer::kFp4TwoStage) {
+      // Stage 1: fake quantization of the block; stage 2: the packer on its values.
+      const std::uint32_t e1 = stage1_exponent(amax);
+      const float sc = f32_from_bits(e1 << 23), inv1 = cute_inverse(e1);
+      float q[32];
+      float amax2 = 0.0f;
+      for (int i = 0; i < 32; ++i) {
+        q[i] = stage1_value(x[32 * k + i], inv1, sc);
+        amax2 = amax_step(amax2, q[i]);
+      }
+      const std::uint32_t e2 = rne_ue8m0_of_amax(amax2);
+      const float inv2 = f32_from_bits((254u - e2) << 23);  // e2 = 254: 0 (the engine's packer)
+      sf[k] = std::uint8_t(e2);
+      for (int m = 0; m < 16; ++m)
+        out[16 * k + m] = std::uint8_t(e2m1_encode_rne(q[2 * m] * inv2) | (e2m1_encode_rne(q[2 * m + 1] * inv2) << 4));
+      continue;
+    }
+    if (R::kQuant == Quantizer::kFp4Rne) {
+      const std::uint32_t e = rne_ue8m0_of_amax(amax);
+      const float inv = rne_inverse(e);
+      sf[k] = std::uint8_t(e);
+      for (int m = 16 * k; m < 16 * k + 16; ++m)
+        out[m] = std::uint8_t(e2m1_encode_rne(x[2 * m] * inv) | (e2m1_encode_rne(x[2 * m + 1] * inv) << 4));
+      continue;
+    }
+    const std::uint8_t e = R::kVllm ? mx_ue8m0_of_amax(amax) : ue8m0_of_amax(amax);
+    const float inv = ue8m0_inverse(e);
+    sf[k] = e;
+    for (int m = 16 * k; m < 16 * k + 16; ++m) {
+      const float v0 = x[2 * m] * inv, v1 = x[2 * m + 1] * inv;
+      out[m] = R::kVllm ? std::uint8_t(mx_e2m1_encode(v0) | (mx_e2m1_encode(v1) << 4))
+                        : std::uint8_t(e2m1_encode(v0) | (e2m1_encode(v1) << 4));
+    }
+  }
+}
+
 // The whole row for recipe R: x (128 floats, already decoded) is consumed as scratch.
-// out: 128 fp8 codes, or 64 fp4 code pairs and sf = 4 UE8M0 bytes (FP4 recipes; else unused).
+// freqs_row: the position's freqs row (unused without RoPE). out: 128 fp8 codes, or 64 fp4 code
+// pairs and sf = 4 UE8M0 bytes (FP4 recipes; else unused). weight_out: written unless the recipe
+// has no weights.
 template <class R>
 IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_scale, float head_scale,
                        std::uint8_t* out, std::uint8_t* sf, float* weight_out) {
-  static_assert(!R::kFp4 || R::kFold == WeightFold::kNoScale || R::kFold == WeightFold::kTwoFactors,
+  static_assert(!R::kFp4 || R::kFold == WeightFold::kNoScale || R::kFold == WeightFold::kTwoFactors ||
+                    R::kFold == WeightFold::kNoScaleBf16 || R::kFold == WeightFold::kNoWeights,
                 "FP4 has one scale per 32 values: it cannot be folded into weights_out");
-  static_assert(!R::kVllm || !R::kFnuz, "vLLM's quantizer is defined for e4m3fn / e2m1 only");
-  rope_row<R>(x, freqs_row);
-  if (R::kBf16AfterRope)
+  static_assert((R::kQuant != Quantizer::kFp4Rne && R::kQuant != Quantizer::kFp4TwoStage) || R::kFp4,
+                "the fp4_* quantizers are FP4 only");
+  static_assert((R::kQuant != Quantizer::kVllmCute && R::kQuant != Quantizer::kVllmV32) || !R::kFp4,
+                "the vllm_cute / vllm_v32 quantizers are FP8 only");
+  static_assert(R::kQuant == Quantizer::kSglang || !R::kFnuz, "FNUZ is the re-encoded SGLang FP8 result");
+  static_assert(R::kFp4 || !R::kBf16AfterHadamard, "no FP8 recipe rounds after the Hadamard");
+  if (R::kRope) rope_row<R>(x, freqs_row);
+  if (R::kRope && R::kBf16AfterRope)
     for (int i = 0; i < kRopeDim; ++i) x[R::kRopeOffset + i] = round_bf16(x[R::kRopeOffset + i]);
   if (R::kHadamard) hadamard_row(x);
   if (R::kFp4) {
@@ -264,30 +381,33 @@ IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_s
       if (R::kHadamard) x[i] = x[i] * kHadamardScale;
       if (R::kBf16AfterHadamard) x[i] = round_bf16(x[i]);
     }
-    for (int k = 0; k < 4; ++k) {  // blocks of 32 dims
-      float amax = 0.0f;
-      for (int i = 32 * k; i < 32 * k + 32; ++i) amax = amax_step(amax, x[i]);
-      const std::uint8_t e = R::kVllm ? mx_ue8m0_of_amax(amax) : ue8m0_of_amax(amax);
-      const float inv = ue8m0_inverse(e);
-      sf[k] = e;
-      for (int m = 16 * k; m < 16 * k + 16; ++m) {
-        const float v0 = x[2 * m] * inv, v1 = x[2 * m + 1] * inv;
-        out[m] = R::kVllm ? std::uint8_t(mx_e2m1_encode(v0) | (mx_e2m1_encode(v1) << 4))
-                          : std::uint8_t(e2m1_encode(v0) | (e2m1_encode(v1) << 4));
-      }
-    }
-    *weight_out = weights_out_of<R>(w, weight_scale, head_scale, 0.0f);
+    quantize_fp4_row<R>(x, out, sf);
+    if (R::kWeights) *weight_out = weights_out_of<R>(w, weight_scale, head_scale, 0.0f);
     return;
   }
-  if (R::kVllm) {
+  if (R::kQuant != Quantizer::kSglang) {
     float amax = 0.0f;
     for (int i = 0; i < kHeadDim; ++i) {
       if (R::kHadamard) x[i] = x[i] * kHadamardScale;
       amax = amax_step(amax, x[i]);
     }
-    const float q_scale = pow2_ceil(::fmaxf(amax, kScaleFloor) / kFp8Max);
-    for (int i = 0; i < kHeadDim; ++i) out[i] = vllm_fp8_code(x[i], q_scale);
-    *weight_out = weights_out_of<R>(w, weight_scale, head_scale, q_scale);
+    float q_scale;
+    if (R::kQuant == Quantizer::kVllmCute) {
+      const std::uint32_t e = cute_exponent(amax);
+      const float inv = cute_inverse(e);
+      q_scale = f32_from_bits(e << 23);
+      for (int i = 0; i < kHeadDim; ++i) {
+        const float v = x[i] * inv;
+        out[i] = v != v ? std::uint8_t(0x7fu) : e4m3fn_encode(v);
+      }
+    } else if (R::kQuant == Quantizer::kVllmV32) {
+      q_scale = pow2_ceil(::fmaxf(amax, kV32Floor) * kInv448);
+      for (int i = 0; i < kHeadDim; ++i) out[i] = v32_fp8_code(x[i], q_scale);
+    } else {  // kVllm
+      q_scale = pow2_ceil(::fmaxf(amax, kScaleFloor) / kFp8Max);
+      for (int i = 0; i < kHeadDim; ++i) out[i] = vllm_fp8_code(x[i], q_scale);
+    }
+    if (R::kWeights) *weight_out = weights_out_of<R>(w, weight_scale, head_scale, q_scale);
     return;
   }
   const float scale = scale_and_amax_row<R>(x);
@@ -297,7 +417,7 @@ IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_s
     out[i] = R::kFnuz ? fnuz_from_fn(c) : c;
   }
   const float wo = weights_out_of<R>(w, weight_scale, head_scale, scale);
-  *weight_out = R::kFnuz ? wo * 2.0f : wo;
+  if (R::kWeights) *weight_out = R::kFnuz ? wo * 2.0f : wo;
 }
 
 }  // namespace detail

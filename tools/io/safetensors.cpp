@@ -297,11 +297,17 @@ const char* dtype_to_safetensors(DType dt) {
 TensorView ConformanceCase::q_input_view() const {
   return TensorView::contiguous(q_input.data(), dtype, {B, H, 128});
 }
-TensorView ConformanceCase::weight_view() const { return TensorView::contiguous(weight.data(), weight_dtype, {B, H}); }
+// A recipe without weights (or without RoPE) takes empty views for them.
+TensorView ConformanceCase::weight_view() const {
+  if (!recipe_has_weights(indexer_q::recipe(recipe))) return TensorView{};
+  return TensorView::contiguous(weight.data(), weight_dtype, {B, H});
+}
 TensorView ConformanceCase::freqs_view() const {
+  if (!recipe_has_rope(indexer_q::recipe(recipe))) return TensorView{};
   return TensorView::contiguous(freqs.data(), DType::kFloat32, {max_pos, 64});
 }
 TensorView ConformanceCase::positions_view() const {
+  if (!recipe_has_rope(indexer_q::recipe(recipe))) return TensorView{};
   return TensorView::contiguous(positions.data(), pos_dtype, {B});
 }
 
@@ -351,12 +357,15 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
     return set_error(error, "metadata \"variant\" = \"" + var->second + "\" is not a recipe of this library (" +
                                 names + ")");
   }
-  const bool fp4 = recipe(recipe_id).format == OutFormat::kE2M1;
+  const Recipe& rec = recipe(recipe_id);
+  const bool fp4 = rec.format == OutFormat::kE2M1;
+  const bool has_rope = recipe_has_rope(rec), has_weights = recipe_has_weights(rec);
   const char* out_name = fp4 ? "q_fp4" : "q_fp8";
-  const StTensor *q, *w, *fr, *pos, *q8, *wo, *sf = nullptr;
-  if (!get_tensor(file, "q_input", &q, error) || !get_tensor(file, "weight", &w, error) ||
-      !get_tensor(file, "freqs", &fr, error) || !get_tensor(file, "positions", &pos, error) ||
-      !get_tensor(file, out_name, &q8, error) || !get_tensor(file, "weights_out", &wo, error) ||
+  const StTensor *q, *w = nullptr, *fr = nullptr, *pos = nullptr, *q8, *wo = nullptr, *sf = nullptr;
+  if (!get_tensor(file, "q_input", &q, error) || (has_weights && !get_tensor(file, "weight", &w, error)) ||
+      (has_rope && !get_tensor(file, "freqs", &fr, error)) ||
+      (has_rope && !get_tensor(file, "positions", &pos, error)) || !get_tensor(file, out_name, &q8, error) ||
+      (has_weights && !get_tensor(file, "weights_out", &wo, error)) ||
       (fp4 && !get_tensor(file, "q_sf", &sf, error)))
     return false;
 
@@ -370,37 +379,48 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
   c.H = H;
   dtype_from_safetensors(q->dtype, &c.dtype);
 
-  if (!expect_dtype("weight", *w, {"BF16", "F16", "F32"}, error)) return false;
-  dtype_from_safetensors(w->dtype, &c.weight_dtype);
-  if (!expect_shape("weight", *w, {B, H}, "[B, H]", error)) return false;
+  if (has_weights) {
+    if (!expect_dtype("weight", *w, {"BF16", "F16", "F32"}, error)) return false;
+    dtype_from_safetensors(w->dtype, &c.weight_dtype);
+    if (!expect_shape("weight", *w, {B, H}, "[B, H]", error)) return false;
+  }
 
-  if (!expect_dtype("freqs", *fr, {"F32"}, error)) return false;
-  if (fr->shape.size() != 2 || fr->shape[1] != 64)
-    return set_error(error, "tensor 'freqs' has shape " + shape_text(fr->shape) + ", expected [max_pos, 64]");
-  c.max_pos = fr->shape[0];
+  if (has_rope) {
+    if (!expect_dtype("freqs", *fr, {"F32"}, error)) return false;
+    if (fr->shape.size() != 2 || fr->shape[1] != 64)
+      return set_error(error, "tensor 'freqs' has shape " + shape_text(fr->shape) + ", expected [max_pos, 64]");
+    c.max_pos = fr->shape[0];
 
-  if (!expect_dtype("positions", *pos, {"I32", "I64"}, error)) return false;
-  if (!expect_shape("positions", *pos, {B}, "[B]", error)) return false;
-  dtype_from_safetensors(pos->dtype, &c.pos_dtype);
+    if (!expect_dtype("positions", *pos, {"I32", "I64"}, error)) return false;
+    if (!expect_shape("positions", *pos, {B}, "[B]", error)) return false;
+    dtype_from_safetensors(pos->dtype, &c.pos_dtype);
+  }
 
+  // The codes may be stored per (token, head), or with the rows flattened as engines allocate
+  // them ((B*H, 64) codes and (B*H,) scales for SGLang's FP4 forms): the same bytes.
   if (fp4) {
     if (!expect_dtype(out_name, *q8, {"U8", "I8"}, error)) return false;
-    if (!expect_shape(out_name, *q8, {B, H, 64}, "[B, H, 64]", error)) return false;
+    if (q8->shape != std::vector<std::int64_t>{B * H, 64} &&
+        !expect_shape(out_name, *q8, {B, H, 64}, "[B, H, 64] or [B*H, 64]", error))
+      return false;
     if (!expect_dtype("q_sf", *sf, {"I32"}, error)) return false;
-    if (!expect_shape("q_sf", *sf, {B, H}, "[B, H]", error)) return false;
+    if (sf->shape != std::vector<std::int64_t>{B * H} && !expect_shape("q_sf", *sf, {B, H}, "[B, H] or [B*H]", error))
+      return false;
   } else {
     // FNUZ recipes have no files of their own (derived from the FN files); a raw-code file may
     // store the codes as U8.
     if (!expect_dtype(out_name, *q8, {"F8_E4M3", "U8"}, error)) return false;
     if (!expect_shape(out_name, *q8, {B, H, 128}, "[B, H, 128]", error)) return false;
   }
-  if (!expect_dtype("weights_out", *wo, {"F32"}, error)) return false;
-  if (wo->shape.size() == 2 ? !expect_shape("weights_out", *wo, {B, H}, "[B, H, 1] or [B, H]", error)
-                            : !expect_shape("weights_out", *wo, {B, H, 1}, "[B, H, 1] or [B, H]", error))
-    return false;
+  if (has_weights) {
+    if (!expect_dtype("weights_out", *wo, {"F32"}, error)) return false;
+    if (wo->shape.size() == 2 ? !expect_shape("weights_out", *wo, {B, H}, "[B, H, 1] or [B, H]", error)
+                              : !expect_shape("weights_out", *wo, {B, H, 1}, "[B, H, 1] or [B, H]", error))
+      return false;
+  }
 
   // Positions in range (the op would refuse them; here it is the file that is wrong).
-  for (std::int64_t b = 0; b < B; ++b) {
+  for (std::int64_t b = 0; has_rope && b < B; ++b) {
     std::int64_t p;
     if (c.pos_dtype == DType::kInt32) {
       std::int32_t v;
@@ -414,11 +434,19 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
                                   " is outside [0, max_pos) = [0, " + std::to_string(c.max_pos) + ")");
   }
 
-  // The weights_out factors: weight_scale (SGLang's forms); for the two-factor folds (vLLM's
-  // forms) softmax_scale and head_scale, weight_scale being informational there.
-  auto metadata_float = [&](const char* key, float* v) -> bool {
-    auto it = file.metadata.find(key);
-    if (it == file.metadata.end()) return set_error(error, std::string("metadata lacks \"") + key + "\"");
+  // The weights_out factors, from the first of the metadata keys that the file has: weight_scale
+  // (SGLang's forms; vLLM's CuTe form: its one combined factor scale_f32); for the two-factor
+  // folds (vLLM's Triton forms) softmax_scale and head_scale, weight_scale being informational
+  // there. The *_f32 keys are the float32 values the engine's kernel received.
+  auto metadata_float = [&](std::initializer_list<const char*> keys, float* v) -> bool {
+    auto it = file.metadata.end();
+    const char* key = *keys.begin();
+    for (const char* k : keys) {
+      it = file.metadata.find(k);
+      key = k;
+      if (it != file.metadata.end()) break;
+    }
+    if (it == file.metadata.end()) return set_error(error, std::string("metadata lacks \"") + *keys.begin() + "\"");
     const std::string& ws = it->second;
     errno = 0;
     char* end = nullptr;
@@ -430,22 +458,25 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
     *v = static_cast<float>(d);
     return true;
   };
-  const WeightFold fold = recipe(recipe_id).fold;
+  const WeightFold fold = rec.fold;
   if (fold == WeightFold::kScaleThenTwoFactors || fold == WeightFold::kTwoFactors) {
-    if (!metadata_float("softmax_scale", &c.weight_scale) || !metadata_float("head_scale", &c.head_scale))
+    if (!metadata_float({"softmax_scale", "softmax_scale_f32"}, &c.weight_scale) ||
+        !metadata_float({"head_scale", "head_scale_f32"}, &c.head_scale))
       return false;
-  } else if (!metadata_float("weight_scale", &c.weight_scale)) {
+  } else if (has_weights && !metadata_float({"weight_scale", "weight_scale_f32", "scale_f32"}, &c.weight_scale)) {
     return false;
   }
 
   c.q_input = q->data;
-  c.weight = w->data;
-  c.freqs = fr->data;
-  c.positions = pos->data;
+  if (has_weights) c.weight = w->data;
+  if (has_rope) c.freqs = fr->data;
+  if (has_rope) c.positions = pos->data;
   c.q_out = q8->data;
   if (fp4) c.q_sf = sf->data;
-  c.weights_out.resize(std::size_t(B * H));
-  if (!wo->data.empty()) std::memcpy(c.weights_out.data(), wo->data.data(), wo->data.size());
+  if (has_weights) {
+    c.weights_out.resize(std::size_t(B * H));
+    if (!wo->data.empty()) std::memcpy(c.weights_out.data(), wo->data.data(), wo->data.size());
+  }
   *out = std::move(c);
   return true;
 }
@@ -492,7 +523,8 @@ Diff compare_outputs(const ConformanceCase& expected, const std::uint8_t* q_out,
       ++d.sf_bytes;
     }
   }
-  for (std::int64_t r = 0; r < rows; ++r) {
+  const std::int64_t nw = std::int64_t(expected.weights_out.size());  // rows, or 0 without weights
+  for (std::int64_t r = 0; r < nw; ++r) {
     std::uint32_t a, b;
     std::memcpy(&a, weights_out + r, 4);
     std::memcpy(&b, expected.weights_out.data() + r, 4);
