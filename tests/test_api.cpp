@@ -313,7 +313,17 @@ TEST(Api, DescriptorEnumNames) {
   EXPECT_STREQ(weight_fold_name(WeightFold::kNoScale), "no_scale");
   EXPECT_STREQ(weight_fold_name(WeightFold::kScaleThenTwoFactors), "scale_then_two_factors");
   EXPECT_STREQ(weight_fold_name(WeightFold::kTwoFactors), "two_factors");
-  for (int bad : {-1, 4, 99}) {
+  EXPECT_STREQ(rope_pairs_name(RopePairs::kNeox), "neox");
+  EXPECT_STREQ(rope_pairs_name(RopePairs::kAdjacent), "adjacent");
+  EXPECT_STREQ(rope_dims_name(RopeDims::kNoRope), "none");
+  EXPECT_STREQ(quantizer_name(Quantizer::kVllmCute), "vllm_cute");
+  EXPECT_STREQ(quantizer_name(Quantizer::kVllmV32), "vllm_v32");
+  EXPECT_STREQ(quantizer_name(Quantizer::kFp4Rne), "fp4_rne");
+  EXPECT_STREQ(quantizer_name(Quantizer::kFp4TwoStage), "fp4_two_stage");
+  EXPECT_STREQ(weight_fold_name(WeightFold::kNoScaleBf16), "no_scale_bf16");
+  EXPECT_STREQ(weight_fold_name(WeightFold::kNoWeights), "none");
+  for (int bad : {-1, 99, 1000}) {
+    EXPECT_STREQ(rope_pairs_name(static_cast<RopePairs>(bad)), "unknown") << bad;
     EXPECT_STREQ(rope_dims_name(static_cast<RopeDims>(bad)), "unknown") << bad;
     EXPECT_STREQ(freqs_layout_name(static_cast<FreqsLayout>(bad)), "unknown") << bad;
     EXPECT_STREQ(out_format_name(static_cast<OutFormat>(bad)), "unknown") << bad;

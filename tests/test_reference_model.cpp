@@ -349,6 +349,10 @@ struct SpecForm {
   bool fp4;
   bool fnuz;
   bool vllm;          // SPEC-vllm.md: bf16 after RoPE, pow2 FP8 scale / MX FP4, two weight factors
+  // The forms added later (docs/RECIPES.md), each its own quantization; kSame: the flags above say it.
+  enum Q { kSame, kCute, kV32, kRne, kTwoStage } q = kSame;
+  bool neox = false;     // RoPE pairs (j, j + 32) of the rotated 64
+  bool no_rope = false;  // no RoPE at all
 };
 // SPEC.md (v4_fp8), SPEC-variants.md and SPEC-vllm.md, one line per form.
 const SpecForm kSpecForms[] = {
@@ -361,6 +365,12 @@ const SpecForm kSpecForms[] = {
     {"rope_first_fp8_fnuz", true, true, true, false, true, false},
     {"vllm_v4_fp8", false, true, false, false, false, true},
     {"vllm_v4_mxfp4", false, true, false, true, false, true},
+    // vLLM's V3.2 Triton kernel (NeoX and GPT-J pairs), its CuTe DSL kernel, SGLang V4.1's FP4 pair
+    {"vllm_v32_fp8_neox", true, true, false, false, false, false, SpecForm::kV32, true},
+    {"vllm_v32_fp8_gptj", true, true, false, false, false, false, SpecForm::kV32},
+    {"vllm_v4_fp8_cutedsl", false, true, false, false, false, false, SpecForm::kCute},
+    {"sgl_v41_fp4_rope_pack", false, false, false, true, false, false, SpecForm::kTwoStage},
+    {"sgl_v41_fp4_quant_rne", false, false, false, true, false, false, SpecForm::kRne, false, true},
 };
 
 const SpecForm* spec_form(RecipeId r) {
@@ -471,6 +481,85 @@ enum class Perturb {
   kSglangFloor,       // vllm_v4_mxfp4: amax floor 1e-4 and / 6 instead of 6 * 2^-126 and * fl(1/6)
 };
 
+// The later forms (docs/RECIPES.md) in other terms: scales by frexp / ldexp in double, codes by the
+// nearest grid point, NaN rules spelled out; x holds the row after RoPE and its bf16 rounding.
+float later_max_abs(const float* x, int n) {  // NaN ignored
+  float m = 0.0f;
+  for (int i = 0; i < n; ++i)
+    if (!std::isnan(x[i])) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+// E2M1 with ties to even (model_mx_e2m1's magnitude), NaN -> 7, the sign only on a nonzero code.
+int later_e2m1(float v) {
+  if (std::isnan(v)) return 7;
+  const int m = model_mx_e2m1(std::fabs(v)) & 7;
+  return m | (v < 0 && m != 0 ? 8 : 0);
+}
+float later_e2m1_value(float v) {  // the grid value of v's code, with v's sign (NaN -> +6)
+  static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  if (std::isnan(v)) return 6.0f;
+  const float g = mag[model_mx_e2m1(std::fabs(v)) & 7];
+  return v < 0 ? -g : g;
+}
+// The packer: e = the exponent of fmax(amax / 6, 1e-4) rounded up, kept in [1, 254]; codes of
+// v * 2^(127 - e), except that the two-stage form's packer multiplies by 0 at e = 254.
+int later_pack_exponent(float amax) {
+  return std::min(254, std::max(1, model_ue8m0(std::fmax(amax / 6.0f, 1e-4f))));
+}
+void later_form_row(const SpecForm& F, float* x, float w, float ws, float hs, std::int64_t r, iqtest::Outputs& o,
+                    Perturb) {
+  const float inv448 = float(1.0 / 448.0);  // fl(1/448), bits 0x3b124925
+  if (F.q == SpecForm::kV32 || F.q == SpecForm::kCute) {
+    const float amax = later_max_abs(x, 128);
+    float q_scale, inv = 0.0f;
+    if (F.q == SpecForm::kV32) {
+      q_scale = model_pow2_ceil(std::fmax(amax, 1e-10f) * inv448);
+    } else {
+      const float t = std::fmax(amax, 1e-4f) * inv448;
+      q_scale = model_pow2_ceil(t);  // +Inf for an infinite amax
+      inv = std::isinf(q_scale) ? -INFINITY : float(1.0 / double(q_scale));  // the bit trick's -Inf
+    }
+    for (int i = 0; i < 128; ++i) {
+      int code;
+      if (F.q == SpecForm::kV32) {
+        const float v = x[i] / q_scale;
+        code = std::isnan(v) ? 0x7e : model_vllm_fp8(std::fmin(std::fabs(v), 448.0f) * (std::signbit(v) ? -1.0f : 1.0f));
+      } else {
+        code = model_vllm_fp8(x[i] * inv);  // NaN -> 0x7f
+      }
+      o.q_out[std::size_t(r * 128 + i)] = std::uint8_t(code);
+    }
+    o.weights_out[std::size_t(r)] = F.q == SpecForm::kV32 ? ((w * q_scale) * ws) * hs : (w * ws) * q_scale;
+    return;
+  }
+  std::uint32_t sf = 0;
+  for (int blk = 0; blk < 4; ++blk) {
+    float v[32];
+    for (int i = 0; i < 32; ++i) v[i] = x[32 * blk + i];
+    if (F.q == SpecForm::kTwoStage) {  // stage 1: fake quantization with the MX-style exponent
+      const int e1 = model_ue8m0(std::fmax(later_max_abs(v, 32), 0x1.8p-124f) * float(1.0 / 6.0));
+      const float sc = e1 == 255 ? INFINITY : float(std::ldexp(1.0, e1 - 127));
+      const float inv1 = e1 == 255 ? -INFINITY : float(std::ldexp(1.0, 127 - e1));
+      for (int i = 0; i < 32; ++i) {
+        const float u = (v[i] == 0.0f && std::isfinite(inv1)) ? 0.0f : v[i] * inv1;  // fma(x, inv, +0)
+        v[i] = later_e2m1_value(u) * sc;
+      }
+    }
+    const int e = later_pack_exponent(later_max_abs(v, 32));
+    sf |= std::uint32_t(e) << (8 * blk);
+    for (int i = 0; i < 32; i += 2) {
+      auto scaled = [&](float y) {
+        if (F.q == SpecForm::kTwoStage) return e == 254 ? y * 0.0f : float(double(y) * std::ldexp(1.0, 127 - e));
+        return float(double(y) / std::ldexp(1.0, e - 127));
+      };
+      o.q_out[std::size_t(r * 64 + (32 * blk + i) / 2)] =
+          std::uint8_t(later_e2m1(scaled(v[i])) | (later_e2m1(scaled(v[i + 1])) << 4));
+    }
+  }
+  for (int byte = 0; byte < 4; ++byte) o.q_sf[std::size_t(r * 4 + byte)] = std::uint8_t(sf >> (8 * byte));
+  if (F.q == SpecForm::kTwoStage) o.weights_out[std::size_t(r)] = model_bf16(w * ws);
+}
+
 // The model's outputs for a whole case (same layout as iqtest::Outputs).
 iqtest::Outputs model_outputs(const HostCase& c, Perturb perturb = Perturb::kNone) {
   const SpecForm& F = *spec_form(c.recipe);
@@ -479,7 +568,7 @@ iqtest::Outputs model_outputs(const HostCase& c, Perturb perturb = Perturb::kNon
   const std::int64_t rows = c.B * c.H;
   o.q_out.assign(std::size_t(rows * (F.fp4 ? 64 : 128)), 0);
   if (F.fp4) o.q_sf.assign(std::size_t(rows * 4), 0);
-  o.weights_out.assign(std::size_t(rows), 0.0f);
+  o.weights_out.assign(F.q == SpecForm::kRne ? 0 : std::size_t(rows), 0.0f);
   for (std::int64_t b = 0; b < c.B; ++b) {
     const float* fr = c.freqs.data() + position_of(c, b) * 64;
     for (std::int64_t h = 0; h < c.H; ++h) {
@@ -487,14 +576,15 @@ iqtest::Outputs model_outputs(const HostCase& c, Perturb perturb = Perturb::kNon
       float x[128];
       for (int i = 0; i < 128; ++i) x[i] = decode_f32(c, c.q_input, std::size_t(r * 128 + i));
       const int off = F.rope_first64 ? 0 : 64;
-      for (int j = 0; j < 32; ++j) {
-        const float xr = x[off + 2 * j], xi = x[off + 2 * j + 1];
+      for (int j = 0; j < 32 && !F.no_rope; ++j) {
+        const int i0 = F.neox ? off + j : off + 2 * j, i1 = F.neox ? off + 32 + j : off + 2 * j + 1;
+        const float xr = x[i0], xi = x[i1];
         const float cs = F.halves ? fr[j] : fr[2 * j], sn = F.halves ? fr[32 + j] : fr[2 * j + 1];
         const float p1 = xi * sn, p2 = xi * cs;
-        x[off + 2 * j] = std::fma(xr, cs, -p1);
-        x[off + 2 * j + 1] = std::fma(xr, sn, p2);
+        x[i0] = std::fma(xr, cs, -p1);
+        x[i1] = std::fma(xr, sn, p2);
       }
-      if (F.vllm ? perturb != Perturb::kNoBf16AfterRope : F.fp4)
+      if (F.q != SpecForm::kSame ? !F.no_rope : (F.vllm ? perturb != Perturb::kNoBf16AfterRope : F.fp4))
         for (int i = off; i < off + 64; ++i) x[i] = model_bf16(x[i]);
       if (F.hadamard) {
         for (int hs = 1; hs < 128; hs *= 2)
@@ -508,6 +598,10 @@ iqtest::Outputs model_outputs(const HostCase& c, Perturb perturb = Perturb::kNon
       }
       const float w = decode_f32(c, c.weight, std::size_t(b * c.weight_stride + h));
       const float ws = c.weight_scale, hs = c.head_scale;  // vLLM: softmax_scale, head_scale
+      if (F.q != SpecForm::kSame) {
+        later_form_row(F, x, w, ws, hs, r, o, perturb);
+        continue;
+      }
       if (F.vllm && F.fp4) {  // SPEC-vllm.md, MXFP4 form: no Hadamard, no second bf16 rounding
         std::uint32_t sf = 0;
         for (int blk = 0; blk < 4; ++blk) {
@@ -683,6 +777,21 @@ TEST(RecipeModel, DescriptorsMatchTheSpec) {
     const SpecForm* f = spec_form(r);
     ASSERT_NE(f, nullptr) << recipe_name(r) << " is not a form of the spec";
     const Recipe& d = recipe(r);
+    EXPECT_EQ(d.rope_dims == RopeDims::kNoRope, f->no_rope) << f->name;
+    EXPECT_EQ(d.rope_pairs == RopePairs::kNeox, f->neox) << f->name;
+    if (f->q != SpecForm::kSame) {  // the later forms: quantizer and fold by name
+      const Quantizer q[] = {Quantizer::kSglang, Quantizer::kVllmCute, Quantizer::kVllmV32, Quantizer::kFp4Rne,
+                             Quantizer::kFp4TwoStage};
+      const WeightFold fo[] = {WeightFold::kTimesScale, WeightFold::kTimesScale, WeightFold::kScaleThenTwoFactors,
+                               WeightFold::kNoWeights, WeightFold::kNoScaleBf16};
+      EXPECT_EQ(d.quant, q[f->q]) << f->name;
+      EXPECT_EQ(d.fold, fo[f->q]) << f->name;
+      EXPECT_EQ(d.hadamard, f->hadamard) << f->name;
+      EXPECT_EQ(d.bf16_after_rope, !f->no_rope) << f->name;
+      EXPECT_FALSE(d.bf16_after_hadamard) << f->name;
+      EXPECT_EQ(d.format == OutFormat::kE2M1, f->fp4) << f->name;
+      continue;
+    }
     EXPECT_EQ(d.rope_dims == RopeDims::kFirst64, f->rope_first64) << f->name;
     EXPECT_EQ(d.freqs_layout == FreqsLayout::kHalves, f->halves) << f->name;
     EXPECT_EQ(d.hadamard, f->hadamard) << f->name;

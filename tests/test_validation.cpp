@@ -550,6 +550,8 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
   const Recipe& rec() const { return recipe(rid()); }
   bool fp4() const { return rec().format == OutFormat::kE2M1; }
   bool fnuz() const { return rec().format == OutFormat::kE4M3FNUZ; }
+  bool has_rope() const { return recipe_has_rope(rec()); }        // else freqs, positions: empty views
+  bool has_weights() const { return recipe_has_weights(rec()); }  // else weight, weights_out: empty views
   std::int64_t od() const { return fp4() ? 64 : 128; }
   std::string out_name() const { return fp4() ? "q_fp4" : "q_fp8"; }
   DType own_dtype() const {
@@ -560,10 +562,14 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
   std::vector<std::pair<std::string, TensorView*>> named_views(RArgs& r) const {
     std::vector<std::pair<std::string, TensorView*>> v = {{"q_input", &r.a.q_input}, {out_name(), &r.a.q_out}};
     if (fp4()) v.emplace_back("q_sf", &r.a.q_scale);
-    v.emplace_back("weight", &r.a.weight);
-    v.emplace_back("weights_out", &r.a.weights_out);
-    v.emplace_back("freqs", &r.a.freqs);
-    v.emplace_back("positions", &r.a.positions);
+    if (has_weights()) {
+      v.emplace_back("weight", &r.a.weight);
+      v.emplace_back("weights_out", &r.a.weights_out);
+    }
+    if (has_rope()) {
+      v.emplace_back("freqs", &r.a.freqs);
+      v.emplace_back("positions", &r.a.positions);
+    }
     return v;
   }
 
@@ -596,12 +602,16 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
     a.q_input = TensorView::contiguous(at(kQ), DType::kBFloat16, {B, kH, 128});
     a.q_out = TensorView::contiguous(at(kO), own_dtype(), {B, kH, od()});
     if (fp4()) a.q_scale = TensorView::contiguous(at(kS), DType::kInt32, {B, kH});
-    a.weight = TensorView::contiguous(at(kW), DType::kBFloat16, {B, kH});
-    a.weights_out = TensorView::contiguous(at(kWO), DType::kFloat32, {B, kH, 1});
+    if (has_weights()) {
+      a.weight = TensorView::contiguous(at(kW), DType::kBFloat16, {B, kH});
+      a.weights_out = TensorView::contiguous(at(kWO), DType::kFloat32, {B, kH, 1});
+    }
     a.weight_scale = 0.5f;
     a.head_scale = 0.625f;  // used by the vllm_* recipes' two-factor folds
-    a.freqs = TensorView::contiguous(at(kFR), DType::kFloat32, {kMaxPos, 64});
-    a.positions = TensorView::contiguous(at(kP), DType::kInt64, {B});
+    if (has_rope()) {
+      a.freqs = TensorView::contiguous(at(kFR), DType::kFloat32, {kMaxPos, 64});
+      a.positions = TensorView::contiguous(at(kP), DType::kInt64, {B});
+    }
     r.opt.backend = Backend::kReference;
     return r;
   }
@@ -651,7 +661,8 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
     };
     grab(r.a.q_out, std::size_t(kB * kH * od()));
     if (fp4()) grab(r.a.q_scale, std::size_t(kB * kH * 4));
-    grab(r.a.weights_out, std::size_t(kB * kH * 4));
+    if (has_weights()) grab(r.a.weights_out, std::size_t(kB * kH * 4));
+    else for (std::size_t i = 0; i < 256; ++i) EXPECT_EQ(at(kWO)[i], kSentinel) << i;
     // nothing beyond the outputs: the rest of the output regions keeps the sentinel
     for (std::size_t i = std::size_t(kB * kH * od()); i < 3072; ++i)
       if (static_cast<std::uint8_t*>(r.a.q_out.data) == at(kO)) EXPECT_EQ(at(kO)[i], kSentinel) << i;
@@ -665,11 +676,12 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
 TEST_P(RecipeValidation, ValidCallsAndRawCodeDtypes) {
   const std::vector<std::uint8_t> ref = expect_ok("baseline", [](RArgs&) {});
   EXPECT_EQ(expect_ok("cpu backend", [](RArgs&) {}, Backend::kCpu), ref);
-  EXPECT_EQ(expect_ok("int32 positions", [&](RArgs& r) {
-    const std::int32_t p[3] = {0, 7, kMaxPos - 1};
-    std::memcpy(at(kP), p, sizeof p);
-    r.a.positions = TensorView::contiguous(at(kP), DType::kInt32, {kB});
-  }), ref);
+  if (has_rope())
+    EXPECT_EQ(expect_ok("int32 positions", [&](RArgs& r) {
+      const std::int32_t p[3] = {0, 7, kMaxPos - 1};
+      std::memcpy(at(kP), p, sizeof p);
+      r.a.positions = TensorView::contiguous(at(kP), DType::kInt32, {kB});
+    }), ref);
   // uint8 / int8 raw codes: accepted, and the same bytes as the recipe's own dtype
   for (DType dt : {DType::kUInt8, DType::kInt8}) {
     EXPECT_EQ(expect_ok(std::string("q_out ") + dtype_name(dt), [&](RArgs& r) { r.a.q_out.dtype = dt; }), ref);
@@ -684,15 +696,43 @@ TEST_P(RecipeValidation, ValidCallsAndRawCodeDtypes) {
     EXPECT_EQ(r.a.q_scale.ndim, 0);
     EXPECT_EQ(r.a.q_scale.data, nullptr);
   }
-  EXPECT_EQ(expect_ok("weight row stride H + 5", [&](RArgs& r) {
-    r.a.weight = TensorView::strided(at(kW), DType::kBFloat16, {kB, kH}, {kH + 5, 1});
-  }).size(), ref.size());
+  if (has_weights())
+    EXPECT_EQ(expect_ok("weight row stride H + 5", [&](RArgs& r) {
+      r.a.weight = TensorView::strided(at(kW), DType::kBFloat16, {kB, kH}, {kH + 5, 1});
+    }).size(), ref.size());
+}
+
+// A recipe without RoPE takes no freqs and no positions, one without weights no weight and no
+// weights_out: each must be an empty view; a real tensor there is refused naming it (a caller
+// passing one has the wrong recipe in mind), and nothing is written.
+TEST_P(RecipeValidation, AbsentTensorsMustBeEmptyViews) {
+  if (has_rope() && has_weights()) GTEST_SKIP() << rec().name << " reads every tensor";
+  if (!has_rope()) {
+    expect_error("freqs given", [&](RArgs& r) {
+      r.a.freqs = TensorView::contiguous(at(kFR), DType::kFloat32, {kMaxPos, 64});
+    }, {"freqs", "has no RoPE", "empty view", rec().name});
+    expect_error("positions given", [&](RArgs& r) {
+      r.a.positions = TensorView::contiguous(at(kP), DType::kInt64, {kB});
+    }, {"positions", "has no RoPE", "empty view"});
+    expect_error("positions with null data but a shape", [&](RArgs& r) {
+      r.a.positions = TensorView::contiguous(nullptr, DType::kInt64, {kB});
+    }, {"positions", "has no RoPE"});
+  }
+  if (!has_weights()) {
+    expect_error("weight given", [&](RArgs& r) {
+      r.a.weight = TensorView::contiguous(at(kW), DType::kBFloat16, {kB, kH});
+    }, {"weight", "has no weights", "empty view", rec().name});
+    expect_error("weights_out given", [&](RArgs& r) {
+      r.a.weights_out = TensorView::contiguous(at(kWO), DType::kFloat32, {kB, kH, 1});
+    }, {"weights_out", "has no weights", "empty view"});
+  }
 }
 
 // weights_out: (B, H, 1) as SGLang allocates it or (B, H) as vLLM does, for every recipe, with
 // the same bytes; any other shape or a non-contiguous (B, H) is refused naming weights_out, and
 // nothing is written.
 TEST_P(RecipeValidation, WeightsOutShapes) {
+  if (!has_weights()) GTEST_SKIP() << rec().name << " has no weights_out (AbsentTensorsMustBeEmptyViews)";
   const std::vector<std::uint8_t> ref = expect_ok("weights_out (B, H, 1)", [](RArgs&) {});
   for (Backend b : {Backend::kReference, Backend::kCpu}) {
     EXPECT_EQ(expect_ok(std::string("weights_out (B, H) ") + backend_name(b), [&](RArgs& r) {
@@ -822,19 +862,23 @@ TEST_P(RecipeValidation, BlockScales) {
 
 // The shared checks still name their arguments under every recipe.
 TEST_P(RecipeValidation, SharedChecks) {
-  expect_error("position out of range", [&](RArgs&) {
-    const std::int64_t p[3] = {0, kMaxPos, 1};
-    std::memcpy(at(kP), p, sizeof p);
-  }, {"positions", "positions[1] = 16"});
-  expect_error("weight dtype", [&](RArgs& r) { r.a.weight.dtype = DType::kInt32; }, {"weight", "bf16, fp16 or fp32"});
-  expect_error("freqs shape", [&](RArgs& r) {
-    r.a.freqs = TensorView::contiguous(at(kFR), DType::kFloat32, {kMaxPos, 32});
-  }, {"freqs", "(max_pos, 64)", rec().name});
+  if (has_rope()) {
+    expect_error("position out of range", [&](RArgs&) {
+      const std::int64_t p[3] = {0, kMaxPos, 1};
+      std::memcpy(at(kP), p, sizeof p);
+    }, {"positions", "positions[1] = 16"});
+    expect_error("freqs shape", [&](RArgs& r) {
+      r.a.freqs = TensorView::contiguous(at(kFR), DType::kFloat32, {kMaxPos, 32});
+    }, {"freqs", "(max_pos, 64)", rec().name});
+  }
+  if (has_weights()) {
+    expect_error("weight dtype", [&](RArgs& r) { r.a.weight.dtype = DType::kInt32; }, {"weight", "bf16, fp16 or fp32"});
+    expect_error("weights_out dtype", [&](RArgs& r) { r.a.weights_out.dtype = DType::kBFloat16; },
+                 {"weights_out", "fp32"});
+  }
   expect_error("q_input head dim", [&](RArgs& r) {
     r.a.q_input = TensorView::contiguous(at(kQ), DType::kBFloat16, {kB, kH, 64});
   }, {"q_input", "head dim must be 128"});
-  expect_error("weights_out dtype", [&](RArgs& r) { r.a.weights_out.dtype = DType::kBFloat16; },
-               {"weights_out", "fp32"});
   expect_error("num_threads -1", [&](RArgs& r) { r.opt.num_threads = -1; }, {"options.num_threads"});
 }
 

@@ -219,32 +219,18 @@ std::vector<RecipeId> parse_recipe_list_option(const Args& a) {
   return out;
 }
 
-std::string recipe_summary(RecipeId id) {
-  const Recipe& r = recipe(id);
-  std::string s = r.rope_dims == RopeDims::kLast64 ? "RoPE dims 64..127" : "RoPE dims 0..63";
-  s += r.freqs_layout == FreqsLayout::kInterleaved ? " (freqs cos,sin interleaved)" : " (freqs cos|sin halves)";
-  if (r.bf16_after_rope) s += ", bf16 round";
-  s += r.hadamard ? ", Hadamard" : ", no Hadamard";
-  if (r.bf16_after_hadamard) s += ", bf16 round";
-  const bool vllm = r.quant == Quantizer::kVllm;
-  switch (r.format) {
-    case OutFormat::kE4M3FN:
-      s += vllm ? ", fp8 e4m3fn (B,H,128), power-of-two row scale, satfinite (NaN stays NaN)"
-                : ", fp8 e4m3fn (B,H,128), row scale";
-      break;
-    case OutFormat::kE4M3FNUZ: s += ", fp8 e4m3fnuz (B,H,128) (-0 -> +0, weights_out x2), row scale"; break;
-    case OutFormat::kE2M1:
-      s += vllm ? ", mxfp4: e2m1 pairs (B,H,64), ties to even, sign kept on zero, + ue8m0 scale per 32 dims "
-                  "(amax floor 6*2^-126, x fl(1/6)) (q_sf (B,H) int32)"
-                : ", fp4 e2m1 pairs (B,H,64) + ue8m0 scale per 32 dims (q_sf (B,H) int32)";
-      break;
-  }
-  s += std::string("; quantizer ") + quantizer_name(r.quant) + "; weights_out (fold " + weight_fold_name(r.fold) + ") = ";
-  switch (r.fold) {
-    case WeightFold::kTimesScale: s += "(weight * weight_scale) * scale"; break;
-    case WeightFold::kNoScale: s += "weight * weight_scale"; break;
-    case WeightFold::kScaleThenTwoFactors: s += "((weight * scale) * softmax_scale) * head_scale"; break;
-    case WeightFold::kTwoFactors: s += "(weight * softmax_scale) * head_scale"; break;
+// One line per recipe from the library's column list: "column value" pairs, each value with
+// its meaning for the columns that are not plain flags (recipe_columns.inc), so a new column or
+// value shows here without an edit.
+std::string recipe_summary(RecipeId id, bool with_meanings) {
+  std::string s;
+  for (int i = 0; i < recipe_column_count(); ++i) {
+    const std::string v = recipe_column_value(id, i);
+    const char* doc = recipe_column_value_doc(id, i);
+    if (v == "false") continue;  // an unset flag says nothing
+    if (!s.empty()) s += "; ";
+    s += std::string(recipe_column_name(i));
+    if (v != "true") s += " " + v + (with_meanings && doc && *doc ? std::string(" (") + doc + ")" : std::string());
   }
   return s;
 }
@@ -255,14 +241,15 @@ bool two_factor_fold(RecipeId id) {
 }
 
 std::string weight_factors_text(const io::ConformanceCase& c) {
+  if (!recipe_has_weights(recipe(c.recipe))) return "none (the recipe has no weights)";
   if (two_factor_fold(c.recipe))
     return fmt("softmax_scale %.9g, head_scale %.9g", double(c.weight_scale), double(c.head_scale));
   return fmt("weight_scale %.9g", double(c.weight_scale));
 }
 
 std::string recipes_help() {
-  std::string out = "recipes (the forms of the op; contracts: SPEC.md, SPEC-variants.md, SPEC-vllm.md;\n"
-                    "quantizer sglang: exact fp8 row scale, clamp; vllm: power-of-two scales, satfinite, mxfp4):\n";
+  std::string out = "recipes (the forms of the op; contracts: docs/SPEC.md, docs/RECIPES.md; the meaning of each\n"
+                    "column value: 'indexer-q run --recipe NAME' prints it, docs/RECIPES.md lists them all):\n";
   for (RecipeId id : all_recipes()) {
     std::string name = recipe_name(id);
     if (id == RecipeId::kV4Fp8) name += " (default)";

@@ -76,9 +76,9 @@ std::vector<std::string> backend_name_list();
 RecipeId parse_recipe_option(const Args& a);
 // --recipe NAME[,NAME...] | all (default v4_fp8).
 std::vector<RecipeId> parse_recipe_list_option(const Args& a);
-// One line describing a recipe from its descriptor (rope dims, freqs layout, Hadamard, bf16
-// rounding points, output format, weight fold).
-std::string recipe_summary(RecipeId id);
+// One line describing a recipe from the library's column list ("column value; ..."; set flags by
+// name, unset ones left out), with each value's meaning when with_meanings.
+std::string recipe_summary(RecipeId id, bool with_meanings = false);
 // Help text listing every recipe with its summary.
 std::string recipes_help();
 // True for the recipes whose weights_out has two factors (softmax_scale, head_scale: vLLM's forms).

@@ -91,17 +91,19 @@ struct WithQuantizer : R {
   static constexpr bool kVllm = kQ == Quantizer::kVllm;
 };
 
-// float64 model: RoPE on R's dims (freqs laid out as R says), then Hadamard / sqrt(128) if had.
+// float64 model: RoPE on R's dims and pairs (freqs laid out as R says; none without RoPE), then
+// Hadamard / sqrt(128) if had.
 template <class R>
 void exact_row(const float* x, const float* f, bool had, double* y) {
   for (int i = 0; i < detail::kHeadDim; ++i) y[i] = x[i];
-  for (int j = 0; j < detail::kRopeDim / 2; ++j) {
-    double* v = y + R::kRopeOffset + 2 * j;
+  for (int j = 0; R::kRope && j < detail::kRopeDim / 2; ++j) {
+    double* v0 = y + R::kRopeOffset + (R::kNeox ? j : 2 * j);
+    double* v1 = y + R::kRopeOffset + (R::kNeox ? j + 32 : 2 * j + 1);
     const bool il = R::kFreqsLayout == FreqsLayout::kInterleaved;
     const double c = il ? f[2 * j] : f[j], s = il ? f[2 * j + 1] : f[32 + j];
-    const double xr = v[0], xi = v[1];
-    v[0] = xr * c - xi * s;
-    v[1] = xr * s + xi * c;
+    const double xr = *v0, xi = *v1;
+    *v0 = xr * c - xi * s;
+    *v1 = xr * s + xi * c;
   }
   if (!had) return;
   for (int st = 1; st < detail::kHeadDim; st <<= 1)
@@ -186,31 +188,36 @@ QuantError quant_error(const io::ConformanceCase& c, const Outputs& o) {
   return e;
 }
 
+// Whether recipe o is recipe id with the Hadamard toggled (had_differs) and / or under another
+// quantizer (quant_differs; the fold may then differ too), every other column the same; compared
+// over the library's generic column list, so a new column takes part without an edit here.
+bool is_variant_of(RecipeId id, RecipeId o, bool had_differs, bool quant_differs) {
+  if (o == id) return false;
+  for (int i = 0; i < recipe_column_count(); ++i) {
+    const std::string col = recipe_column_name(i);
+    const bool same = std::strcmp(recipe_column_value(id, i), recipe_column_value(o, i)) == 0;
+    if (col == "hadamard") {
+      if (same == had_differs) return false;
+    } else if (col == "quant") {
+      if (same == quant_differs) return false;
+    } else if (col == "fold" && quant_differs) {
+      continue;
+    } else if (!same) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // The recipe that is this one with the Hadamard toggled, if the list has it ("" if not).
 // (Also used for the quantizer comparison: the recipe with the other quantizer.)
 std::string recipe_with(RecipeId id, bool toggle_hadamard, bool toggle_quant) {
-  const Recipe& r = recipe(id);
-  for (RecipeId o : all_recipes()) {
-    const Recipe& t = recipe(o);
-    if ((t.hadamard != r.hadamard) == toggle_hadamard && (t.quant != r.quant) == toggle_quant &&
-        t.rope_dims == r.rope_dims && t.freqs_layout == r.freqs_layout && t.bf16_after_rope == r.bf16_after_rope &&
-        t.bf16_after_hadamard == r.bf16_after_hadamard && t.format == r.format && o != id)
-      return recipe_name(o);
-  }
+  for (RecipeId o : all_recipes())
+    if (is_variant_of(id, o, toggle_hadamard, toggle_quant)) return recipe_name(o);
   return "";
 }
 
-std::string toggled_recipe_name(RecipeId id) {
-  const Recipe& r = recipe(id);
-  for (RecipeId o : all_recipes()) {
-    const Recipe& t = recipe(o);
-    if (t.hadamard != r.hadamard && t.rope_dims == r.rope_dims && t.freqs_layout == r.freqs_layout &&
-        t.bf16_after_rope == r.bf16_after_rope && t.bf16_after_hadamard == r.bf16_after_hadamard &&
-        t.format == r.format && t.quant == r.quant && t.fold == r.fold)
-      return recipe_name(o);
-  }
-  return "";
-}
+std::string toggled_recipe_name(RecipeId id) { return recipe_with(id, true, false); }
 
 }  // namespace
 
@@ -290,7 +297,7 @@ int cmd_run(int argc, char** argv) {
   std::string outl;
   for (int dim : w.outlier_dims) outl += (outl.empty() ? "" : ",") + std::to_string(dim);
   std::printf("indexer-q run: fused_q_indexer_rope_hadamard_quant (indexer_q %s)\n", version());
-  std::printf("  recipe       %s: %s\n", recipe_name(c.recipe), recipe_summary(c.recipe).c_str());
+  std::printf("  recipe       %s: %s\n", recipe_name(c.recipe), recipe_summary(c.recipe, true).c_str());
   std::printf("  weights_out  %s\n", weight_factors_text(c).c_str());
   std::printf("  workload     %lld tokens x %lld heads, %s, %s positions %lld..%lld (max_pos %lld), seed %llu,\n"
               "               outlier channels %s (%gx)\n",
@@ -330,10 +337,15 @@ int cmd_run(int argc, char** argv) {
         t.data.assign(p, p + n);
         f.tensors[name] = std::move(t);
       };
+      // Only the tensors the recipe reads (no freqs / positions without RoPE, no weights without them).
+      const bool has_weights = recipe_has_weights(rc), has_rope = recipe_has_rope(rc);
       put("q_input", io::dtype_to_safetensors(c.dtype), {c.B, c.H, 128}, c.q_input.data(), c.q_input.size());
-      put("weight", io::dtype_to_safetensors(c.weight_dtype), {c.B, c.H}, c.weight.data(), c.weight.size());
-      put("freqs", "F32", {c.max_pos, 64}, c.freqs.data(), c.freqs.size());
-      put("positions", io::dtype_to_safetensors(c.pos_dtype), {c.B}, c.positions.data(), c.positions.size());
+      if (has_weights)
+        put("weight", io::dtype_to_safetensors(c.weight_dtype), {c.B, c.H}, c.weight.data(), c.weight.size());
+      if (has_rope) {
+        put("freqs", "F32", {c.max_pos, 64}, c.freqs.data(), c.freqs.size());
+        put("positions", io::dtype_to_safetensors(c.pos_dtype), {c.B}, c.positions.data(), c.positions.size());
+      }
       if (fp4) {
         put("q_fp4", "U8", {c.B, c.H, 64}, out.q_out.data(), out.q_out.size());
         put("q_sf", "I32", {c.B, c.H}, out.q_sf.data(), out.q_sf.size());
@@ -345,9 +357,12 @@ int cmd_run(int argc, char** argv) {
       // weights_out as the engine allocates it: (B, H) for vLLM's forms, (B, H, 1) for SGLang's
       const std::vector<std::int64_t> wo_shape =
           two_factor_fold(c.recipe) ? std::vector<std::int64_t>{c.B, c.H} : std::vector<std::int64_t>{c.B, c.H, 1};
-      put("weights_out", "F32", wo_shape, reinterpret_cast<const std::uint8_t*>(out.weights_out.data()),
-          out.weights_out.size() * 4);
-      if (two_factor_fold(c.recipe)) {  // vLLM's factors (weight_scale there: informational only)
+      if (has_weights)
+        put("weights_out", "F32", wo_shape, reinterpret_cast<const std::uint8_t*>(out.weights_out.data()),
+            out.weights_out.size() * 4);
+      if (!has_weights) {
+        // no factors
+      } else if (two_factor_fold(c.recipe)) {  // vLLM's factors (weight_scale there: informational only)
         f.metadata["softmax_scale"] = fmt("%.17g", double(c.weight_scale));
         f.metadata["head_scale"] = fmt("%.17g", double(c.head_scale));
         f.metadata["weight_scale"] = fmt("%.17g", double(c.weight_scale * c.head_scale));

@@ -240,10 +240,12 @@ int cmd_verify(int argc, char** argv) {
     if (io::derive_fnuz_case(c, &fnuz)) cases.push_back(std::move(fnuz));
 
     const std::int64_t rows = c.B * c.H;
-    std::printf("%s  (variant %s%s; B=%lld, H=%lld, %s, %s positions, max_pos %lld, %s)\n",
-                path.c_str(), recipe_name(c.recipe), var == st.metadata.end() ? " (no metadata: the default)" : "",
-                (long long)c.B, (long long)c.H, dtype_name(c.dtype), dtype_name(c.pos_dtype), (long long)c.max_pos,
-                weight_factors_text(c).c_str());
+    const std::string rope_text = recipe_has_rope(recipe(c.recipe))
+                                      ? fmt("%s positions, max_pos %lld", dtype_name(c.pos_dtype), (long long)c.max_pos)
+                                      : std::string("no RoPE");
+    std::printf("%s  (variant %s%s; B=%lld, H=%lld, %s, %s, weights_out %s)\n", path.c_str(), recipe_name(c.recipe),
+                var == st.metadata.end() ? " (no metadata: the default)" : "", (long long)c.B, (long long)c.H,
+                dtype_name(c.dtype), rope_text.c_str(), weight_factors_text(c).c_str());
     for (const io::ConformanceCase& cc : cases) {
       if (cc.recipe != c.recipe)
         std::printf("  %s (derived from the file: code 0x80 -> 0x00, weights_out x 2)\n", recipe_name(cc.recipe));
@@ -263,7 +265,8 @@ int cmd_verify(int argc, char** argv) {
                                    (long long)(rows * cc.out_bytes_per_row()));
           if (!cc.q_sf.empty()) counts += fmt("   scales differ: %lld of %lld", (long long)d.sf_bytes,
                                               (long long)cc.q_sf.size());
-          counts += fmt("   weights_out differ: %lld of %lld", (long long)d.weights, (long long)rows);
+          if (!cc.weights_out.empty())
+            counts += fmt("   weights_out differ: %lld of %lld", (long long)d.weights, (long long)rows);
           std::printf("%s%s   %s\n", line.c_str(), counts.c_str(), d.exact() ? "exact" : "DIFFER");
           if (!d.exact()) {
             std::printf("    %s\n", diff_details(d, cc, r.out.q_out.data(), r.out.q_sf.empty() ? nullptr : r.out.q_sf.data(),

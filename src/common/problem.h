@@ -50,10 +50,13 @@ struct Problem {
 // reports and benchmarks.
 inline std::int64_t bytes_moved(std::int64_t B, std::int64_t H, DType dtype, DType pos_dtype,
                                 RecipeId recipe = RecipeId::kV4Fp8) {
+  const Recipe& r = indexer_q::recipe(recipe);
   const std::int64_t in = dtype == DType::kFloat32 ? 4 : 2;
   const std::int64_t pos = pos_dtype == DType::kInt32 ? 4 : 8;
-  const std::int64_t out = indexer_q::recipe(recipe).format == OutFormat::kE2M1 ? 64 + 4 : 128;
-  return B * H * (128 * in + out + in + 4) + B * (pos + 64 * 4);
+  const std::int64_t out = r.format == OutFormat::kE2M1 ? 64 + 4 : 128;
+  const std::int64_t weights = recipe_has_weights(r) ? in + 4 : 0;  // weight read, weights_out written
+  const std::int64_t rope = recipe_has_rope(r) ? pos + 64 * 4 : 0;  // a position and a freqs row per token
+  return B * H * (128 * in + out + weights) + B * rope;
 }
 
 // ---- backends (each implemented in its own directory) ----
