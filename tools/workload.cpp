@@ -213,6 +213,7 @@ DeviceCase::DeviceCase(DeviceRuntime& rt, const io::ConformanceCase& c, const fl
   shape_.max_pos = c.max_pos;
   shape_.dtype = c.dtype;
   shape_.pos_dtype = c.pos_dtype;
+  shape_.weight_dtype = c.weight_dtype;
   shape_.weight_scale = c.weight_scale;
   shape_.head_scale = c.head_scale;
   try {
