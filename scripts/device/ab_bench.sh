@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Before/after benchmarks in one GPU-machine call: the CUDA benchmark (indexer_q_cuda_bench) and
+# the CPU benchmark (indexer_q_cpu_bench, the host's CPU) of a baseline source tree and of this
+# checkout, built the same way there, run alternately (base, new, base, new) so that both sides
+# see the same machine state. Only the recipes both trees have are timed.
+#
+#   BASE=dir         the baseline source tree (default .dev/base: `git archive <commit>` of it)
+#   RECIPES=list     default: the recipes of the baseline's include/indexer_q/recipes.inc
+#   TOKENS=list      default 1,8,64,4096,16384,65536      HEADS=n  default 64
+#   ROUNDS=n         alternations (default 2)             CPU_TOKENS (default 4096)
+#   STEPS=cuda,cpu   default both
+# Logs and CSVs under $OUT (default ./ab_out); $OUT/summary.txt is the short form.
+set -u -o pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/ab_out}
+mkdir -p "$OUT"
+[ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
+BASE=${BASE:-.dev/base}
+STEPS=${STEPS:-cuda,cpu}
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+SUM=$OUT/summary.txt
+: >"$SUM"
+say() { echo "$*" | tee -a "$SUM"; }
+J=$(nproc)
+CORE=${CORE:-$(( J > 2 ? 2 : 0 ))}  # the core the CPU benchmark is pinned to
+if [ ! -f "$BASE/CMakeLists.txt" ]; then echo "ab_bench: BASE=$BASE is not a source tree" >&2; exit 2; fi
+RECIPES=${RECIPES:-$(sed -n 's/^IQ_RECIPE([A-Za-z0-9_]*, *"\([a-z0-9_]*\)".*/\1/p' "$BASE/include/indexer_q/recipes.inc" | paste -sd,)}
+TOKENS=${TOKENS:-1,8,64,4096,16384,65536}
+say "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); base $BASE; recipes $RECIPES"
+
+build() {  # build <src> <dir>: the two benchmarks only, sm_90, Release
+  local targets=""
+  has cuda && targets="$targets indexer_q_cuda_bench"
+  has cpu && targets="$targets indexer_q_cpu_bench"
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINDEXER_Q_CUDA=$(has cuda && echo ON || echo OFF) \
+    -DCMAKE_CUDA_ARCHITECTURES=90-real -DINDEXER_Q_CUDA_ARCHS=90-real -DINDEXER_Q_BUILD_TESTS=OFF >"$OUT/build_$(basename "$2").log" 2>&1 &&
+    cmake --build "$2" -j"$J" --target $targets >>"$OUT/build_$(basename "$2").log" 2>&1
+}
+t0=$(date +%s)
+build "$BASE" build-ab-base & pb=$!
+build . build-ab-new & pn=$!
+wait $pb; rb=$?
+wait $pn; rn=$?
+say "build base rc=$rb, new rc=$rn ($(( $(date +%s) - t0 )) s)"
+[ $rb -ne 0 ] && tail -20 "$OUT/build_build-ab-base.log"
+[ $rn -ne 0 ] && tail -20 "$OUT/build_build-ab-new.log"
+[ $rb -ne 0 ] || [ $rn -ne 0 ] && exit 1
+
+for r in $(seq 1 "${ROUNDS:-2}"); do
+  for side in base new; do
+    if has cuda; then
+      timeout 200 "build-ab-$side/bench/indexer_q_cuda_bench" --tokens "$TOKENS" --heads "${HEADS:-64}" \
+        --recipes "$RECIPES" --pdl off,on >"$OUT/cuda_${side}_$r.txt" 2>&1
+      say "cuda $side round $r rc=$? ($(( $(date +%s) - t0 )) s)"
+    fi
+    if has cpu; then
+      timeout 150 taskset -c "$CORE" "build-ab-$side/bench/indexer_q_cpu_bench" --isa avx512,avx2 --threads 1 \
+        --tokens "${CPU_TOKENS:-4096}" --heads "${HEADS:-64}" --recipe "$RECIPES" --iters 15 --format csv \
+        >"$OUT/cpu_${side}_$r.csv" 2>&1
+      say "cpu $side round $r rc=$? ($(( $(date +%s) - t0 )) s)"
+    fi
+  done
+done
+say "total $(( $(date +%s) - t0 )) s"
