@@ -9,7 +9,7 @@
 #   TOKENS=list      default 1,8,64,4096,16384,65536      HEADS=n  default 64
 #   ROUNDS=n         alternations (default 2)             CPU_TOKENS (default 4096)
 #   STEPS=cuda,cpu   default both
-# Logs and CSVs under $OUT (default ./ab_out); $OUT/summary.txt is the short form.
+# Logs and CSVs packed into $OUT/ab_logs.tgz (default OUT ./ab_out); $OUT/summary.txt is the short form.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/ab_out}
@@ -62,3 +62,6 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
   done
 done
 say "total $(( $(date +%s) - t0 )) s"
+# one archive (the device tool brings back at most 8 files); the summary stays beside it
+tar czf "$OUT/ab_logs.tgz" -C "$OUT" --exclude ab_logs.tgz --exclude summary.txt . &&
+  find "$OUT" -maxdepth 1 -type f ! -name ab_logs.tgz ! -name summary.txt -delete
