@@ -247,30 +247,50 @@ std::string weight_factors_text(const io::ConformanceCase& c) {
   return fmt("weight_scale %.9g", double(c.weight_scale));
 }
 
+namespace {
+// text wrapped at ~100 columns, continuation lines indented by `indent`
+std::string wrap(const std::string& text, std::size_t first, std::size_t indent) {
+  std::string out, cur;
+  std::size_t at = 0, col = first;
+  while (at < text.size()) {
+    std::size_t next = text.find(' ', at);
+    if (next == std::string::npos) next = text.size();
+    const std::string word = text.substr(at, next - at);
+    if (!cur.empty() && col + cur.size() + 1 + word.size() > 100) {
+      out += cur + "\n" + std::string(indent, ' ');
+      cur.clear();
+      col = indent;
+    }
+    cur += (cur.empty() ? "" : " ") + word;
+    at = next + 1;
+  }
+  return out + cur;
+}
+}  // namespace
+
 std::string recipes_help() {
-  std::string out = "recipes (the forms of the op; contracts: docs/SPEC.md, docs/RECIPES.md; the meaning of each\n"
-                    "column value: 'indexer-q run --recipe NAME' prints it, docs/RECIPES.md lists them all):\n";
+  std::string out = "recipes (the forms of the op; contracts: docs/SPEC.md, docs/RECIPES.md):\n";
   for (RecipeId id : all_recipes()) {
     std::string name = recipe_name(id);
     if (id == RecipeId::kV4Fp8) name += " (default)";
     std::string line = "  " + name;
     if (line.size() < 24) line.append(24 - line.size(), ' ');
     else line += "\n" + std::string(24, ' ');
-    // wrap the summary at ~100 columns
-    std::string summary = recipe_summary(id), cur;
-    std::size_t at = 0;
-    while (at < summary.size()) {
-      std::size_t next = summary.find(' ', at);
-      if (next == std::string::npos) next = summary.size();
-      const std::string word = summary.substr(at, next - at);
-      if (!cur.empty() && 24 + cur.size() + 1 + word.size() > 100) {
-        line += cur + "\n" + std::string(24, ' ');
-        cur.clear();
-      }
-      cur += (cur.empty() ? "" : " ") + word;
-      at = next + 1;
+    out += line + wrap(recipe_summary(id), 24, 24) + "\n";
+  }
+  // What each column value the recipes use means (recipe_columns.inc), once.
+  out += "column values:\n";
+  for (int i = 0; i < recipe_column_count(); ++i) {
+    std::vector<std::string> seen;
+    for (RecipeId id : all_recipes()) {
+      const std::string v = recipe_column_value(id, i), doc = recipe_column_value_doc(id, i);
+      if (v == "false" || doc.empty() || std::find(seen.begin(), seen.end(), v) != seen.end()) continue;
+      seen.push_back(v);
+      std::string head = "  " + std::string(recipe_column_name(i)) + (v == "true" ? "" : " " + v);
+      if (head.size() < 24) head.append(24 - head.size(), ' ');
+      else head += "\n" + std::string(24, ' ');
+      out += head + wrap(doc, 24, 24) + "\n";
     }
-    out += line + cur + "\n";
   }
   return out;
 }

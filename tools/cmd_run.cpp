@@ -297,7 +297,7 @@ int cmd_run(int argc, char** argv) {
   std::string outl;
   for (int dim : w.outlier_dims) outl += (outl.empty() ? "" : ",") + std::to_string(dim);
   std::printf("indexer-q run: fused_q_indexer_rope_hadamard_quant (indexer_q %s)\n", version());
-  std::printf("  recipe       %s: %s\n", recipe_name(c.recipe), recipe_summary(c.recipe, true).c_str());
+  std::printf("  recipe       %s: %s\n", recipe_name(c.recipe), recipe_summary(c.recipe).c_str());
   std::printf("  weights_out  %s\n", weight_factors_text(c).c_str());
   std::printf("  workload     %lld tokens x %lld heads, %s, %s positions %lld..%lld (max_pos %lld), seed %llu,\n"
               "               outlier channels %s (%gx)\n",
