@@ -34,11 +34,18 @@ std::vector<std::string> files_in(const fs::path& dir) {
   return files;
 }
 
+// Every file under golden/ and its subdirectories (one per engine form), the key side's kside/
+// excepted (tests/test_kside_golden.cpp): a new folder of golden data needs no edit here.
 std::vector<std::string> golden_files() {
   const fs::path dir = fs::path(INDEXER_Q_TEST_DATA_DIR) / "golden";
   std::vector<std::string> files = files_in(dir);
-  for (const char* sub : {"variants", "vllm"})
-    for (const std::string& f : files_in(dir / sub)) files.push_back(f);
+  std::vector<fs::path> subs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_directory() && e.path().filename() != "kside") subs.push_back(e.path());
+  std::sort(subs.begin(), subs.end());
+  for (const fs::path& sub : subs)
+    for (const std::string& f : files_in(sub)) files.push_back(f);
   return files;
 }
 
@@ -126,8 +133,8 @@ TEST(Golden, CasesAreConsistent) {
     const bool fp4 = recipe(k.recipe).format == OutFormat::kE2M1;
     EXPECT_EQ(k.out_bytes_per_row(), fp4 ? 64 : 128);
     EXPECT_EQ(k.q_out.size(), std::size_t(k.B * k.H * k.out_bytes_per_row()));
-    EXPECT_EQ(k.q_sf.size(), fp4 ? std::size_t(k.B * k.H * 4) : 0u);
-    EXPECT_EQ(k.weights_out.size(), std::size_t(k.B * k.H));
+    EXPECT_EQ(k.q_sf.size(), recipe_has_block_scales(recipe(k.recipe)) ? std::size_t(k.B * k.H * 4) : 0u);
+    EXPECT_EQ(k.weights_out.size(), recipe_has_weights(recipe(k.recipe)) ? std::size_t(k.B * k.H) : 0u);
     if (c.name.find("/variants/") != std::string::npos && c.name.find("(derived") == std::string::npos)
       EXPECT_NE(k.recipe, RecipeId::kV4Fp8) << "a variants file without \"variant\" metadata";
     if (c.name.find("/vllm/") != std::string::npos) {
@@ -137,6 +144,20 @@ TEST(Golden, CasesAreConsistent) {
       EXPECT_EQ(recipe(k.recipe).quant, Quantizer::kVllm) << "a vllm file of recipe " << recipe_name(k.recipe);
       EXPECT_EQ(k.weight_scale, float(1.0 / std::sqrt(128.0)));
       EXPECT_EQ(k.head_scale, float(1.0 / std::sqrt(double(k.H))));
+    } else if (c.name.find("/vllm_v32/") != std::string::npos) {
+      // vLLM's V3.2 kernel: the same two factors, as float32 arguments of the kernel
+      EXPECT_EQ(recipe(k.recipe).quant, Quantizer::kVllmV32) << recipe_name(k.recipe);
+      EXPECT_EQ(k.weight_scale, float(1.0 / std::sqrt(128.0)));
+      EXPECT_EQ(k.head_scale, float(1.0 / std::sqrt(double(k.H))));
+    } else if (c.name.find("/vllm_cutedsl/") != std::string::npos) {
+      // vLLM's CuTe kernel takes one factor: fl32(softmax_scale * head_scale), the product in double
+      EXPECT_EQ(recipe(k.recipe).quant, Quantizer::kVllmCute) << recipe_name(k.recipe);
+      EXPECT_EQ(k.weight_scale, float((1.0 / std::sqrt(128.0)) * (1.0 / std::sqrt(double(k.H)))));
+    } else if (c.name.find("/sgl_v41_") != std::string::npos) {
+      EXPECT_TRUE(recipe(k.recipe).quant == Quantizer::kFp4TwoStage || recipe(k.recipe).quant == Quantizer::kFp4Rne)
+          << recipe_name(k.recipe);
+      if (recipe_has_weights(recipe(k.recipe)))  // SGLang V4.1: softmax_scale * H^-0.5 in double, once to fp32
+        EXPECT_EQ(k.weight_scale, float((1.0 / std::sqrt(128.0)) * (1.0 / std::sqrt(double(k.H)))));
     } else {
       EXPECT_EQ(recipe(k.recipe).quant, Quantizer::kSglang) << "an SGLang-form file of a vLLM recipe";
       EXPECT_EQ(k.head_scale, 1.0f);

@@ -34,6 +34,22 @@
 // UE8M0 exponent and the e2m1 codes by bit arithmetic (src/cuda/fp4_e2m1.cuh). Every device
 // encoder is checked by tests/test_cuda.cu against the scalar one for all float32 inputs.
 //
+// The steps of the later forms, each a compile-time branch of the same body (the recipes above
+// compile to the same code as before them):
+//  - NeoX pairs (RopePairs::kNeox: (j, j + 32) of the rotated 64): element i pairs with i ^ 32,
+//    i.e. with 4 lanes the same lane's chunk c ^ 1, with 8 or 16 lanes lane l ^ 4 (a shuffle);
+//    each chunk's 8 values are 8 pairs, so their (cos, sin) are four 16-byte freqs loads.
+//  - No RoPE (RopeDims::kNoRope): no position, no freqs read (both pointers null), every row
+//    valid. No weights (WeightFold::kNoWeights): weight and weights_out null, never touched.
+//  - vLLM's CuTe DSL and V3.2 FP8 quantizers (Quantizer::kVllmCute, kVllmV32): row.h's exponent
+//    and scale functions; codes of x * inv (CuTe; NaN -> 0x7f) or of the IEEE quotient
+//    x / scale (V3.2, __fdiv_rn; NaN -> 0x7e) by the satfinite conversion.
+//  - SGLang V4.1's FP4 packer and two-stage quantizer (Quantizer::kFp4Rne, kFp4TwoStage): row.h's
+//    functions per value (rne_ue8m0_of_amax, rne_inverse, e2m1_encode_rne; stage1_exponent,
+//    stage1_value, and a second block maximum by two more shuffles). The packer's inverse at
+//    e = 254 is the subnormal 2^-127: this file is compiled without flush-to-zero (no
+//    --use_fast_math / -ftz=true), which tests/test_cuda.cu checks on the device.
+//
 // Out-of-range positions. Positions live in device memory and cannot be checked on the host
 // without a synchronization. A row whose position p is < 0 or >= max_pos reads freqs row 0
 // instead (always in bounds: max_pos >= 1), so nothing outside the tensors is read; its codes
@@ -191,23 +207,32 @@ __device__ __forceinline__ RowIndex row_index(const Problem& p, std::uint64_t ro
   return ix;
 }
 
-template <int LANES, int DT, bool POS64>
+// A recipe without RoPE (R::kRope false) reads no position (p.positions is null; pos = 0), one
+// without weights (R::kWeights false) no weight (p.weight is null; w = 0).
+template <class R, int LANES, int DT, bool POS64>
 __device__ __forceinline__ void issue_loads(const Problem& p, const RowIndex& ix, int l, RowLoad<LANES, DT>& r) {
   constexpr int C = RowLoad<LANES, DT>::C, W = RowLoad<LANES, DT>::W;
   const std::uint64_t b = ix.b, h = ix.h;
   const char* qrow = ix.qrow;
-  r.pos = ld_pos<POS64>(p.positions, b);  // first: the freqs loads depend on it
+  if (R::kRope)
+    r.pos = ld_pos<POS64>(p.positions, b);  // first: the freqs loads depend on it
+  else
+    r.pos = 0;
 #pragma unroll
   for (int c = 0; c < C; ++c)
 #pragma unroll
     for (int j = 0; j < W; ++j) r.q[c * W + j] = ld_stream16(qrow + ((c * LANES + l) * W + j) * 16);
-  r.w = (l == 0) ? ld_weight(p.weight, p.weight_dtype, b * std::uint64_t(p.weight_stride_b) + h) : 0u;
+  if (R::kWeights)
+    r.w = (l == 0) ? ld_weight(p.weight, p.weight_dtype, b * std::uint64_t(p.weight_stride_b) + h) : 0u;
+  else
+    r.w = 0u;
 }
 
 // Does chunk c of lane l lie in the recipe's rotated dims? Compile-time for LANES <= 8 (a
-// chunk index then decides it), per lane for 16.
+// chunk index then decides it), per lane for 16. Never without RoPE (RopeDims::kNoRope).
 template <class R, int LANES>
 __device__ __forceinline__ bool chunk_rotated(int c, int l) {
+  if (!R::kRope) return false;
   if (8 * LANES <= kRopeDim) return c * 8 * LANES >= R::kRopeOffset && c * 8 * LANES < R::kRopeOffset + kRopeDim;
   const int i0 = (c * LANES + l) * 8;
   return i0 >= R::kRopeOffset && i0 < R::kRopeOffset + kRopeDim;
@@ -234,13 +259,33 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
                                             const RowLoad<LANES, DT>& r, int trigger) {
   constexpr int C = RowLoad<LANES, DT>::C, W = RowLoad<LANES, DT>::W;
   static_assert(!R::kFp4 || LANES >= 4, "an FP4 block of 32 dims spans 4 lanes' chunks");
-  const bool valid = r.pos >= 0 && r.pos < p.max_pos;
+  // Without RoPE every row is valid (no position, no freqs: neither pointer is used).
+  const bool valid = !R::kRope || (r.pos >= 0 && r.pos < p.max_pos);
   const float* frow = p.freqs + (valid ? r.pos : 0) * kFreqsDim;  // row 0 always exists
-  // (cos, sin) of this lane's rotated chunks: pairs j0 .. j0 + 3
+  // (cos, sin) of this lane's rotated chunks: pairs j0 .. j0 + 3 (adjacent pairs); NeoX: the 8
+  // values of a chunk are 8 pairs j0 .. j0 + 7 (j0 = the chunk's first rotated dim mod 32).
   float cs[C][4], sn[C][4];
+  float ncs[C][8], nsn[C][8];  // NeoX only
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    if (chunk_rotated<R, LANES>(c, l)) {
+    if (chunk_rotated<R, LANES>(c, l) && R::kNeox) {
+      const int j0 = ((c * LANES + l) * 8 - R::kRopeOffset) & 31;
+      if (R::kFreqsLayout == FreqsLayout::kInterleaved) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float4 a = ld_f4(frow + 2 * j0 + 4 * q);
+          ncs[c][2 * q] = a.x; nsn[c][2 * q] = a.y; ncs[c][2 * q + 1] = a.z; nsn[c][2 * q + 1] = a.w;
+        }
+      } else {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const float4 a = ld_f4(frow + j0 + 4 * q);
+          const float4 b = ld_f4(frow + 32 + j0 + 4 * q);
+          ncs[c][4 * q] = a.x; ncs[c][4 * q + 1] = a.y; ncs[c][4 * q + 2] = a.z; ncs[c][4 * q + 3] = a.w;
+          nsn[c][4 * q] = b.x; nsn[c][4 * q + 1] = b.y; nsn[c][4 * q + 2] = b.z; nsn[c][4 * q + 3] = b.w;
+        }
+      }
+    } else if (chunk_rotated<R, LANES>(c, l)) {
       const int j0 = ((c * LANES + l) * 8 - R::kRopeOffset) / 2;
       float4 a, b;
       if (R::kFreqsLayout == FreqsLayout::kInterleaved) {
@@ -265,9 +310,40 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     for (int j = 0; j < W; ++j) decode16<DT>(r.q[c * W + j], &x[c][j * 4]);
 
   // ---- RoPE (step 2), then the recipe's bf16 rounding of the rotated dims ----
+  if (R::kNeox) {
+    // NeoX pairs (j, j + 32) of the rotated 64: element i pairs with i ^ 32, i.e. word
+    // w = c * LANES + l with w ^ 4, same slot k: with 4 lanes the same lane's chunk c ^ 1, with
+    // 8 or 16 lanes lane l ^ 4's chunk c (a shuffle; the whole warp takes part). The partners
+    // are taken before any value changes. Low half (x0 = own, x1 = partner):
+    // fma(x0, c, -(x1 * s)); high half (x1 = own, x0 = partner): fma(x0, s, x1 * c).
+    float part[C][8];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      if (8 * LANES > kRopeDim || chunk_rotated<R, LANES>(c, 0)) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+          part[c][k] = LANES == 4 ? x[(c ^ 1) % C][k] : __shfl_xor_sync(0xffffffffu, x[c][k], 4);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      if (chunk_rotated<R, LANES>(c, l)) {
+        const bool high = (((c * LANES + l) * 8 - R::kRopeOffset) & 32) != 0;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float own = x[c][k], oth = part[c][k];
+          x[c][k] = high ? __fmaf_rn(oth, nsn[c][k], __fmul_rn(own, ncs[c][k]))
+                         : __fmaf_rn(own, ncs[c][k], -__fmul_rn(oth, nsn[c][k]));
+        }
+        if (R::kBf16AfterRope)
+#pragma unroll
+          for (int k = 0; k < 8; k += 2) round_bf16_pair(x[c][k], x[c][k + 1]);
+      }
+    }
+  }
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    if (chunk_rotated<R, LANES>(c, l)) {
+    if (chunk_rotated<R, LANES>(c, l) && !R::kNeox) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float xr = x[c][2 * j], xi = x[c][2 * j + 1];
@@ -346,19 +422,51 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     std::uint32_t e[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      // vLLM: floor 6 * 2^-126, times fl(1/6), e = 254 for an infinite amax (inverse 0);
-      // SGLang: floor 1e-4, / 6, e = 255 for an infinite amax (inverse -Inf).
-      e[c] = R::kVllm ? std::uint32_t(mx_ue8m0_of_amax(amax[c])) : ue8m0_of_amax_fast(amax[c]);
       std::uint32_t codes;
-      if (R::kVllm) {
-        codes = mx_e2m1_code8(x[c], __uint_as_float((254u - e[c]) << 23));  // ue8m0_inverse
-      } else if (R::kBf16AfterHadamard) {
-        codes = e2m1_code8(x[c], e2m1_inv2_of(e[c]));  // x is bf16-exact here
-      } else {
-        const float inv = __uint_as_float((254u - e[c]) << 23);
+      if (R::kQuant == Quantizer::kFp4Rne) {
+        // SGLang V4.1's packer (row.h): e = exponent of fmax(amax / 6, 1e-4) rounded up, clamped
+        // to [1, 254]; inv = 2^(127 - e) (e = 254: the subnormal 2^-127; the kernels are built
+        // without flush-to-zero); codes with ties to even, sign on nonzero codes. A NaN amax
+        // (every value of the block NaN) gives the exponent of 0, as amax_step's 0 does.
+        e[c] = rne_ue8m0_of_amax(amax[c]);
+        const float inv = rne_inverse(e[c]);
         codes = 0;
 #pragma unroll
-        for (int k = 0; k < 8; ++k) codes |= e2m1_code(__fmul_rn(x[c][k], inv)) << (4 * k);
+        for (int k = 0; k < 8; ++k) codes |= std::uint32_t(e2m1_encode_rne(__fmul_rn(x[c][k], inv))) << (4 * k);
+      } else if (R::kQuant == Quantizer::kFp4TwoStage) {
+        // Stage 1 (fake quantization of the block: row.h's stage1_exponent / stage1_value), the
+        // block maximum of its values (two more shuffles, the same 4 lanes), then the packer with
+        // inv2 = bits((254 - e2) << 23) (0 at e2 = 254, as the engine's packer).
+        const std::uint32_t e1 = stage1_exponent(amax[c]);
+        const float sc = __uint_as_float(e1 << 23), inv1 = cute_inverse(e1);
+        float q[8];
+        float amax2 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          q[k] = stage1_value(x[c][k], inv1, sc);
+          amax2 = fmaxf(amax2, fabsf(q[k]));  // NaN ignored, as amax_step
+        }
+#pragma unroll
+        for (int s = 1; s < 4; s <<= 1) amax2 = fmaxf(amax2, __shfl_xor_sync(0xffffffffu, amax2, s));
+        e[c] = rne_ue8m0_of_amax(amax2);
+        const float inv2 = __uint_as_float((254u - e[c]) << 23);
+        codes = 0;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) codes |= std::uint32_t(e2m1_encode_rne(__fmul_rn(q[k], inv2))) << (4 * k);
+      } else {
+        // vLLM: floor 6 * 2^-126, times fl(1/6), e = 254 for an infinite amax (inverse 0);
+        // SGLang: floor 1e-4, / 6, e = 255 for an infinite amax (inverse -Inf).
+        e[c] = R::kVllm ? std::uint32_t(mx_ue8m0_of_amax(amax[c])) : ue8m0_of_amax_fast(amax[c]);
+        if (R::kVllm) {
+          codes = mx_e2m1_code8(x[c], __uint_as_float((254u - e[c]) << 23));  // ue8m0_inverse
+        } else if (R::kBf16AfterHadamard) {
+          codes = e2m1_code8(x[c], e2m1_inv2_of(e[c]));  // x is bf16-exact here
+        } else {
+          const float inv = __uint_as_float((254u - e[c]) << 23);
+          codes = 0;
+#pragma unroll
+          for (int k = 0; k < 8; ++k) codes |= e2m1_code(__fmul_rn(x[c][k], inv)) << (4 * k);
+        }
       }
       if (!valid) codes = 0u;
       if (active)
@@ -376,8 +484,61 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
 #pragma unroll
       for (int c = 0; c < C; ++c) p.q_sf[row * 4 + (c * LANES + l) / 4] = valid ? std::uint8_t(e[c]) : 0;
     }
-    if (l == 0)
+    if (R::kWeights && l == 0)
       p.weights_out[row] = valid ? weights_out_of<R>(w, p.weight_scale, p.head_scale, 0.0f) : __uint_as_float(0x7fc00000u);
+    return;
+  }
+
+  if (R::kQuant == Quantizer::kVllmCute || R::kQuant == Quantizer::kVllmV32) {
+    // ---- FP8, vLLM's CuTe DSL and V3.2 quantizers (row.h, process_row) ----
+    float amax = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        if (R::kHadamard) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
+        amax = fmaxf(amax, fabsf(x[c][k]));  // NaN ignored, as amax_step
+      }
+    }
+#pragma unroll
+    for (int s = 1; s < LANES; s <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+    float q_scale;
+    if (R::kQuant == Quantizer::kVllmCute) {
+      // e in 1..255 (255: an infinite amax, scale +Inf, inv -Inf); codes of x * inv, NaN -> 0x7f.
+      const std::uint32_t e = cute_exponent(amax);
+      const float inv = cute_inverse(e);
+      q_scale = __uint_as_float(e << 23);
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) x[c][k] = __fmul_rn(x[c][k], inv);
+    } else {
+      // scale = 2^ceil(log2(fmax(amax, 1e-10) * fl(1/448))) (+Inf for an infinite amax); codes
+      // of the IEEE quotient x / scale, NaN -> 0x7e.
+      q_scale = pow2_ceil(__fmul_rn(fmaxf(amax, kV32Floor), kInv448));
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) x[c][k] = __fdiv_rn(x[c][k], q_scale);
+    }
+    if (!active) return;
+    std::uint8_t* orow = p.q_out + row * kHeadDim;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      uint2 o;
+      if (R::kQuant == Quantizer::kVllmCute) {
+        o.x = quantize4_e4m3_vllm(x[c][0], x[c][1], x[c][2], x[c][3]);
+        o.y = quantize4_e4m3_vllm(x[c][4], x[c][5], x[c][6], x[c][7]);
+      } else {
+        o.x = quantize4_e4m3_v32(x[c][0], x[c][1], x[c][2], x[c][3]);
+        o.y = quantize4_e4m3_v32(x[c][4], x[c][5], x[c][6], x[c][7]);
+      }
+      if (!valid) o = make_uint2(0u, 0u);
+      *reinterpret_cast<uint2*>(orow + (c * LANES + l) * 8) = o;
+    }
+    if (R::kWeights && l == 0)
+      p.weights_out[row] =
+          valid ? weights_out_of<R>(w, p.weight_scale, p.head_scale, q_scale) : __uint_as_float(0x7fc00000u);
     return;
   }
 
@@ -428,7 +589,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       if (!valid) o = make_uint2(0u, 0u);
       *reinterpret_cast<uint2*>(orow + (c * LANES + l) * 8) = o;
     }
-    if (l == 0)
+    if (R::kWeights && l == 0)
       p.weights_out[row] =
           valid ? weights_out_of<R>(w, p.weight_scale, p.head_scale, q_scale) : __uint_as_float(0x7fc00000u);
     return;
@@ -477,7 +638,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     *reinterpret_cast<uint2*>(orow + (c * LANES + l) * 8) = o;
   }
   // ---- step 10 ----
-  if (l == 0) {
+  if (R::kWeights && l == 0) {
     const float wo = weights_out_of<R>(w, p.weight_scale, p.head_scale, scale);
     p.weights_out[row] = valid ? (R::kFnuz ? __fmul_rn(wo, 2.0f) : wo) : __uint_as_float(0x7fc00000u);
   }
@@ -499,7 +660,7 @@ __global__ void __launch_bounds__(256) rowgroup_kernel(const Problem p, int trig
   const RowIndex ix = row_index<DT>(p, row < rows ? row : rows - 1);
   pdl_wait_after(ix.b, ix.h, ix.qrow, p.positions, p.freqs);
   RowLoad<LANES, DT> cur;
-  issue_loads<LANES, DT, POS64>(p, ix, l, cur);
+  issue_loads<R, LANES, DT, POS64>(p, ix, l, cur);
   compute_row<R, LANES, DT>(p, row, l, row < rows, cur, trigger);
 }
 
@@ -512,18 +673,23 @@ __global__ void __launch_bounds__(128) scalar_kernel(const Problem p, int trigge
   if (row >= rows) return;
   pdl_wait();
   const std::uint64_t b = row / std::uint64_t(p.H), h = row - b * std::uint64_t(p.H);
-  const std::int64_t pos = ld_pos<POS64>(p.positions, b);
-  const bool valid = pos >= 0 && pos < p.max_pos;
+  // Without RoPE no position nor freqs row is read (every row valid); without weights no
+  // weight is read and no weights_out written.
+  std::int64_t pos = 0;
+  if (R::kRope) pos = ld_pos<POS64>(p.positions, b);
+  const bool valid = !R::kRope || (pos >= 0 && pos < p.max_pos);
   float x[kHeadDim];
   for (int i = 0; i < kHeadDim; ++i) {
     if (DT == kBF16) x[i] = bf16_to_f32(static_cast<const std::uint16_t*>(p.q_input)[row * kHeadDim + i]);
     else if (DT == kF16) x[i] = f16_to_f32(static_cast<const std::uint16_t*>(p.q_input)[row * kHeadDim + i]);
     else x[i] = static_cast<const float*>(p.q_input)[row * kHeadDim + i];
   }
-  const float w = load_float(p.weight, p.weight_dtype, b * std::uint64_t(p.weight_stride_b) + h);
+  const float w = R::kWeights ? load_float(p.weight, p.weight_dtype, b * std::uint64_t(p.weight_stride_b) + h) : 0.0f;
   float f[kFreqsDim];
-  const float* frow = p.freqs + (valid ? pos : 0) * kFreqsDim;
-  for (int i = 0; i < kFreqsDim; ++i) f[i] = frow[i];
+  if (R::kRope) {
+    const float* frow = p.freqs + (valid ? pos : 0) * kFreqsDim;
+    for (int i = 0; i < kFreqsDim; ++i) f[i] = frow[i];
+  }
   if (trigger == kTriggerAfterLoads) pdl_launch_dependents();
   std::uint8_t* o = p.q_out + row * R::kOutBytes;
   std::uint8_t* sf = R::kFp4 ? p.q_sf + row * 4 : nullptr;
@@ -531,10 +697,10 @@ __global__ void __launch_bounds__(128) scalar_kernel(const Problem p, int trigge
     for (int i = 0; i < R::kOutBytes; ++i) o[i] = 0;
     if (R::kFp4)
       for (int i = 0; i < 4; ++i) sf[i] = 0;
-    p.weights_out[row] = __uint_as_float(0x7fc00000u);
+    if (R::kWeights) p.weights_out[row] = __uint_as_float(0x7fc00000u);
     return;
   }
-  process_row<R>(x, f, w, p.weight_scale, p.head_scale, o, sf, p.weights_out + row);
+  process_row<R>(x, f, w, p.weight_scale, p.head_scale, o, sf, R::kWeights ? p.weights_out + row : nullptr);
 }
 
 // ---- per-device facts and the pointer check: src/cuda/device_facts.cuh (kMaxDevices, pdl_supported, check_ptr);
@@ -610,9 +776,17 @@ Variant choose_variant(std::int64_t rows) {
 
 Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant v) {
   const int dev = p.device.index;
-  const bool fp4 = recipe(p.recipe).format == OutFormat::kE2M1;
-  const NamedPtr ptrs[] = {{"q_input", p.q_input},         {"q_out", p.q_out}, {"weight", p.weight},
-                           {"weights_out", p.weights_out}, {"freqs", p.freqs}, {"positions", p.positions},
+  const Recipe& rec = recipe(p.recipe);
+  const bool fp4 = rec.format == OutFormat::kE2M1;
+  // Tensors a recipe does not have (q_sf of FP8, weight / weights_out without weights, freqs /
+  // positions without RoPE: null) are not checked: q_input stands in for them.
+  const bool rope = recipe_has_rope(rec), weights = recipe_has_weights(rec);
+  const NamedPtr ptrs[] = {{"q_input", p.q_input},
+                           {"q_out", p.q_out},
+                           {"weight", weights ? p.weight : p.q_input},
+                           {"weights_out", weights ? static_cast<const void*>(p.weights_out) : p.q_input},
+                           {"freqs", rope ? static_cast<const void*>(p.freqs) : p.q_input},
+                           {"positions", rope ? p.positions : p.q_input},
                            {"q_sf", fp4 ? p.q_sf : p.q_input}};
   Status s = check_device(kBackendName, dev, ptrs);
   if (!s.ok()) return s;

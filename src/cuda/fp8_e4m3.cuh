@@ -65,6 +65,17 @@ __device__ __forceinline__ std::uint32_t quantize4_e4m3_vllm(float a, float b, f
   return r;
 }
 
+// vLLM's V3.2 conversion (Quantizer::kVllmV32, row.h's v32_fp8_code of a quotient x / scale
+// already computed): the same bytes as quantize4_e4m3_vllm except that every NaN gives 0x7e.
+__device__ __forceinline__ std::uint32_t quantize4_e4m3_v32(float a, float b, float c, float d) {
+  std::uint32_t r = quantize4_e4m3_sat(a, b, c, d);
+  if (a != a) r = (r & 0xffffff00u) | 0x0000007eu;
+  if (b != b) r = (r & 0xffff00ffu) | 0x00007e00u;
+  if (c != c) r = (r & 0xff00ffffu) | 0x007e0000u;
+  if (d != d) r = (r & 0x00ffffffu) | 0x7e000000u;
+  return r;
+}
+
 __device__ __forceinline__ std::uint32_t quantize4_e4m3(float a, float b, float c, float d) {
   return quantize4_e4m3_sat(fminf(a, kFp8Max), fminf(b, kFp8Max), fminf(c, kFp8Max), fminf(d, kFp8Max));
 }
