@@ -133,7 +133,7 @@ TEST(Golden, CasesAreConsistent) {
     const bool fp4 = recipe(k.recipe).format == OutFormat::kE2M1;
     EXPECT_EQ(k.out_bytes_per_row(), fp4 ? 64 : 128);
     EXPECT_EQ(k.q_out.size(), std::size_t(k.B * k.H * k.out_bytes_per_row()));
-    EXPECT_EQ(k.q_sf.size(), recipe_has_block_scales(recipe(k.recipe)) ? std::size_t(k.B * k.H * 4) : 0u);
+    EXPECT_EQ(k.q_sf.size(), recipe_writes_q_scale(recipe(k.recipe)) ? std::size_t(k.B * k.H * 4) : 0u);
     EXPECT_EQ(k.weights_out.size(), recipe_has_weights(recipe(k.recipe)) ? std::size_t(k.B * k.H) : 0u);
     if (c.name.find("/variants/") != std::string::npos && c.name.find("(derived") == std::string::npos)
       EXPECT_NE(k.recipe, RecipeId::kV4Fp8) << "a variants file without \"variant\" metadata";
