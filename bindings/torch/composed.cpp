@@ -1,78 +1,64 @@
 // The composed implementation: the arithmetic of every recipe (SPEC.md, SPEC-variants.md,
-// SPEC-vllm.md; the executable spec is src/common/row.h) as a sequence of ATen operations, so the operators run on
-// any device torch supports (XPU, and whatever else reaches the CompositeExplicitAutograd
-// fallback). It must give the same bytes as the native kernels. The per-recipe choices (which 64
-// dims are rotated, the freqs layout, Hadamard on/off, the bf16 rounding points, the output
-// format, the quantizer, the weight fold) are read from the library's descriptor,
-// indexer_q::recipe(id).
+// SPEC-vllm.md, SPEC-more-forms.md; the executable spec is src/common/row.h process_row<R>) as a
+// sequence of ATen operations, so the operators run on any device torch supports (XPU, and
+// whatever else reaches the CompositeExplicitAutograd fallback). It must give the same bytes as the
+// native kernels. The per-recipe choices (which 64 dims are rotated, if any, and how they pair,
+// the freqs layout, Hadamard on/off, the bf16 rounding points, the output format, the quantizer,
+// the weight fold) are read from the library's descriptor, indexer_q::recipe(id).
 //
-// Every ATen call goes through the dispatcher by the stable C shim (torch_call_dispatcher /
-// the generated AOTI shims behind torch::stable::*), so this file is stable-ABI too. The shim
-// cannot pass a `Scalar` argument (only Tensor, int, float, bool, ScalarType, Device, Layout,
-// MemoryFormat, lists, optionals, strings), so only ops without Scalar arguments are called:
-// constants are 0-dim (or full-shape) tensors on the tensors' device, a + b is a - (-b).
+// No float64 anywhere (devices such as many XPUs have none): float32, int32 / int64 and bool
+// tensors only. Every ATen call goes through the dispatcher by the stable C shim
+// (torch_call_dispatcher / the generated AOTI shims behind torch::stable::*), so this file is
+// stable-ABI too. The shim cannot pass a `Scalar` argument, so only ops without Scalar arguments
+// are called: constants are 0-dim (or full-shape) tensors on the tensors' device, a + b is
+// a - (-b) for floats, an int64 sum is aten::sum over a stacked pair (iadd, aten_ops.h).
 //
 // Exactness, step by step (float32 unless stated):
 //  1. q_input -> float32: exact for bf16 / fp16.
-//  2. RoPE on the recipe's 64 dims (0..63 or 64..127), interleaved (re, im) pairs; c and s from
-//     the freqs row, interleaved (c, s) per pair or in halves [c x32 | s x32] as the recipe says:
-//     fma(xr, c, -(xi*s)) and fma(xr, s, xi*c). ATen has no float32 fma, so fma_f32()
-//     below computes it exactly in float64: P = xr*c is exact in double (24+24 bits <= 53, no
-//     overflow or underflow in double's range); S = P + q rounds once; TwoSum gives the exact
-//     error e = (P + q) - S; S is then turned into the round-to-odd result (one ulp toward e
-//     when e != 0 and S's last bit is even). Rounding a round-to-odd double to float is the
-//     correctly rounded float (53 >= 24 + 2), i.e. exactly fmaf. (Plain "P - xi*s in double,
-//     then to float" is NOT always exact: when P is exactly halfway between two floats and
-//     |q| is below half a double ulp of P, it double-rounds; e.g. xr = 97, c = 172961 * 2^-18.)
-//     bf16_after_rope (FP4): the 64 rotated values are rounded to bf16 by integer arithmetic on
-//     their bits (round_bf16 of row.h: + 0x7fff + lsb, low 16 bits cleared; NaN stays NaN).
-//  3. butterflies (recipes with the Hadamard): strides 1, 2, 4, ..., 64 in that order, each a
-//     view (.., 2, stride) with a + b and a - b written to the two halves: the same two float32
-//     operations per pair.
-//  4. y = x * 0x1.6a09e6p-4f (exact product rounding, as the spec), with the Hadamard only;
-//     bf16_after_hadamard (FP4): all 128 values rounded to bf16 as in step 2.
-//  FP8 formats (e4m3fn, e4m3fnuz):
-//  5. amax with fmax semantics: |y| with NaN replaced by 0 (fmax(|y|, 0)), then amax; an all-NaN
-//     row gives 0, which step 6 maps to 1e-4 exactly like fmax(1e-4, NaN).
-//  6-7. scale = fmax(1e-4, amax) / 448 and inv = 1 / scale: true divisions by full-shape device
-//     tensors (never a CPU scalar, which ATen's CUDA division turns into a reciprocal multiply).
-//  8. v = fmax(fmin(y * inv, 448), -448): aten::fmin / fmax have C's fmin/fmax NaN semantics, so
-//     NaN becomes +448 (torch.clamp would propagate NaN).
-//  9. v -> float8_e4m3fn: ATen's conversion rounds to nearest even; |v| <= 448 so it never
-//     reaches the values (>= 464) that it turns into NaN. Subnormals are tested. e4m3fnuz: the
-//     same bytes with 0x80 (-0) written as 0x00. The codes are written as bytes through a uint8
-//     view of q_fp8, so fp8 and uint8 / int8 (raw code) outputs get the same bytes.
-// 10. weights_out = (float(weight) * float(weight_scale)) * scale, left product first; times 2
-//     (exact) for e4m3fnuz.
-//  FP4 (e2m1 + UE8M0 per 32 values):
-//  5. per block of 32: amax as in FP8 step 5; s = fmax(1e-4, amax) / 6 (true division);
-//     e = exponent bits of s + (mantissa bits != 0), from s's int32 bits; inv = the float whose
-//     bits are (254 - e) << 23, computed as the int32 (254 - e) * 2^23 (e = 255 gives the bits
-//     0xff800000 = -Inf, as the 32-bit unsigned arithmetic of the spec).
-//  6. v = y * inv; a = fmin(|v|, 6) (NaN -> 6); code = count of the 7 thresholds strictly below
-//     a; + 8 where v < 0 and the code is not 0; byte m = code(y[2m]) | code(y[2m+1]) << 4.
-//  7. q_sf: the four e bytes of a row, in block order, are the int32's little-endian bytes.
-//  8. weights_out = float(weight) * float(weight_scale).
-//  vLLM's quantizer (Quantizer::kVllm, SPEC-vllm.md; row.h pow2_ceil, vllm_fp8_code,
-//  mx_ue8m0_of_amax, mx_e2m1_encode, weights_out_of):
-//  FP8 5. amax as above; s = fmax(amax, 1e-4) / 448 (true division); q_scale = s rounded up to a
-//     power of two from its bits: e = exponent bits + (mantissa bits != 0) (== ((bits + 0x7fffff)
-//     >> 23) & 0xff for a positive float; +Inf gives 255), q_scale = the float with bits e << 23
-//     (+Inf for e = 255).
-//  6. v = x / q_scale (true division by the (B, H, 1) device tensor, exact: a power of two); codes of fmax(fmin(v, 448), -448)
-//     by ATen's e4m3fn conversion (nearest even, sign of zero kept: -0 and negative values that
-//     round to 0 give 0x80; Inf saturates to 0x7e / 0xfe), then 0x7f where v is NaN (any sign).
-//  7. weights_out = ((w * q_scale) * weight_scale) * head_scale: three float32 multiplies in that
-//     order (kScaleThenTwoFactors); the two factors are never multiplied together first.
-//  MXFP4 5. per block: amax as above, fmax(amax, 6 * 2^-126), ratio = amax * 0x1.555556p-3f (one
-//     multiply); e = exponent bits + (mantissa bits != 0) for a finite ratio, 254 for an infinite
-//     one; inv = the float with bits (254 - e) << 23 (+0 for e = 254).
-//  6. v = x * inv; a = fmin(|v|, 6) (NaN -> 6); code = #{a > 0.25} + #{a >= 0.75} + #{a > 1.25} +
-//     #{a >= 1.75} + #{a > 2.5} + #{a >= 3.5} + #{a > 5} (ties to even), + 8 where the sign bit of
-//     v is set (its int32 bits are negative), zero codes included; a NaN v gives 0x7 whatever its
-//     sign bit (devices disagree on NaN signs).
-//  7. weights_out = (w * weight_scale) * head_scale (kTwoFactors), two float32 multiplies.
-//  weights_out is written in the shape it has, (B, H, 1) or (B, H).
+//  2. RoPE (recipes with rope_dims last64 / first64) on the recipe's 64 dims, pairs (2j, 2j+1)
+//     (adjacent) or (j, j+32) (neox) of them; c and s from the position's freqs row, interleaved
+//     or in halves: x0' = fma(x0, c, -(x1*s)), x1' = fma(x0, s, x1*c). ATen has no float32 fma:
+//     fma_exact (aten_ops.h) computes it with integer significands in int64 (exact, one rounding
+//     to nearest even). bf16_after_rope: the 64 rotated values rounded to bf16 by integer
+//     operations on their bits (row.h round_bf16; NaN quieted). rope_dims none: no freqs, no
+//     positions (empty views), every row valid.
+//  3. butterflies (Hadamard recipes): strides 1, 2, 4, ..., 64 in that order, a + b and a - b.
+//  4. y = x * 0x1.6a09e6p-4f with the Hadamard only; bf16_after_hadamard: all 128 rounded to bf16.
+//  Exponent arithmetic (UE8M0 bytes, power-of-two scales): a positive float's exponent rounded
+//  up = exponent bits + (mantissa bits != 0) (int32 bit operations, the result as an exact small
+//  float32 integer); the float with exponent bits n (n in -1..255) is the int32 n * 2^23 (an exact
+//  float32 product converted to int32; n = -1 gives 0xff800000 = -Inf, as row.h's unsigned
+//  (254 - e) << 23 for e = 255).
+//  FP8 (codes through ATen's e4m3fn conversion, nearest even, always after a saturating
+//  fmin / fmax to +-448 so it never meets the values it turns into NaN; -0 keeps its sign):
+//   sglang     scale = fmax(1e-4, amax) / 448 (true division by a full-shape device tensor),
+//              inv = 1 / scale, codes of fmax(fmin(y * inv, 448), -448) (NaN -> +448);
+//              e4m3fnuz: 0x80 -> 0x00, weights_out times 2.
+//   vllm       q_scale = pow2ceil(fmax(amax, 1e-4) / 448), codes of y / q_scale, NaN -> 0x7f.
+//   vllm_cute  e = exponent of fmax(amax, 1e-4) * fl(1/448) rounded up (Inf: 255), q_scale =
+//              bits(e << 23), inv = bits((254 - e) << 23), codes of y * inv, NaN -> 0x7f.
+//   vllm_v32   q_scale = pow2ceil(fmax(amax, 1e-10) * fl(1/448)), codes of y / q_scale, NaN -> 0x7e.
+//  FP4 (e2m1 + one UE8M0 byte per 32 values; the magnitude = a count of thresholds below
+//  a = fmin(|v|, 6) (NaN -> 6): strictly above all seven (sglang: ties to the smaller), or
+//  strictly above 0.25, 1.25, 2.5, 5 and at or above 0.75, 1.75, 3.5 (ties to even)):
+//   sglang     e = exponent of fmax(1e-4, amax) / 6 rounded up, v = y * bits((254 - e) << 23),
+//              ties to the smaller, sign on nonzero codes of negative v.
+//   vllm       e = exponent of fmax(amax, 6 * 2^-126) * fl(1/6) rounded up (Inf: 254), ties to
+//              even, the sign bit of v on every code, NaN -> 0x7.
+//   fp4_rne    e = exponent of fmax(amax / 6, 1e-4) rounded up, clamped to [1, 254];
+//              v = y * 2^(127 - e) (e = 254: the subnormal 2^-127), ties to even, sign on
+//              nonzero codes of negative v.
+//   fp4_two_stage  stage 1: e1 = exponent of fmax(amax, 6 * 2^-126) * fl(1/6) rounded up (Inf:
+//              255), u = y * bits((254 - e1) << 23) (= fma(y, inv, +0) up to the sign of a zero,
+//              which no code sees), q = +-(E2M1 value of u, ties to even, NaN -> 6) * 2^(e1 - 127);
+//              stage 2: the fp4_rne packer on q with inv2 = bits((254 - e2) << 23) (0 for 254).
+//  Byte m = code(y[2m]) | code(y[2m+1]) << 4; q_sf: the four e bytes of a row, little-endian.
+//  weights_out, as the fold says: times_scale (w * ws) * scale; no_scale w * ws;
+//  scale_then_two_factors ((w * scale) * ws) * hs; two_factors (w * ws) * hs; no_scale_bf16
+//  bf16(w * ws) (nearest even, as float); none: no weight, no weights_out (empty views).
+//  Written in the shape weights_out has, (B, H, 1) or (B, H). Rows whose position is out of range
+//  (only reachable on a device: the validator rejects them on the CPU) get zero codes, zero block
+//  scales and a NaN weights_out, as the CUDA backend.
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -92,88 +78,108 @@ namespace torch_binding {
 namespace {
 
 using torch::headeronly::ScalarType;
+constexpr ScalarType U8 = ScalarType::Byte;  // F, I32, L: aten_ops.h
 
 // The ATen operations shared with composed_kside.cpp (aten, mul, ..., land, band, shr, where,
-// view, to_dtype, Consts): aten_ops.h. Those only this file needs:
+// view, narrow, to_dtype, Consts, fma_exact): aten_ops.h. Those only this file needs:
 
 // Number of non-zero (true) elements along `dim` (int64).
 Tensor count_nonzero(const Tensor& a, std::int64_t dim) {
   return aten("aten::count_nonzero", "dim_IntList", a, std::vector<std::int64_t>{dim});
 }
-Tensor nextafter(const Tensor& a, const Tensor& toward) {
-  return aten("aten::nextafter", "", a, toward);
+Tensor cat2(const Tensor& a, const Tensor& b, std::int64_t dim) {
+  return aten("aten::cat", "", std::vector<Tensor>{a, b}, dim);
 }
 void copy_into(Tensor dst, const Tensor& src) { torch::stable::copy_(dst, src); }
-
-// fmaf(a, b, c) element-wise for float32 tensors (broadcasting), exactly: see step 2 above.
-Tensor fma_f32(const Tensor& a, const Tensor& b, const Tensor& c, const Consts& k) {
-  const Tensor A = to_dtype(a, ScalarType::Double);
-  const Tensor Bv = to_dtype(b, ScalarType::Double);
-  const Tensor C = to_dtype(c, ScalarType::Double);
-  const Tensor P = mul(A, Bv);  // exact
-  // rounded once (to double). add() is a - (-b), which would flip the sign of a NaN c: where
-  // only c is NaN the result is c itself, as fmaf returns it (the sign of a NaN matters for
-  // the e2m1 codes of the vllm_* recipes: the sign bit of v is kept on every code).
-  const Tensor S = where(land(isnan(C), lnot(isnan(P))), C, add(P, C));
-  // TwoSum (Knuth): err = (P + C) - S exactly, for any magnitudes (no overflow here).
-  const Tensor bv = sub(S, P);
-  const Tensor av = sub(S, bv);
-  const Tensor err = add(sub(P, av), sub(C, bv));
-  // Round to odd: where S is inexact (err != 0; a NaN err means an Inf/NaN operand, left as
-  // is) and S's significand is even, step one ulp toward the exact sum.
-  const Tensor zero = k.scalar(0.0, ScalarType::Double);
-  const Tensor pos = gt(err, zero);
-  const Tensor inexact = lor(pos, lt(err, zero));
-  const Tensor bits = view_as_dtype(S, ScalarType::Long);
-  const Tensor even = eq(band(bits, k.scalar(1.0, ScalarType::Long)),
-                         k.scalar(0.0, ScalarType::Long));
-  const Tensor toward = where(pos, k.scalar(std::numeric_limits<double>::infinity(), ScalarType::Double),
-                              k.scalar(-std::numeric_limits<double>::infinity(), ScalarType::Double));
-  const Tensor odd = where(land(inexact, even), nextafter(S, toward), S);
-  return to_dtype(odd, ScalarType::Float);  // correctly rounded: == fmaf(a, b, c)
+// a broadcast to `shape` (an exact copy: times 1, which keeps -0 and every value)
+Tensor full_shape(const Tensor& a, const Shape& shape, const Consts& k) {
+  return mul(a, k.filled(shape, 1.0, F));
 }
 
 // Rounds float32 values to the nearest bf16 (ties to even) and back: round_bf16() of
-// src/common/row.h on the bits, u -> (u + 0x7fff + lsb) & 0xffff0000 (NaN: quieted, u | 0x400000).
-// Integer additions go through float64 (exact below 2^53): ATen's integer add / sub take a
-// Scalar alpha, which the stable shim can only pass as a double, and integer tensors refuse that.
+// src/common/row.h on the bits, u -> (u + 0x7fff + lsb) & 0xffff0000 (NaN: quieted, u | 0x400000),
+// written as: the high half hi of u plus one where the low half lo is above 0x8000, or equal to it
+// with hi odd (a float32 integer below 2^17, exact), as a signed 16-bit value times 2^16 (an exact
+// float32 product in the int32 range) converted to int32.
 Tensor round_bf16(const Tensor& x, const Consts& k) {
-  const ScalarType I = ScalarType::Int, D = ScalarType::Double;
-  const Tensor u = view_as_dtype(x, I);
-  Tensor ud = to_dtype(u, D);  // the signed value of the bits
-  ud = where(lt(ud, k.scalar(0.0, D)), add(ud, k.scalar(4294967296.0, D)), ud);  // unsigned
-  const Tensor lsb = to_dtype(
-      band(shr(u, k.scalar(16.0, I)), k.scalar(1.0, I)), D);
-  const Tensor sum = add(add(ud, k.scalar(32767.0, D)), lsb);           // < 2^33, exact
-  const Tensor masked = mul(floor(div(sum, k.scalar(65536.0, D))), k.scalar(65536.0, D));
-  const Tensor bits = where(ge(masked, k.scalar(2147483648.0, D)),
-                            sub(masked, k.scalar(4294967296.0, D)), masked);  // int32 range
-  const Tensor r = view_as_dtype(to_dtype(bits, I), ScalarType::Float);
-  const Tensor quiet =
-      view_as_dtype(bor(u, k.scalar(double(0x00400000), I)), ScalarType::Float);
+  const Tensor u = view_as_dtype(x, I32);
+  const Tensor I = k.scalar(0.0, I32);
+  auto ic = [&](double v) { return k.scalar(v, I32); };
+  (void)I;
+  const Tensor hi = band(shr(u, ic(16.0)), ic(65535.0));
+  const Tensor lo = band(u, ic(65535.0));
+  const Tensor up = lor(gt(lo, ic(32768.0)), land(eq(lo, ic(32768.0)), eq(band(hi, ic(1.0)), ic(1.0))));
+  Tensor t = add(to_dtype(hi, F), to_dtype(up, F));                      // 0 .. 65536, exact
+  t = where(ge(t, k.f(32768.0)), sub(t, k.f(65536.0)), t);              // as a signed half
+  const Tensor r = view_as_dtype(to_dtype(mul(t, k.f(65536.0)), I32), F);  // exact, int32 range
+  const Tensor quiet = view_as_dtype(bor(u, ic(double(0x00400000))), F);
   return where(isnan(x), quiet, r);
 }
 
-// The UE8M0-style exponent byte of positive float32 values rounded up to a power of two, from
-// their bits: exponent bits + (mantissa bits != 0), as float64 integers (0..255; +Inf gives 255).
-// Equals ((bits + 0x7fffff) >> 23) & 0xff of row.h's pow2_ceil / mx_ue8m0_of_amax for s > 0.
+// The exponent byte of positive float32 values rounded up to a power of two, from their bits:
+// exponent bits + (mantissa bits != 0), as exact float32 integers (0..255; +Inf gives 255).
+// Equals ((bits + 0x7fffff) >> 23) & 0xff of row.h's pow2_ceil / cute_exponent for s > 0.
 Tensor exponent_rounded_up(const Tensor& s, const Consts& k) {
-  const ScalarType I = ScalarType::Int, D = ScalarType::Double;
-  const Tensor bits = view_as_dtype(s, I);  // s > 0: sign bit clear
-  const Tensor expo = band(shr(bits, k.scalar(23.0, I)), k.scalar(255.0, I));
-  const Tensor mant_nz = ne(band(bits, k.scalar(double(0x7fffff), I)), k.scalar(0.0, I));
-  return add(to_dtype(expo, D), to_dtype(mant_nz, D));
+  const Tensor bits = view_as_dtype(s, I32);  // s > 0: sign bit clear
+  const Tensor expo = band(shr(bits, k.scalar(23.0, I32)), k.scalar(255.0, I32));
+  const Tensor mant_nz = ne(band(bits, k.scalar(double(0x7fffff), I32)), k.scalar(0.0, I32));
+  return add(to_dtype(expo, F), to_dtype(mant_nz, F));
 }
 
-// The float32 whose bits are the float64 integers bits_d (in the int32 range).
-Tensor float_from_bits(const Tensor& bits_d) {
-  return view_as_dtype(to_dtype(bits_d, ScalarType::Int), ScalarType::Float);
+// The float32 whose bits are n << 23 for float32 integers n in [-1, 255] (n = -1: 0xff800000 =
+// -Inf, n = 255: +Inf, n = 0: +0): the int32 n * 2^23, an exact float32 product.
+Tensor float_with_exponent(const Tensor& n, const Consts& k) {
+  return view_as_dtype(to_dtype(mul(n, k.f(8388608.0)), I32), F);
 }
 
 // Writes byte codes (uint8, shape of `out`) into `out`, whatever its 1-byte dtype: fp8 codes,
 // uint8 or int8 raw codes. Same-size dtype views, so every byte lands unchanged.
 void write_bytes(const Tensor& out, const Tensor& bytes_u8) {
-  copy_into(view_as_dtype(out, ScalarType::Byte), bytes_u8);
+  copy_into(view_as_dtype(out, U8), bytes_u8);
+}
+
+// The (n,) float32 device tensor of the values th.
+Tensor thresholds(std::initializer_list<double> th, const Consts& k) {
+  const Tensor t = k.filled(Shape{std::int64_t(th.size())}, 0.0, F);
+  std::int64_t i = 0;
+  for (double x : th) copy_into(pick(t, 0, i++), k.f(x));
+  return t;
+}
+
+// The E2M1 magnitude (int64, 0..7) of a = fmin(|v|, 6) (NaN -> 6, hence 7) for v of shape
+// (..., n): ties to even (strictly above 0.25, 1.25, 2.5, 5; at or above 0.75, 1.75, 3.5), or
+// ties to the smaller magnitude (strictly above all seven).
+Tensor e2m1_magnitude(const Tensor& v, bool ties_to_even, const Consts& k) {
+  const Tensor av = fmin(abs(v), k.f(6.0));
+  const std::int64_t nd = v.dim();
+  Shape s5 = shape_of(v);
+  s5.push_back(1);
+  const Tensor a5 = view(av, s5);
+  if (!ties_to_even)
+    return count_nonzero(gt(a5, thresholds({0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0}, k)), nd);
+  const Tensor above = cat2(gt(a5, thresholds({0.25, 1.25, 2.5, 5.0}, k)),
+                            ge(a5, thresholds({0.75, 1.75, 3.5}, k)), nd);
+  return count_nonzero(above, nd);
+}
+
+// The value of an E2M1 magnitude m (int64 0..7): 0, 0.5, 1, 1.5, 2, 3, 4, 6 (row.h e2m1_value).
+Tensor e2m1_value(const Tensor& m, const Consts& k) {
+  const Tensor mf = to_dtype(m, F);
+  return where(lt(mf, k.f(4.0)), mul(mf, k.f(0.5)),
+               where(lt(mf, k.f(6.0)), sub(mf, k.f(2.0)),
+                     where(eq(mf, k.f(6.0)), k.f(4.0), k.f(6.0))));
+}
+
+// The UE8M0 byte of SGLang V4.1's packer (row.h rne_ue8m0_of_amax): the exponent of
+// fmax(amax / 6, 1e-4) rounded up, clamped to [1, 254] (an IEEE division by a full-shape tensor).
+Tensor rne_exponent(const Tensor& amax, const Consts& k) {
+  const Tensor sf = fmax(div(amax, k.filled(shape_of(amax), 6.0, F)), k.f(double(1e-4f)));
+  return fmin(fmax(exponent_rounded_up(sf, k), k.f(1.0)), k.f(254.0));
+}
+
+// Row maxima of |y| over `dim` with NaN ignored (fmax(|y|, 0): NaN -> 0), keepdim.
+Tensor amax_ignoring_nan(const Tensor& y, std::int64_t dim, const Consts& k) {
+  return torch::stable::amax(fmax(abs(y), k.f(0.0)), dim, /*keepdim=*/true);
 }
 
 }  // namespace
@@ -184,13 +190,14 @@ void composed_forward(const TorchArgs& a) {
   const Recipe& rec = recipe(a.recipe);
   const bool fp4 = rec.format == OutFormat::kE2M1;
   const bool fnuz = rec.format == OutFormat::kE4M3FNUZ;
+  const bool has_rope = recipe_has_rope(rec);
+  const bool has_weights = recipe_has_weights(rec);
   const std::int64_t B = args.q_input.sizes[0];
   const std::int64_t H = args.q_input.sizes[1];
-  if (B == 0) return;
+  if (B == 0 || H == 0) return;
 
   const Consts k{a.q_input.device()};
-  const ScalarType F = ScalarType::Float;
-  const ScalarType U8 = ScalarType::Byte;
+  const Shape bh1{B, H, 1};
 
   // 1. decode
   Tensor x = to_dtype(a.q_input, F);  // (B, H, 128), contiguous, owned
@@ -198,35 +205,47 @@ void composed_forward(const TorchArgs& a) {
   // Out-of-range positions: the validator rejects them where the host can read positions (CPU).
   // On a device they cannot be checked without a synchronization; such a row gets what the CUDA
   // backend gives it (zero codes, zero block scales, a NaN weights_out) and no out-of-bounds read.
-  const ScalarType pt = a.positions.scalar_type();
-  const Tensor valid = land(ge(a.positions, k.scalar(0.0, pt)),
-                            lt(a.positions, k.scalar(double(a.freqs.size(0)), pt)));
-  const Tensor safe_positions = where(valid, a.positions, k.scalar(0.0, pt));
-  const Tensor valid_rows = view(valid, Shape{B, 1, 1});
+  Tensor valid = k.filled(Shape{B}, 1.0, ScalarType::Bool);
+  if (has_rope) {
+    const ScalarType pt = a.positions.scalar_type();
+    valid = land(ge(a.positions, k.scalar(0.0, pt)),
+                 lt(a.positions, k.scalar(double(a.freqs.size(0)), pt)));
+    const Tensor safe_positions = where(valid, a.positions, k.scalar(0.0, pt));
 
-  // 2. RoPE on the recipe's 64 dims, interleaved (re, im) pairs
-  Tensor fr = view(index_select(a.freqs, 0, safe_positions), Shape{B, 1, 64});
-  Tensor c, s;
-  if (rec.freqs_layout == FreqsLayout::kInterleaved) {
-    const Tensor pairs = view(fr, Shape{B, 1, 32, 2});
-    c = pick(pairs, 3, 0);  // (B, 1, 32)
-    s = pick(pairs, 3, 1);
-  } else {  // halves: [cos x32 | sin x32]
-    c = torch::stable::narrow(fr, 2, 0, 32);
-    s = torch::stable::narrow(fr, 2, 32, 32);
+    // 2. RoPE on the recipe's 64 dims
+    const Tensor fr = view(index_select(a.freqs, 0, safe_positions), Shape{B, 1, 64});
+    Tensor c, s;
+    if (rec.freqs_layout == FreqsLayout::kInterleaved) {
+      const Tensor pairs = view(fr, Shape{B, 1, 32, 2});
+      c = pick(pairs, 3, 0);  // (B, 1, 32)
+      s = pick(pairs, 3, 1);
+    } else {  // halves: [cos x32 | sin x32]
+      c = narrow(fr, 2, 0, 32);
+      s = narrow(fr, 2, 32, 32);
+    }
+    const Shape bh32{B, H, 32};
+    c = full_shape(c, bh32, k);
+    s = full_shape(s, bh32, k);
+    const std::int64_t rope_offset = rec.rope_dims == RopeDims::kLast64 ? 64 : 0;
+    const Tensor rope_part = narrow(x, 2, rope_offset, 64);  // view (B, H, 64)
+    Tensor x0, x1;                                           // (B, H, 32) views into x
+    if (rec.rope_pairs == RopePairs::kNeox) {
+      x0 = narrow(rope_part, 2, 0, 32);
+      x1 = narrow(rope_part, 2, 32, 32);
+    } else {
+      const Tensor rope = view(rope_part, Shape{B, H, 32, 2});
+      x0 = pick(rope, 3, 0);
+      x1 = pick(rope, 3, 1);
+    }
+    const Tensor x1s = mul(x1, s);
+    const Tensor x1c = mul(x1, c);
+    const Tensor n0 = fma_exact(x0, c, neg(x1s), k);
+    const Tensor n1 = fma_exact(x0, s, x1c, k);
+    copy_into(x0, n0);
+    copy_into(x1, n1);
+    if (rec.bf16_after_rope) copy_into(rope_part, round_bf16(rope_part, k));
   }
-  const std::int64_t rope_offset = rec.rope_dims == RopeDims::kLast64 ? 64 : 0;
-  Tensor rope_part = torch::stable::narrow(x, 2, rope_offset, 64);  // view (B, H, 64)
-  const Tensor rope = view(rope_part, Shape{B, H, 32, 2});
-  const Tensor xr = pick(rope, 3, 0);  // (B, H, 32) views into x
-  const Tensor xi = pick(rope, 3, 1);
-  const Tensor xis = mul(xi, s);
-  const Tensor xic = mul(xi, c);
-  const Tensor new_r = fma_f32(xr, c, neg(xis), k);
-  const Tensor new_i = fma_f32(xr, s, xic, k);
-  copy_into(xr, new_r);
-  copy_into(xi, new_i);
-  if (rec.bf16_after_rope) copy_into(rope_part, round_bf16(rope_part, k));
+  const Tensor valid_rows = view(valid, Shape{B, 1, 1});
 
   // 3. butterflies, strides 1, 2, 4, ..., 64 in that order
   if (rec.hadamard) {
@@ -242,135 +261,151 @@ void composed_forward(const TorchArgs& a) {
     }
   }
 
-  // 4. scale by 1/sqrt(128) (the float32 0x1.6a09e6p-4, exactly representable as a double)
-  Tensor y = rec.hadamard ? mul(x, k.scalar(0x1.6a09e6p-4, F)) : x;
+  // 4. scale by 1/sqrt(128) (the float32 0x1.6a09e6p-4)
+  Tensor y = rec.hadamard ? mul(x, k.f(0x1.6a09e6p-4)) : x;
   if (rec.bf16_after_hadamard) y = round_bf16(y, k);
 
-  const Shape bh1{B, H, 1};
-  const Tensor w = reshape(to_dtype(a.weight, F), bh1);  // handles weight row stride > H
-  const Tensor ws = k.scalar(double(float(a.weight_scale)), F);
-  const Tensor hs = k.scalar(double(float(a.head_scale)), F);
-  const Tensor nan = k.scalar(std::numeric_limits<double>::quiet_NaN(), F);
-  const bool vllm = rec.quant == Quantizer::kVllm;
-  const ScalarType I = ScalarType::Int;
-  const ScalarType D = ScalarType::Double;
-  const ScalarType L = ScalarType::Long;
-  // weights_out in the shape the caller gave it: (B, H, 1) or (B, H)
-  const auto wo_sizes = a.weights_out.sizes();
-  const Shape wo_shape(wo_sizes.begin(), wo_sizes.end());
-  auto write_weights = [&](const Tensor& folded_bh1) {
-    copy_into(a.weights_out, reshape(where(valid_rows, folded_bh1, nan), wo_shape));
+  // weights_out, as the recipe's fold says (scale: the row's FP8 scale; unused by FP4 folds)
+  const Tensor nan = k.f(std::numeric_limits<double>::quiet_NaN());
+  auto write_weights = [&](const Tensor* scale) {
+    if (!has_weights) return;
+    const Tensor w = reshape(to_dtype(a.weight, F), bh1);  // handles weight row stride > H
+    const Tensor ws = k.f(double(float(a.weight_scale)));
+    const Tensor hs = k.f(double(float(a.head_scale)));
+    Tensor folded;
+    switch (rec.fold) {
+      case WeightFold::kTimesScale: folded = mul(mul(w, ws), *scale); break;
+      case WeightFold::kNoScale: folded = mul(w, ws); break;
+      case WeightFold::kScaleThenTwoFactors: folded = mul(mul(mul(w, *scale), ws), hs); break;
+      case WeightFold::kTwoFactors: folded = mul(mul(w, ws), hs); break;
+      case WeightFold::kNoScaleBf16: folded = round_bf16(mul(w, ws), k); break;
+      case WeightFold::kNoWeights: return;
+    }
+    if (fnuz) folded = mul(folded, k.f(2.0));  // exact
+    const auto wo_sizes = a.weights_out.sizes();
+    const Shape wo_shape(wo_sizes.begin(), wo_sizes.end());
+    copy_into(a.weights_out, reshape(where(valid_rows, folded, nan), wo_shape));
   };
 
   if (fp4) {
-    // 5. UE8M0 exponent per block of 32
+    // 5. one exponent per block of 32
     const Shape blocks{B, H, 4, 32};
-    const Tensor yb = view(y, blocks);
-    const Tensor ay = fmax(abs(yb), k.scalar(0.0, F));
-    const Tensor amax = torch::stable::amax(ay, 3, /*keepdim=*/true);  // (B, H, 4, 1)
-    const Shape bh41{B, H, 4, 1};
-    Tensor e;  // 0..255 as float64 integers
-    if (vllm) {
-      // amax floored at 6 * 2^-126, times fl(1/6), rounded up (Inf: 254)
-      const Tensor ratio = mul(fmax(amax, k.scalar(0x1.8p-124, F)), k.scalar(0x1.555556p-3, F));
-      const Tensor inf = k.scalar(std::numeric_limits<double>::infinity(), F);
-      e = where(eq(ratio, inf), k.scalar(254.0, D), exponent_rounded_up(ratio, k));
-    } else {
-      const Tensor sc =
-          div(fmax(k.filled(bh41, double(1e-4f), F), amax), k.filled(bh41, 6.0, F));
-      e = exponent_rounded_up(sc, k);
+    Tensor yb = view(y, blocks);
+    const Tensor amax = amax_ignoring_nan(yb, 3, k);  // (B, H, 4, 1)
+    Tensor e;    // the UE8M0 bytes as float32 integers
+    Tensor inv;  // the multiplier of the codes' values
+    bool ties_to_even = true, sign_on_zero = false;
+    switch (rec.quant) {
+      case Quantizer::kVllm: {  // amax floored at 6 * 2^-126, times fl(1/6), rounded up (Inf: 254)
+        const Tensor ratio = mul(fmax(amax, k.f(0x1.8p-124)), k.f(0x1.555556p-3));
+        e = where(eq(ratio, k.f(std::numeric_limits<double>::infinity())), k.f(254.0),
+                  exponent_rounded_up(ratio, k));
+        inv = float_with_exponent(sub(k.f(254.0), e), k);
+        sign_on_zero = true;
+        break;
+      }
+      case Quantizer::kFp4Rne: {
+        e = rne_exponent(amax, k);
+        // 2^(127 - e); e = 254: the subnormal 2^-127 (bits 0x00400000)
+        inv = where(eq(e, k.f(254.0)), k.f(0x1p-127), float_with_exponent(sub(k.f(254.0), e), k));
+        break;
+      }
+      case Quantizer::kFp4TwoStage: {
+        // stage 1: fake quantization of the block (no clamp: Inf gives 255, inv -Inf)
+        const Tensor e1 = exponent_rounded_up(mul(fmax(amax, k.f(0x1.8p-124)), k.f(0x1.555556p-3)), k);
+        const Tensor sc = float_with_exponent(e1, k);
+        const Tensor inv1 = float_with_exponent(sub(k.f(254.0), e1), k);
+        const Tensor u = mul(yb, inv1);
+        const Tensor g = e2m1_value(e2m1_magnitude(u, true, k), k);
+        yb = mul(where(lt(u, k.f(0.0)), neg(g), g), sc);
+        // stage 2: the packer on the fake-quantized values (e = 254: inv 0, as the engine's)
+        e = rne_exponent(amax_ignoring_nan(yb, 3, k), k);
+        inv = float_with_exponent(sub(k.f(254.0), e), k);
+        break;
+      }
+      default: {  // SGLang's V4: fmax(1e-4, amax) / 6 rounded up; ties to the smaller magnitude
+        const Shape bh41{B, H, 4, 1};
+        const Tensor sc = div(fmax(k.filled(bh41, double(1e-4f), F), amax), k.filled(bh41, 6.0, F));
+        e = exponent_rounded_up(sc, k);
+        inv = float_with_exponent(sub(k.f(254.0), e), k);  // e = 255: -Inf
+        ties_to_even = false;
+        break;
+      }
     }
-    // inv's bits (254 - e) * 2^23, as exact float64 integers (see round_bf16 on integer
-    // additions); e = 255 (SGLang, s = Inf) gives -2^23 = the bits of -Inf, e = 254 gives +0.
-    const Tensor inv = float_from_bits(mul(sub(k.scalar(254.0, D), e), k.scalar(8388608.0, D)));
 
-    // 6. E2M1 codes: count of thresholds below min(|v|, 6)
-    const Tensor v = mul(yb, inv);                            // (B, H, 4, 32)
-    const Tensor av = fmin(abs(v), k.scalar(6.0, F));         // NaN -> 6
-    const Tensor av5 = view(av, Shape{B, H, 4, 32, 1});
-    auto thresholds = [&](std::initializer_list<double> th) {  // a (n,) device tensor
-      const Tensor t = k.filled(Shape{std::int64_t(th.size())}, 0.0, F);
-      std::int64_t i = 0;
-      for (double x : th) copy_into(pick(t, 0, i++), k.scalar(x, F));
-      return t;
-    };
-    Tensor mag, negative;
-    if (vllm) {
-      // ties to even: strictly above 0.25, 1.25, 2.5, 5; at or above 0.75, 1.75, 3.5
-      // (the two int64 counts added through float64, exact: see round_bf16 on integer additions)
-      mag = to_dtype(add(to_dtype(count_nonzero(gt(av5, thresholds({0.25, 1.25, 2.5, 5.0})), 4), D),
-                         to_dtype(count_nonzero(ge(av5, thresholds({0.75, 1.75, 3.5})), 4), D)),
-                     L);
-      // the sign bit of v on every code, zero included; a NaN v gives 0x7 whatever its sign
-      // (mag is 7 there: fmin(NaN, 6) = 6)
-      negative = land(lt(view_as_dtype(v, I), k.scalar(0.0, I)), lnot(isnan(v)));
-    } else {
-      // ties to the smaller magnitude: strictly above every threshold; sign on nonzero codes
-      mag = count_nonzero(gt(av5, thresholds({0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0})), 4);
-      negative = land(lt(v, k.scalar(0.0, F)), ne(mag, k.scalar(0.0, L)));
-    }
-    const Tensor code = where(negative, bor(mag, k.scalar(8.0, L)), mag);  // int64
+    // 6. E2M1 codes
+    const Tensor v = mul(yb, inv);  // (B, H, 4, 32)
+    const Tensor mag = e2m1_magnitude(v, ties_to_even, k);
+    Tensor negative;
+    if (sign_on_zero)  // the sign bit of v on every code, zero included; NaN v: 0x7 whatever its sign
+      negative = land(lt(view_as_dtype(v, I32), k.scalar(0.0, I32)), lnot(isnan(v)));
+    else  // the sign bit on nonzero codes of negative v
+      negative = land(lt(v, k.f(0.0)), ne(mag, k.li(0)));
+    const Tensor code = where(negative, bor(mag, k.li(8)), mag);  // int64
     const Tensor pairs = view(code, Shape{B, H, 64, 2});
-    const Tensor packed =
-        bor(pick(pairs, 3, 0), mul(pick(pairs, 3, 1), k.scalar(16.0, L)));  // (B, H, 64)
-    const Tensor rows_ok = view(valid, Shape{B, 1, 1});
-    write_bytes(a.q_out, to_dtype(where(rows_ok, packed, k.scalar(0.0, L)), U8));
+    const Tensor packed = bor(pick(pairs, 3, 0), mul(pick(pairs, 3, 1), k.li(16)));  // (B, H, 64)
+    write_bytes(a.q_out, to_dtype(where(valid_rows, packed, k.li(0)), U8));
 
     // 7. q_sf: the four exponent bytes of a row are its int32's little-endian bytes
-    const Tensor e_bytes = to_dtype(where(view(valid, Shape{B, 1, 1, 1}), e, k.scalar(0.0, D)),
-                                    U8);                                    // (B, H, 4, 1) owned
-    const Tensor sf = view(view_as_dtype(view(e_bytes, Shape{B, H, 4}), I), Shape{B, H});
-    copy_into(*a.q_sf, sf);
+    const Tensor e_bytes =
+        to_dtype(where(view(valid, Shape{B, 1, 1, 1}), e, k.f(0.0)), U8);  // (B, H, 4, 1) owned
+    copy_into(*a.q_sf, view(view_as_dtype(view(e_bytes, Shape{B, H, 4}), I32), Shape{B, H}));
 
-    // 8. weights_out: w * weight_scale (no scale folded in), or (w * weight_scale) * head_scale
-    Tensor folded = mul(w, ws);
-    if (rec.fold == WeightFold::kTwoFactors) folded = mul(folded, hs);
-    write_weights(folded);
+    // 8. weights_out (no scale folded in)
+    write_weights(nullptr);
     return;
   }
 
   // 5. amax with fmax semantics (NaN ignored)
-  const Tensor ay = fmax(abs(y), k.scalar(0.0, F));
-  const Tensor amax = torch::stable::amax(ay, 2, /*keepdim=*/true);  // (B, H, 1)
+  const Tensor amax = amax_ignoring_nan(y, 2, k);  // (B, H, 1)
+  const Tensor f448 = k.f(448.0);
+  auto codes_of = [&](const Tensor& v, double nan_code) {
+    // e4m3fn codes of v: saturating (fmin / fmax keep +-Inf at +-448), the sign of zero kept
+    Tensor bytes = view_as_dtype(to_dtype(fmax(fmin(v, f448), neg(f448)), ScalarType::Float8_e4m3fn), U8);
+    bytes = where(isnan(v), k.scalar(nan_code, U8), bytes);
+    return where(valid_rows, bytes, k.scalar(0.0, U8));
+  };
 
-  // 6-7. scale: an IEEE division by a full-shape device tensor
-  const Tensor quotient =
-      div(fmax(k.filled(bh1, double(1e-4f), F), amax), k.filled(bh1, 448.0, F));
-
-  if (vllm) {
-    // q_scale: the quotient rounded up to a power of two from its bits (+Inf stays +Inf)
-    const Tensor q_scale =
-        float_from_bits(mul(exponent_rounded_up(quotient, k), k.scalar(8388608.0, D)));
-    // codes of x / q_scale: saturating (fmin/fmax keep +-Inf at +-448), sign of zero kept by
-    // the e4m3fn conversion, NaN -> 0x7f
-    // (a power of two, so even a reciprocal multiply would give the same bytes)
-    const Tensor v = div(y, q_scale);
-    const Tensor sat = fmax(fmin(v, k.scalar(448.0, F)), k.scalar(-448.0, F));
-    Tensor bytes = view_as_dtype(to_dtype(sat, ScalarType::Float8_e4m3fn), U8);
-    bytes = where(isnan(v), k.scalar(127.0, U8), bytes);
-    bytes = where(valid_rows, bytes, k.scalar(0.0, U8));
-    write_bytes(a.q_out, bytes);
-    // ((w * q_scale) * weight_scale) * head_scale: three multiplies, left to right
-    Tensor folded = mul(mul(w, q_scale), ws);
-    if (rec.fold == WeightFold::kScaleThenTwoFactors) folded = mul(folded, hs);
-    write_weights(folded);
-    return;
+  switch (rec.quant) {
+    case Quantizer::kVllm: {
+      // q_scale = pow2ceil(fmax(amax, 1e-4) / 448) (true division), codes of x / q_scale
+      const Tensor quotient = div(fmax(k.filled(bh1, double(1e-4f), F), amax), k.filled(bh1, 448.0, F));
+      const Tensor q_scale = float_with_exponent(exponent_rounded_up(quotient, k), k);
+      write_bytes(a.q_out, codes_of(div(y, q_scale), 127.0));
+      write_weights(&q_scale);
+      return;
+    }
+    case Quantizer::kVllmCute: {
+      // e of fmax(amax, 1e-4) * fl(1/448) rounded up (Inf: 255), codes of x * 2^(127 - e)
+      const Tensor e = exponent_rounded_up(mul(fmax(amax, k.f(double(1e-4f))), k.f(0x1.24924ap-9)), k);
+      const Tensor q_scale = float_with_exponent(e, k);
+      const Tensor inv = float_with_exponent(sub(k.f(254.0), e), k);  // e = 255: -Inf
+      write_bytes(a.q_out, codes_of(mul(y, inv), 127.0));
+      write_weights(&q_scale);
+      return;
+    }
+    case Quantizer::kVllmV32: {
+      // q_scale = pow2ceil(fmax(amax, 1e-10) * fl(1/448)), codes of x / q_scale, NaN -> 0x7e
+      const Tensor t = mul(fmax(amax, k.f(double(1e-10f))), k.f(0x1.24924ap-9));
+      const Tensor q_scale = float_with_exponent(exponent_rounded_up(t, k), k);
+      write_bytes(a.q_out, codes_of(div(y, q_scale), 126.0));
+      write_weights(&q_scale);
+      return;
+    }
+    default: break;  // SGLang's
   }
 
-  const Tensor& scale = quotient;
+  // 6-7. scale = fmax(1e-4, amax) / 448, inv = 1 / scale: true divisions by full-shape tensors
+  const Tensor scale = div(fmax(k.filled(bh1, double(1e-4f), F), amax), k.filled(bh1, 448.0, F));
   const Tensor inv = div(k.filled(bh1, 1.0, F), scale);
-
-  // 8. clamp with fmin/fmax (NaN -> +448), 9. encode
-  const Tensor clamped = fmax(fmin(mul(y, inv), k.scalar(448.0, F)), k.scalar(-448.0, F));
-  const Tensor codes = where(valid_rows, clamped, k.scalar(0.0, F));  // +0 -> code 0x00
-  Tensor bytes = view_as_dtype(to_dtype(codes, ScalarType::Float8_e4m3fn), U8);
+  // 8. clamp with fmin / fmax (NaN -> +448), 9. encode
+  const Tensor clamped = fmax(fmin(mul(y, inv), f448), neg(f448));
+  const Tensor vals = where(valid_rows, clamped, k.f(0.0));  // +0 -> code 0x00
+  Tensor bytes = view_as_dtype(to_dtype(vals, ScalarType::Float8_e4m3fn), U8);
   if (fnuz) bytes = where(eq(bytes, k.scalar(128.0, U8)), k.scalar(0.0, U8), bytes);  // -0 -> +0
   write_bytes(a.q_out, bytes);
-
-  // 10. fold the scale into the head weight: (w * weight_scale) * scale (times 2 for e4m3fnuz)
-  Tensor folded = rec.fold == WeightFold::kTimesScale ? mul(mul(w, ws), scale) : mul(w, ws);
-  if (fnuz) folded = mul(folded, k.scalar(2.0, F));
-  write_weights(folded);
+  // 10. fold the scale into the head weight
+  write_weights(&scale);
 }
 
 }  // namespace torch_binding

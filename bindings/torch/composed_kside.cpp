@@ -54,111 +54,14 @@ namespace torch_binding {
 namespace {
 
 using torch::headeronly::ScalarType;
-constexpr ScalarType F = ScalarType::Float, I32 = ScalarType::Int, L = ScalarType::Long, U8 = ScalarType::Byte;
+constexpr ScalarType U8 = ScalarType::Byte;  // F, I32, L: aten_ops.h
 
 // The ATen operations shared with composed.cpp (aten, mul, ..., sub / add (float only), land, band,
-// shr, where, view, to_dtype, Consts with li / f): aten_ops.h. Those only this file needs:
-Tensor isfinite(const Tensor& a) { return aten("aten::isfinite", "", a); }
+// shr, where, view, to_dtype, Consts with li / f, iadd, and the exact fma_exact): aten_ops.h. Those
+// only this file needs:
 Tensor nonzero(const Tensor& a) { return aten("aten::nonzero", "", a); }
-Tensor stack(const std::vector<Tensor>& ts, std::int64_t dim) { return aten("aten::stack", "", ts, dim); }
-Tensor narrow(const Tensor& a, std::int64_t d, std::int64_t start, std::int64_t len) {
-  Tensor t = a;  // a handle: narrow takes a non-const reference
-  return torch::stable::narrow(t, d, start, len);
-}
 Tensor cat(const std::vector<Tensor>& ts, std::int64_t dim) { return aten("aten::cat", "", ts, dim); }
 Tensor amax_dim(const Tensor& a, std::int64_t dim) { return torch::stable::amax(a, dim, /*keepdim=*/false); }
-
-// int64 a + b (same shape): the sum over a stacked pair.
-Tensor iadd(const Tensor& a, const Tensor& b) {
-  return torch::stable::sum(stack({a, b}, 0), std::vector<std::int64_t>{0}, false, L);
-}
-Shape shape_of(const Tensor& t) {
-  const auto s = t.sizes();
-  return Shape(s.begin(), s.end());
-}
-
-// Float32 tensor (integer values, |v| < 2^24) -> int64 tensor.
-Tensor to_long(const Tensor& f) { return to_dtype(f, L); }
-// 2^n as float32, for integer-valued float32 n in [-126, 127].
-Tensor pow2(const Tensor& n, const Consts& k) {
-  return view_as_dtype(to_dtype(shl(to_long(add(n, k.f(127.0))), k.li(23)), I32), F);
-}
-// Index (float32, integer-valued) of the highest set bit of int64 v > 0 (v < 2^63); anything for 0.
-Tensor top_bit(const Tensor& v, const Consts& k) {
-  const Tensor fb = to_long(view_as_dtype(to_dtype(v, F), I32));  // float32 bits of v (rounded)
-  Tensor t = sub(to_dtype(band(shr(fb, k.li(23)), k.li(0xff)), F), k.f(127.0));
-  t = fmax(t, k.f(0.0));
-  // the conversion may have rounded up to the next power of two
-  return where(eq(shr(v, to_long(t)), k.li(0)), fmax(sub(t, k.f(1.0)), k.f(0.0)), t);
-}
-
-// A finite float32 as sign, significand (int64) and exponent (float32, integer-valued).
-struct Dec {
-  Tensor neg, m, e;
-};
-Dec decompose(const Tensor& x, const Consts& k) {
-  const Tensor u = view_as_dtype(x, I32);
-  const Tensor u64 = band(to_dtype(u, L), k.li(0xffffffffLL));
-  const Tensor E = band(shr(u64, k.li(23)), k.li(0xff));
-  const Tensor M = band(u64, k.li(0x7fffff));
-  const Tensor normal = gt(E, k.li(0));
-  Dec d;
-  d.neg = lt(u, k.scalar(0.0, I32));
-  d.m = where(normal, bor(M, k.li(0x800000)), M);
-  d.e = where(normal, sub(to_dtype(E, F), k.f(150.0)), k.f(-149.0));
-  return d;
-}
-// v (int64 >= 0) times 2^sh (sh float32, integer-valued): exact for sh >= 0 (the caller keeps the
-// result below 2^63); for sh < 0 shifted right with a sticky low bit.
-Tensor align(const Tensor& v, const Tensor& sh, const Consts& k) {
-  const Tensor ls = to_long(fmin(fmax(sh, k.f(0.0)), k.f(62.0)));
-  const Tensor rs = to_long(fmin(fmax(neg(sh), k.f(0.0)), k.f(60.0)));
-  const Tensor right = shr(v, rs);
-  const Tensor lost = ne(bxor(v, shl(right, rs)), k.li(0));
-  return where(ge(sh, k.f(0.0)), shl(v, ls), bor(right, to_dtype(lost, L)));
-}
-
-// fmaf(a, b, c) for float32 tensors of one shape, exactly (see the file comment).
-Tensor fma_exact(const Tensor& a, const Tensor& b, const Tensor& c, const Consts& k) {
-  const Dec A = decompose(a, k), B = decompose(b, k), C = decompose(c, k);
-  const Tensor mp = mul(A.m, B.m);  // < 2^48, exact
-  const Tensor ep = add(A.e, B.e);
-  const Tensor sp = lxor(A.neg, B.neg);
-  const Tensor pz = eq(mp, k.li(0)), cz = eq(C.m, k.li(0));
-  const Tensor none = k.f(-10000.0);
-  const Tensor tp = where(pz, none, add(add(top_bit(mp, k), k.f(1.0)), ep));  // exclusive tops
-  const Tensor tc = where(cz, none, add(add(top_bit(C.m, k), k.f(1.0)), C.e));
-  const Tensor e0 = sub(fmax(tp, tc), k.f(62.0));
-  const Tensor P = align(mp, sub(ep, e0), k), Cv = align(C.m, sub(C.e, e0), k);
-  const Tensor S = iadd(where(sp, neg(P), P), where(C.neg, neg(Cv), Cv));  // |S| < 2^63
-  const Tensor sneg = lt(S, k.li(0));
-  const Tensor Aa = abs(S);
-  // round |S| * 2^e0 to float32 (nearest even)
-  const Tensor top = top_bit(Aa, k);
-  const Tensor ulp = fmax(sub(add(top, e0), k.f(23.0)), k.f(-149.0));
-  const Tensor sh = sub(ulp, e0);
-  const Tensor shL = to_long(fmin(fmax(neg(sh), k.f(0.0)), k.f(40.0)));
-  const Tensor shR = to_long(fmin(fmax(sh, k.f(0.0)), k.f(62.0)));
-  const Tensor qR = shr(Aa, shR);
-  const Tensor rem = bxor(Aa, shl(qR, shR));
-  const Tensor half = shr(shl(k.li(1), shR), k.li(1));
-  const Tensor odd = eq(band(qR, k.li(1)), k.li(1));
-  const Tensor up = land(gt(shR, k.li(0)), lor(gt(rem, half), land(eq(rem, half), odd)));
-  Tensor q = add(to_dtype(qR, F), to_dtype(up, F));                      // <= 2^24: exact
-  q = where(lt(sh, k.f(0.0)), to_dtype(shl(Aa, shL), F), q);              // < 2^24: exact
-  const Tensor at63 = land(eq(sh, k.f(63.0)), gt(Aa, k.li(std::int64_t(1) << 62)));
-  q = where(gt(sh, k.f(62.0)), to_dtype(at63, F), q);
-  const Tensor h1 = floor(div(ulp, k.f(2.0)));
-  const Tensor mag = mul(mul(q, pow2(h1, k)), pow2(sub(ulp, h1), k));
-  Tensor r = where(sneg, neg(mag), mag);
-  // an exactly zero sum: +0, or -0 when both addends are -0 (or a -0 addend and a zero product of
-  // negative sign)
-  const Tensor zero = eq(S, k.li(0));
-  const Tensor neg_zero = land(land(pz, cz), land(sp, C.neg));
-  r = where(zero, where(neg_zero, k.f(-0.0), k.f(0.0)), r);
-  const Tensor finite = land(land(isfinite(a), isfinite(b)), isfinite(c));
-  return where(finite, r, add(mul(a, b), c));
-}
 
 // ---- the MUFU.RSQ model's table on a device, built once per device (never freed) ----
 std::mutex g_table_mu;

@@ -115,6 +115,12 @@ TensorView view_of(const Tensor& t, const char* arg, const Recipe& rec) {
   return view_with_dtype(t, *dtype);
 }
 
+// An argument the recipe does not take (no RoPE: freqs, positions; no weights: weight,
+// weights_out), passed as a tensor with no elements: described as the empty view.
+bool absent(const Tensor& t, bool recipe_takes_it) {
+  return !recipe_takes_it && t.defined() && t.numel() == 0;
+}
+
 }  // namespace
 
 void throw_if_error(const Status& s) {
@@ -137,9 +143,11 @@ indexer_q::OpArgs make_args(const TorchArgs& a) {
   const char* out_name = rec.format == OutFormat::kE2M1 ? "q_fp4" : "q_fp8";
   std::vector<NamedTensor> all = {{"q_input", &a.q_input}, {out_name, &a.q_out}};
   if (a.q_sf) all.push_back({"q_sf", a.q_sf});
-  for (NamedTensor n : {NamedTensor{"weight", &a.weight}, NamedTensor{"weights_out", &a.weights_out},
-                        NamedTensor{"freqs", &a.freqs}, NamedTensor{"positions", &a.positions}})
-    all.push_back(n);
+  const bool has_rope = recipe_has_rope(rec), has_weights = recipe_has_weights(rec);
+  for (NamedTensor n : {NamedTensor{"weight", &a.weight}, NamedTensor{"weights_out", &a.weights_out}})
+    if (!absent(*n.t, has_weights)) all.push_back(n);
+  for (NamedTensor n : {NamedTensor{"freqs", &a.freqs}, NamedTensor{"positions", &a.positions}})
+    if (!absent(*n.t, has_rope)) all.push_back(n);
   // Devices the library cannot name: check here that they all agree with q_input's.
   check_devices(all, device_text);
   indexer_q::OpArgs o;
@@ -147,12 +155,17 @@ indexer_q::OpArgs make_args(const TorchArgs& a) {
   o.q_input = view_of(a.q_input, "q_input", rec);
   o.q_out = view_of(a.q_out, out_name, rec);
   if (a.q_sf) o.q_scale = view_of(*a.q_sf, "q_sf", rec);  // else: the empty view (ndim 0, no data)
-  o.weight = view_of(a.weight, "weight", rec);
-  o.weights_out = view_of(a.weights_out, "weights_out", rec);
+  // A recipe without RoPE (or without weights) takes no freqs / positions (weight / weights_out):
+  // the caller passes a tensor with no elements (Python: None becomes torch.empty(0)), which
+  // becomes the library's empty view (ndim 0, no data); a tensor with elements stays a view and
+  // the validator names it ("recipe ... has no RoPE: expected an empty view").
+  o.weight = absent(a.weight, has_weights) ? TensorView{} : view_of(a.weight, "weight", rec);
+  o.weights_out =
+      absent(a.weights_out, has_weights) ? TensorView{} : view_of(a.weights_out, "weights_out", rec);
   o.weight_scale = float(a.weight_scale);  // the Python float, rounded to float32 once
   o.head_scale = float(a.head_scale);
-  o.freqs = view_of(a.freqs, "freqs", rec);
-  o.positions = view_of(a.positions, "positions", rec);
+  o.freqs = absent(a.freqs, has_rope) ? TensorView{} : view_of(a.freqs, "freqs", rec);
+  o.positions = absent(a.positions, has_rope) ? TensorView{} : view_of(a.positions, "positions", rec);
   return o;
 }
 
@@ -231,6 +244,19 @@ void quant_q_composed(std::string recipe, Tensor q_input, Tensor q_out,
                                 freqs, positions, head_scale));
 }
 
+// The library's scalar reference (the executable spec, src/common/row.h), CPU tensors only: what
+// the other implementations are tested against (quant_q(..., backend="reference") in Python).
+void quant_q_reference(std::string recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
+                       Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
+                       Tensor positions, bool /*enable_pdl*/, double head_scale) {
+  Options o;
+  o.backend = Backend::kReference;
+  throw_if_error(indexer_q::run(make_args(general_args(recipe, q_input, q_out, q_sf, weight,
+                                                       weights_out, weight_scale, freqs,
+                                                       positions, head_scale)),
+                                o));
+}
+
 // The library's validator alone, for implementations outside it (the Triton kernel of
 // python/indexer_q/triton_kernel.py): the checks quant_q makes, nothing written.
 void quant_q_check(std::string recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
@@ -247,24 +273,25 @@ std::vector<std::string> recipes_op() {
   return out;
 }
 
-// The descriptor's columns as "column=value" strings, in the order of recipes.inc, the values
-// being the library's own names of the enumerators (rope_dims_name, freqs_layout_name,
-// out_format_name, quantizer_name, weight_fold_name) and "true" / "false":
-// ["rope_dims=last64", "freqs_layout=interleaved", "hadamard=true", "bf16_after_rope=false",
-//  "bf16_after_hadamard=false", "format=e4m3fn", "quant=sglang", "fold=times_scale"].
-// Python builds its RecipeInfo from these by column name and checks the column set at import,
-// so a column added to the library cannot be silently dropped or misread there.
+// The descriptor's columns as "column=value" strings, in the order of the library's column list
+// (include/indexer_q/recipe_columns.inc), generated by its generic column API
+// (recipe_column_count / recipe_column_name / recipe_column_value): the values are the library's
+// own names ("last64", "adjacent", "interleaved", "e4m3fn", "sglang", "times_scale", ...) and
+// "true" / "false" for a flag, e.g. ["rope_dims=last64", "rope_pairs=adjacent",
+// "freqs_layout=interleaved", "hadamard=true", ...]. Python builds its RecipeInfo type from the
+// column names of the first recipe at import, so a column added to the library reaches Python
+// with no edit here or there.
 std::vector<std::string> recipe_info_op(std::string name) {
-  const Recipe& r = recipe(recipe_or_throw(name));
-  auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
-  return {std::string("rope_dims=") + rope_dims_name(r.rope_dims),
-          std::string("freqs_layout=") + freqs_layout_name(r.freqs_layout),
-          "hadamard=" + flag(r.hadamard),
-          "bf16_after_rope=" + flag(r.bf16_after_rope),
-          "bf16_after_hadamard=" + flag(r.bf16_after_hadamard),
-          std::string("format=") + out_format_name(r.format),
-          std::string("quant=") + quantizer_name(r.quant),
-          std::string("fold=") + weight_fold_name(r.fold)};
+  const RecipeId id = recipe_or_throw(name);
+  std::vector<std::string> out;
+  const int n = recipe_column_count();
+  out.reserve(std::size_t(n));
+  for (int i = 0; i < n; ++i) {
+    const char* col = recipe_column_name(i);
+    const char* val = recipe_column_value(id, i);
+    out.push_back(std::string(col ? col : "?") + "=" + (val ? val : "unknown"));
+  }
+  return out;
 }
 
 }  // namespace
@@ -291,6 +318,7 @@ STABLE_TORCH_LIBRARY(indexer_q, m) {
   m.def("quant_q" IQ_QUANT_Q_ARGS);
   m.def("quant_q_composed" IQ_QUANT_Q_ARGS);
   m.def("quant_q_check" IQ_QUANT_Q_ARGS);  // the validator alone (writes nothing)
+  m.def("quant_q_reference" IQ_QUANT_Q_ARGS);  // the scalar reference (CPU tensors)
   m.def("recipes() -> str[]");
   m.def("recipe_info(str recipe) -> str[]");
 }
@@ -298,6 +326,7 @@ STABLE_TORCH_LIBRARY(indexer_q, m) {
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CPU, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cpu_kernel));
   m.impl("quant_q", TORCH_BOX(&indexer_q::torch_binding::quant_q_cpu));
+  m.impl("quant_q_reference", TORCH_BOX(&indexer_q::torch_binding::quant_q_reference));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)

@@ -11,7 +11,14 @@ Every form of the op (a recipe of the library, listed in ``indexer_q.RECIPES``) 
 ``fused_q_indexer_rope_first_quant`` (v32_fp8) and ``fused_q_indexer_rope_hadamard_fp4_quant``
 (v4_fp4) allocate the outputs. FNUZ output: ``out_dtype=torch.float8_e4m3fnuz``. vLLM's call
 ``fused_indexer_q_rope_quant(positions, index_q, cos_sin_cache, index_weights, softmax_scale,
-head_scale, use_fp4=False)`` runs the recipes ``vllm_v4_fp8`` / ``vllm_v4_mxfp4``.
+head_scale, use_fp4=False)`` runs the recipes ``vllm_v4_fp8`` / ``vllm_v4_mxfp4``
+(``fused_indexer_q_rope_quant_cutedsl``: the numerics of vLLM's CuTe DSL kernel,
+``vllm_v4_fp8_cutedsl``); vLLM's V3.2 call ``fused_indexer_q_rope_quant_v32(positions, q,
+cos_sin_cache, weights, softmax_scale, head_scale, is_neox)`` the recipes
+``vllm_v32_fp8_neox`` / ``vllm_v32_fp8_gptj``. SGLang's V4.1 calls
+``index_q_rope_pack_weights(input, freqs_cis, positions, head_weights, weight_scale)``
+(``sgl_v41_fp4_rope_pack``) and ``quantize_fp4_indexer_tensor(x, rne=True)``
+(``sgl_v41_fp4_quant_rne``).
 """
 
 from ._ops import (
@@ -21,11 +28,15 @@ from ._ops import (
     composed_fused_q_indexer_rope_hadamard_quant,
     composed_quant_q,
     fused_indexer_q_rope_quant,
+    fused_indexer_q_rope_quant_cutedsl,
+    fused_indexer_q_rope_quant_v32,
     fused_q_indexer_rope_first_quant,
     fused_q_indexer_rope_hadamard_fp4_quant,
     fused_q_indexer_rope_hadamard_quant,
+    index_q_rope_pack_weights,
     library_path,
     quant_q,
+    quantize_fp4_indexer_tensor,
     recipe_info,
     recipes,
     resolve_recipe,
@@ -44,11 +55,15 @@ __all__ = [
     "composed_fused_q_indexer_rope_hadamard_quant",
     "composed_quant_q",
     "fused_indexer_q_rope_quant",
+    "fused_indexer_q_rope_quant_cutedsl",
+    "fused_indexer_q_rope_quant_v32",
     "fused_q_indexer_rope_first_quant",
     "fused_q_indexer_rope_hadamard_fp4_quant",
     "fused_q_indexer_rope_hadamard_quant",
+    "index_q_rope_pack_weights",
     "library_path",
     "quant_q",
+    "quantize_fp4_indexer_tensor",
     "recipe_info",
     "recipes",
     "resolve_recipe",

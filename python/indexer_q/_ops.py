@@ -63,6 +63,12 @@ def _fake_quant_q_composed(recipe, q_input, q_out, q_sf, weight, weights_out, we
     return None
 
 
+@torch.library.register_fake("indexer_q::quant_q_reference")
+def _fake_quant_q_reference(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale,
+                            freqs, positions, enable_pdl=True, head_scale=1.0):
+    return None
+
+
 # The key side (indexer_q/kside.py): kside_store writes the paged cache in place.
 @torch.library.register_fake("indexer_q::kside_store")
 def _fake_kside_store(recipe, input, weight, eps, freqs, positions, slots, kvcache, page_size,
@@ -77,47 +83,88 @@ def _fake_kside_store_composed(recipe, input, weight, eps, freqs, positions, slo
 
 
 # ---- the recipes: the library's list (include/indexer_q/recipes.inc), read from the library ------
-class RecipeInfo(NamedTuple):
-    """The library's descriptor of one recipe (``indexer_q::Recipe``). The values are the
-    library's own names (``rope_dims_name``, ``freqs_layout_name``, ``out_format_name``,
-    ``quantizer_name``, ``weight_fold_name`` of include/indexer_q/indexer_q.h), read through
-    ``torch.ops.indexer_q.recipe_info``; nothing here retypes them."""
+_BOOLS = {"true": True, "false": False}
 
-    name: str
-    rope_dims: str  # "last64" (dims 64..127 rotated) or "first64" (dims 0..63)
-    freqs_layout: str  # "interleaved" ((cos, sin) per pair) or "halves" ([cos x32 | sin x32])
-    hadamard: bool  # the 128-point butterflies and the 1/sqrt(128) multiply
-    bf16_after_rope: bool  # rotated dims rounded to bf16 after RoPE
-    bf16_after_hadamard: bool  # all values rounded to bf16 after the Hadamard
-    format: str  # "e4m3fn", "e4m3fnuz" (q_fp8 (B, H, 128)) or "e2m1" (q_fp4 (B, H, 64) + q_sf)
-    quant: str  # the quantizer's conventions: "sglang" or "vllm" (docs/RECIPES.md)
-    fold: str  # how weights_out is formed: "times_scale", "no_scale", "scale_then_two_factors",
-    #            "two_factors"
+
+def _recipe_columns() -> Tuple[Tuple[str, type], ...]:
+    """The library's recipe columns (include/indexer_q/recipe_columns.inc) in its order, as
+    (name, type) pairs read through ``torch.ops.indexer_q.recipe_info`` of the first recipe: bool
+    for a flag (its value "true" / "false"), str for an enum column (its value's name)."""
+    first = torch.ops.indexer_q.recipes()[0]
+    cols = []
+    for c in torch.ops.indexer_q.recipe_info(first):
+        col, val = c.split("=", 1)
+        cols.append((col, bool if val in _BOOLS else str))
+    return tuple(cols)
+
+
+_COLUMNS = _recipe_columns()
+
+# The NamedTuple type of a recipe's descriptor, its fields the library's columns (so a column
+# added to the library needs no edit here): name, rope_dims, rope_pairs, freqs_layout, hadamard,
+# bf16_after_rope, bf16_after_hadamard, format, quant, fold at the time of writing.
+_RecipeInfoBase = NamedTuple("_RecipeInfoBase", [("name", str)] + list(_COLUMNS))
+
+
+class RecipeInfo(_RecipeInfoBase):
+    """The library's descriptor of one recipe (``indexer_q::Recipe``): ``name`` and one field per
+    column of the library (include/indexer_q/recipe_columns.inc, in its order), read through
+    ``torch.ops.indexer_q.recipe_info``; the values are the library's own names of the column
+    values (``value_name`` of include/indexer_q/indexer_q.h: "last64", "neox", "halves",
+    "e4m3fn", "sglang", "times_scale", ...), flags as bool. Nothing here retypes them: the fields
+    are created at import from the library's column list. The columns (see docs/RECIPES.md):
+
+    rope_dims ("last64", "first64", "none"), rope_pairs ("adjacent", "neox"), freqs_layout
+    ("interleaved", "halves"), hadamard, bf16_after_rope, bf16_after_hadamard (bools), format
+    ("e4m3fn", "e4m3fnuz", "e2m1"), quant ("sglang", "vllm", "vllm_cute", "vllm_v32",
+    "fp4_rne", "fp4_two_stage"), fold ("times_scale", "no_scale", "scale_then_two_factors",
+    "two_factors", "no_scale_bf16", "none")."""
+
+    __slots__ = ()
 
     @property
     def fp4(self) -> bool:
+        """E2M1 codes (q_fp4 (B, H, 64)) with block scales (q_sf (B, H) int32)."""
         return self.format == "e2m1"
 
     @property
     def vllm(self) -> bool:
-        """vLLM's form: weights_out (B, H) by default, the head_scale factor used."""
-        return self.quant == "vllm"
+        """One of vLLM's forms (its quantizers: "vllm", "vllm_cute", "vllm_v32")."""
+        return self.quant.startswith("vllm")
 
+    @property
+    def rope(self) -> bool:
+        """Whether the recipe reads freqs and positions (RoPE); without, pass None."""
+        return self.rope_dims != "none"
 
-_BOOLS = {"true": True, "false": False}
+    @property
+    def weights(self) -> bool:
+        """Whether the recipe reads weight and writes weights_out; without, pass None."""
+        return self.fold != "none"
+
+    @property
+    def two_factors(self) -> bool:
+        """Whether weights_out takes head_scale (the two-factor folds of vLLM's forms)."""
+        return self.fold in ("scale_then_two_factors", "two_factors")
+
+    @property
+    def weights_2d(self) -> bool:
+        """The engine's weights_out shape is (B, H) (every engine but SGLang's V4 forms, which
+        allocate (B, H, 1)): what quant_q allocates."""
+        return self.weights and self.quant != "sglang"
 
 
 def _load_recipes() -> Dict[str, RecipeInfo]:
     out: Dict[str, RecipeInfo] = {}
-    fields = RecipeInfo._fields[1:]
+    fields = tuple(c for c, _ in _COLUMNS)
     for name in torch.ops.indexer_q.recipes():
-        cols = dict(c.split("=", 1) for c in torch.ops.indexer_q.recipe_info(name))
-        if tuple(sorted(cols)) != tuple(sorted(fields)):
+        pairs = [c.split("=", 1) for c in torch.ops.indexer_q.recipe_info(name)]
+        if tuple(c for c, _ in pairs) != fields:
             raise ImportError(
-                f"indexer_q: recipe_info({name!r}) has the columns {sorted(cols)}, this Python "
-                f"package knows {sorted(fields)}: the package and its library do not match")
-        vals = {f: _BOOLS.get(v, v) for f, v in cols.items()}  # "true" / "false": the flags
-        out[name] = RecipeInfo(name=name, **vals)
+                f"indexer_q: recipe_info({name!r}) has the columns {[c for c, _ in pairs]}, the "
+                f"first recipe {list(fields)}: the library's column list is inconsistent")
+        vals = [_BOOLS[v] if t is bool else v for (_, v), (_, t) in zip(pairs, _COLUMNS)]
+        out[name] = RecipeInfo(name, *vals)
     return out
 
 
@@ -257,6 +304,15 @@ def composed_fused_q_indexer_rope_hadamard_quant(
 QOut = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]
 
 
+def _absent(value, device) -> torch.Tensor:
+    """An argument the recipe does not take (None, or a tensor with no elements): the operator
+    gets a 0-element tensor on q_input's device, which the binding turns into the library's
+    empty view (ndim 0, no data). A tensor with elements is passed on: the validator names it."""
+    if value is None:
+        return torch.empty(0, dtype=torch.float32, device=device)
+    return value
+
+
 def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dtype, q_out, q_sf,
              weights_out, enable_pdl, head_scale=1.0):
     if q_out is not None:
@@ -268,19 +324,29 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
         out_dtype = q_out.dtype
     recipe = resolve_recipe(recipe, out_dtype)
     info = _RECIPES[recipe]
+    if not isinstance(q_input, torch.Tensor):
+        raise TypeError(f"indexer_q: q_input: expected a tensor, got {type(q_input).__name__}")
+    dev = q_input.device
+    for arg, val, takes in (("weight", weight, info.weights), ("freqs", freqs, info.rope),
+                            ("positions", positions, info.rope)):
+        if takes and val is None:
+            raise TypeError(f"indexer_q: {arg}: recipe {recipe} reads it: expected a tensor, "
+                            "got None")
     if info.freqs_layout == "halves" and isinstance(freqs, torch.Tensor) and freqs.is_complex():
         raise TypeError(
             f"indexer_q: freqs: recipe {recipe} reads a real (max_pos, 64) float32 table "
             "[cos x32 | sin x32] (cos_sin_cache), not a complex one")
+    if info.rope:
+        freqs = _freqs_table(freqs)
+    else:
+        freqs, positions = _absent(freqs, dev), _absent(positions, dev)
+    if not info.weights:
+        weight, weights_out = _absent(weight, dev), _absent(weights_out, dev)
     if q_out is None or weights_out is None or (info.fp4 and q_sf is None):
-        if not isinstance(q_input, torch.Tensor):
-            raise TypeError(
-                f"indexer_q: q_input: expected a tensor, got {type(q_input).__name__}")
         if q_input.dim() != 3:
             raise ValueError(
                 f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
         b, h = q_input.shape[0], q_input.shape[1]
-        dev = q_input.device
         if q_out is None:
             if info.fp4:
                 q_out = torch.empty((b, h, 64), dtype=out_dtype or torch.uint8, device=dev)
@@ -290,24 +356,25 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
                 q_out = torch.empty((b, h, 128), dtype=out_dtype or default, device=dev)
         if info.fp4 and q_sf is None:
             q_sf = torch.empty((b, h), dtype=torch.int32, device=dev)
-        if weights_out is None:  # SGLang's forms: (B, H, 1); vLLM's: (B, H)
-            shape = (b, h) if info.vllm else (b, h, 1)
+        if weights_out is None:  # SGLang's V4 forms: (B, H, 1); the other engines': (B, H)
+            shape = (b, h) if info.weights_2d else (b, h, 1)
             weights_out = torch.empty(shape, dtype=torch.float32, device=dev)
     # weight_scale / head_scale: Python floats (doubles); the binding rounds each to float32 once
-    op(recipe, q_input, q_out, q_sf, weight, weights_out, float(weight_scale),
-       _freqs_table(freqs), positions, enable_pdl, float(head_scale))
+    op(recipe, q_input, q_out, q_sf, weight, weights_out, float(weight_scale), freqs, positions,
+       enable_pdl, float(head_scale))
+    w_ret = weights_out if info.weights else None
     if info.fp4:
-        return (q_out, q_sf), weights_out
-    return q_out, weights_out
+        return (q_out, q_sf), w_ret
+    return q_out, w_ret
 
 
 def quant_q(
     recipe: str,
     q_input: torch.Tensor,
-    weight: torch.Tensor,
+    weight: Optional[torch.Tensor],
     weight_scale: float,
-    freqs: torch.Tensor,
-    positions: torch.Tensor,
+    freqs: Optional[torch.Tensor],
+    positions: Optional[torch.Tensor],
     *,
     out_dtype: Optional[torch.dtype] = None,
     q_out: Optional[torch.Tensor] = None,
@@ -332,16 +399,24 @@ def quant_q(
     in (``q_out``, ``q_sf``, ``weights_out``) are written in place; the others are allocated on
     q_input's device. ``freqs`` is the recipe's
     (max_pos, 64) float32 table (interleaved recipes also take the complex64 (max_pos, 32)
-    freqs_cis). ``enable_pdl`` (default True: programmatic dependent launch on sm_90+) is used
-    by the CUDA kernel only.
+    freqs_cis). A recipe without RoPE (``recipe_info(r).rope`` False: rope_dims "none") takes
+    ``freqs=None, positions=None``; one without weights (fold "none") takes ``weight=None`` and
+    returns None for weights_out (the operator itself takes 0-element tensors there). weights_out
+    is allocated (B, H) for every engine's form but SGLang's V4 ones (``recipe_info(r).weights_2d``).
+    ``enable_pdl`` (default True: programmatic dependent launch on sm_90+) is used by the CUDA
+    kernel only.
     ``backend``: None (the dispatcher's choice, see :func:`available_backends`), ``"triton"``
     (operator ``indexer_q::quant_q_triton``: the Triton kernel on any device Triton serves) or
-    ``"composed"`` (``indexer_q::quant_q_composed``).
+    ``"composed"`` (``indexer_q::quant_q_composed``) or ``"reference"``
+    (``indexer_q::quant_q_reference``: the library's scalar reference, the executable spec; CPU
+    tensors only).
     """
     ops = {None: torch.ops.indexer_q.quant_q, "triton": torch.ops.indexer_q.quant_q_triton,
-           "composed": torch.ops.indexer_q.quant_q_composed}
+           "composed": torch.ops.indexer_q.quant_q_composed,
+           "reference": torch.ops.indexer_q.quant_q_reference}
     if backend not in ops:
-        raise ValueError(f"indexer_q: backend: expected None, 'triton' or 'composed', got "
+        raise ValueError(f"indexer_q: backend: expected None, 'triton', 'composed' or "
+                         f"'reference', got "
                          f"{backend!r}")
     return _quant_q(ops[backend], recipe, q_input, weight, weight_scale, freqs,
                     positions, out_dtype, q_out, q_sf, weights_out, enable_pdl, head_scale)
@@ -350,10 +425,10 @@ def quant_q(
 def composed_quant_q(
     recipe: str,
     q_input: torch.Tensor,
-    weight: torch.Tensor,
+    weight: Optional[torch.Tensor],
     weight_scale: float,
-    freqs: torch.Tensor,
-    positions: torch.Tensor,
+    freqs: Optional[torch.Tensor],
+    positions: Optional[torch.Tensor],
     *,
     out_dtype: Optional[torch.dtype] = None,
     q_out: Optional[torch.Tensor] = None,
@@ -432,6 +507,108 @@ def fused_indexer_q_rope_quant(
     recipe = "vllm_v4_mxfp4" if use_fp4 else "vllm_v4_fp8"
     return quant_q(recipe, index_q, index_weights, softmax_scale, cos_sin_cache, positions,
                    head_scale=head_scale, enable_pdl=enable_pdl)
+
+
+def fused_indexer_q_rope_quant_v32(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    weights: torch.Tensor,
+    softmax_scale: float,
+    head_scale: float,
+    is_neox: bool = True,
+    *,
+    enable_pdl: bool = True,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's DeepSeek-V3.2 call (``vllm/model_executor/layers/sparse_attn_indexer.py``
+    ``fused_indexer_q_rope_quant(positions, q, cos_sin_cache, weights, softmax_scale, head_scale,
+    is_neox)``), same arguments, same results, same bytes (SPEC-more-forms.md 1a): recipe
+    ``vllm_v32_fp8_neox`` (``is_neox=True``, pairs (j, j + 32)) or ``vllm_v32_fp8_gptj`` (pairs
+    (2j, 2j + 1)); RoPE on dims 0..63 with the (max_pos, 64) float32 cos_sin_cache in halves, bf16
+    after RoPE, q_scale = pow2ceil(fmax(amax, 1e-10) * fl(1/448)).
+
+    Returns ``(q_fp8, weights_out)``: q_fp8 (T, H, 128) float8_e4m3fn, weights_out (T, H)
+    float32 = ``((w * q_scale) * softmax_scale) * head_scale`` (each factor a Python float
+    rounded to float32 once, three multiplies)."""
+    recipe = "vllm_v32_fp8_neox" if is_neox else "vllm_v32_fp8_gptj"
+    return quant_q(recipe, q, weights, softmax_scale, cos_sin_cache, positions,
+                   head_scale=head_scale, enable_pdl=enable_pdl)
+
+
+def fused_indexer_q_rope_quant_cutedsl(
+    positions: torch.Tensor,
+    index_q: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    index_weights: torch.Tensor,
+    softmax_scale: float,
+    head_scale: float,
+    use_fp4: bool = False,
+    *,
+    enable_pdl: bool = True,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's V4 call :func:`fused_indexer_q_rope_quant` with the numerics of its CuTe DSL kernel
+    (``IndexerQFp8Kernel``, vLLM's default CUDA path when the CuTe DSL is importable; recipe
+    ``vllm_v4_fp8_cutedsl``, SPEC-more-forms.md 2): same arguments and result shapes; the kernel
+    gets ONE factor ``S = float32(softmax_scale * head_scale)``, the product formed in double
+    (Python) and rounded once; weights_out (T, H) = ``(w * S) * q_scale``. Only FP8:
+    ``use_fp4=True`` (the CuTe MXFP4 kernel, never captured) raises ValueError."""
+    if use_fp4:
+        raise ValueError("indexer_q: use_fp4: the CuTe DSL MXFP4 kernel is not a recipe of the "
+                         "library (no golden data); use fused_indexer_q_rope_quant(use_fp4=True)")
+    scale = float(softmax_scale) * float(head_scale)  # in double, as vLLM's host code
+    return quant_q("vllm_v4_fp8_cutedsl", index_q, index_weights, scale, cos_sin_cache,
+                   positions, enable_pdl=enable_pdl)
+
+
+def index_q_rope_pack_weights(
+    input: torch.Tensor,
+    freqs_cis: torch.Tensor,
+    positions: torch.Tensor,
+    head_weights: torch.Tensor,
+    weight_scale: float,
+    *,
+    enable_pdl: bool = True,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SGLang's DeepSeek-V4.1 call (``kernels/ops/attention/dsv4/fp4_indexer_rope.py``
+    ``index_q_rope_pack_weights(input, freqs_cis, positions, head_weights, weight_scale)``),
+    same arguments, same results, same bytes (SPEC-more-forms.md 3a): recipe
+    ``sgl_v41_fp4_rope_pack``. input (T, H, 128) bf16 (fp16 / fp32 work too); freqs_cis the
+    interleaved (max_pos, 64) float32 table (or the complex64 (max_pos, 32) one); positions (T,)
+    int32 / int64; head_weights (T, H); weight_scale a Python float (rounded to float32 once).
+
+    Returns ``(payload, scale, weights)``: payload (T * H, 64) int8 (two e2m1 codes per byte, low
+    nibble = even dim), scale (T * H,) int32 (four UE8M0 bytes, block 0 lowest), weights (T, H)
+    float32 = ``float(bf16(w * weight_scale))``."""
+    if not isinstance(input, torch.Tensor) or input.dim() != 3:
+        raise ValueError("indexer_q: q_input: expected a (T, H, 128) tensor")
+    t, h = input.shape[0], input.shape[1]
+    payload = torch.empty((t, h, 64), dtype=torch.int8, device=input.device)
+    (q, sf), w = quant_q("sgl_v41_fp4_rope_pack", input, head_weights, weight_scale, freqs_cis,
+                         positions, q_out=payload, enable_pdl=enable_pdl)
+    return q.view(t * h, 64), sf.view(t * h), w
+
+
+def quantize_fp4_indexer_tensor(
+    x: torch.Tensor, rne: bool = True, *, enable_pdl: bool = True
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """SGLang's DeepSeek-V4.1 FP4 packer (``kernels/ops/quantization/fp4_indexer_quant.py``
+    ``quantize_fp4_indexer_tensor(x, rne=True)``), same results, same bytes
+    (SPEC-more-forms.md 3b): recipe ``sgl_v41_fp4_quant_rne`` (no RoPE, no Hadamard, no
+    weights). x (N, 128) bf16 / fp16 / fp32, already rotated. Returns ``(q_fp4, q_sf)``: (N, 64)
+    int8 (two e2m1 codes per byte, low nibble = even dim) and (N,) int32 (four UE8M0 bytes,
+    block 0 lowest). ``rne=False`` (not captured from the engine) raises ValueError."""
+    if not rne:
+        raise ValueError("indexer_q: rne: only rne=True (recipe sgl_v41_fp4_quant_rne) is a "
+                         "recipe of the library")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"indexer_q: q_input: expected a tensor, got {type(x).__name__}")
+    if x.dim() != 2 or x.shape[1] != 128:
+        raise ValueError(f"indexer_q: q_input: expected (N, 128), got {tuple(x.shape)}")
+    n = x.shape[0]
+    payload = torch.empty((n, 1, 64), dtype=torch.int8, device=x.device)
+    (q, sf), _ = quant_q("sgl_v41_fp4_quant_rne", x.reshape(n, 1, 128), None, 1.0, None, None,
+                         q_out=payload, enable_pdl=enable_pdl)
+    return q.view(n, 64), sf.view(n)
 
 
 def _has_kernel(key: str) -> Optional[bool]:

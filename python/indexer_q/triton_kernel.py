@@ -48,10 +48,14 @@ import triton.language as tl
 
 # ---- recipe descriptor -> compile-time constants --------------------------------------------
 _FMT = {"e4m3fn": 0, "e4m3fnuz": 1, "e2m1": 2}
-_FOLD = {"times_scale": 0, "no_scale": 1, "scale_then_two_factors": 2, "two_factors": 3}
-_ROPE_OFF = {"last64": 64, "first64": 0}
+_FOLD = {"times_scale": 0, "no_scale": 1, "scale_then_two_factors": 2, "two_factors": 3,
+         "no_scale_bf16": 4, "none": 5}
+_ROPE_OFF = {"last64": 64, "first64": 0, "none": 0}
+_NEOX = {"adjacent": False, "neox": True}
 _FREQS = {"interleaved": 1, "halves": 0}
-_QUANT = {"sglang": 0, "vllm": 1}
+# the quantizers; which format each serves (row.h's static_asserts)
+_QUANT = {"sglang": 0, "vllm": 1, "vllm_cute": 2, "vllm_v32": 3, "fp4_rne": 4, "fp4_two_stage": 5}
+_QUANT_FORMATS = {0: (0, 1, 2), 1: (0, 2), 2: (0,), 3: (0,), 4: (2,), 5: (2,)}
 _IN_KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 
 
@@ -59,17 +63,22 @@ def recipe_constants(info) -> dict:
     """The kernel's constexpr arguments for a RecipeInfo (KeyError: a step this kernel lacks)."""
     fmt = _FMT[info.format]
     quant = _QUANT[info.quant]
-    if quant == 1 and fmt == 1:
-        raise KeyError("vLLM's quantizer has no e4m3fnuz form")  # row.h's static_assert
+    if fmt not in _QUANT_FORMATS[quant]:
+        raise KeyError(f"quantizer {info.quant} has no {info.format} form")  # row.h's static_asserts
+    fold = _FOLD[info.fold]
+    if fmt == 2 and fold in (0, 2):
+        raise KeyError("FP4 has one scale per 32 values: it cannot be folded into weights_out")
     return dict(
+        ROPE=info.rope_dims != "none",
         ROPE_OFF=_ROPE_OFF[info.rope_dims],
+        NEOX=_NEOX[info.rope_pairs],
         FREQS_INTERLEAVED=_FREQS[info.freqs_layout],
         HADAMARD=bool(info.hadamard),
         BF16_ROPE=bool(info.bf16_after_rope),
         BF16_HAD=bool(info.bf16_after_hadamard),
         FMT=fmt,
-        VLLM=quant,
-        FOLD=_FOLD[info.fold],
+        QUANT=quant,
+        FOLD=fold,
     )
 
 
@@ -230,6 +239,50 @@ def _e2m1_vllm(v):
 
 
 @triton.jit
+def _e2m1_mag_even(v):
+    # the E2M1 magnitude (0..7) of min(|v|, 6), nearest with ties to even, NaN -> 7 (row.h
+    # e2m1_magnitude_rne): rint of a * k as in _e2m1_vllm
+    av = _abs(v)
+    a = tl.where(av < 6.0, av, 6.0)  # NaN -> 6
+    hi = a > 4.0
+    mid = a > 2.0
+    k = tl.where(hi, 0.5, tl.where(mid, 1.0, 2.0))
+    base = tl.where(hi, 4, tl.where(mid, 2, 0)).to(tl.uint32)
+    t = (a * k + 8388608.0) - 8388608.0
+    return base + t.to(tl.uint32)
+
+
+@triton.jit
+def _e2m1_rne(v):
+    # SGLang V4.1's packer (row.h e2m1_encode_rne): ties to even, NaN -> 7, the sign bit only on a
+    # nonzero magnitude of a negative v
+    m = _e2m1_mag_even(v)
+    return m | tl.where((v < 0.0) & (m != 0), 8, 0).to(tl.uint32)
+
+
+@triton.jit
+def _e2m1_value(m):
+    # the value of magnitude m (uint32 0..7): 0, 0.5, 1, 1.5, 2, 3, 4, 6 (row.h e2m1_value)
+    mf = m.to(tl.float32)
+    return tl.where(mf < 4.0, mf * 0.5, tl.where(mf < 6.0, mf - 2.0, tl.where(mf == 6.0, 4.0, 6.0)))
+
+
+@triton.jit
+def _exp_up(x):
+    # the exponent byte of a positive float32 rounded up to a power of two: exponent bits +
+    # (mantissa bits != 0) (uint32; +Inf gives 255)
+    b = _bits(x)
+    return ((b >> 23) & 0xFF) + ((b & 0x7FFFFF) != 0).to(tl.uint32)
+
+
+@triton.jit
+def _rne_exponent(amax):
+    # row.h rne_ue8m0_of_amax: the exponent of fmax(amax / 6, 1e-4) rounded up, in [1, 254]
+    e = _exp_up(_fmax_floor(tl.math.div_rn(amax, 6.0), _const(0x38D1B717)))
+    return tl.where(e < 1, 1, tl.where(e > 254, 254, e)).to(tl.uint32)
+
+
+@triton.jit
 def _butterfly(x, BLOCK_R: tl.constexpr, S: tl.constexpr):
     # one Hadamard stage at stride S on (BLOCK_R, 128): (x[i], x[i + S]) -> (a + b, a - b) for
     # every i whose bit S is clear; the row viewed as (128 / 2S, 2, S), the middle axis split
@@ -251,10 +304,10 @@ def _butterfly(x, BLOCK_R: tl.constexpr, S: tl.constexpr):
 def quant_q_kernel(
     q_ptr, w_ptr, freqs_ptr, pos_ptr, out_ptr, sf_ptr, wout_ptr,
     n_rows, H, w_stride_b, max_pos, weight_scale, head_scale,
-    IN_KIND: tl.constexpr, W_KIND: tl.constexpr,
-    ROPE_OFF: tl.constexpr, FREQS_INTERLEAVED: tl.constexpr, HADAMARD: tl.constexpr,
-    BF16_ROPE: tl.constexpr, BF16_HAD: tl.constexpr, FMT: tl.constexpr, VLLM: tl.constexpr,
-    FOLD: tl.constexpr, BLOCK_R: tl.constexpr,
+    IN_KIND: tl.constexpr, W_KIND: tl.constexpr, ROPE: tl.constexpr,
+    ROPE_OFF: tl.constexpr, NEOX: tl.constexpr, FREQS_INTERLEAVED: tl.constexpr,
+    HADAMARD: tl.constexpr, BF16_ROPE: tl.constexpr, BF16_HAD: tl.constexpr, FMT: tl.constexpr,
+    QUANT: tl.constexpr, FOLD: tl.constexpr, BLOCK_R: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R).to(tl.int64)
@@ -267,37 +320,58 @@ def quant_q_kernel(
     k = tl.arange(0, 64)
     x = _decode(tl.load(q_ptr + rows[:, None] * 128 + i[None, :], mask=rmask[:, None], other=0),
                 IN_KIND)
-    w = _decode(tl.load(w_ptr + b * w_stride_b + h, mask=rmask, other=0), W_KIND)
-    pos = tl.load(pos_ptr + b, mask=rmask, other=0).to(tl.int64)
-    valid = (pos >= 0) & (pos < max_pos)
-    prow = tl.where(valid, pos, 0)  # an out-of-range row reads row 0 and writes the NaN marker
-    # (cos, sin) of pair p (0..63) of the row; only the recipe's 32 pairs are read and used
-    j = k - ROPE_OFF // 2
-    rot = (j >= 0) & (j < 32)
-    fmask = rmask[:, None] & rot[None, :]
-    fbase = freqs_ptr + prow[:, None] * 64
-    if FREQS_INTERLEAVED:  # (cos, sin) per pair
-        c = tl.load(fbase + 2 * j[None, :], mask=fmask, other=0.0)
-        s = tl.load(fbase + 2 * j[None, :] + 1, mask=fmask, other=0.0)
-    else:  # [cos x32 | sin x32]
-        c = tl.load(fbase + j[None, :], mask=fmask, other=0.0)
-        s = tl.load(fbase + 32 + j[None, :], mask=fmask, other=0.0)
+    if FOLD != 5:  # the recipe has weights
+        w = _decode(tl.load(w_ptr + b * w_stride_b + h, mask=rmask, other=0), W_KIND)
+    else:
+        w = tl.zeros([BLOCK_R], tl.float32)
+    # the row viewed as 64 pairs p = (x0, x1): adjacent dims (2p, 2p+1), or NeoX pairs: within
+    # each half of 64, (j, j + 32) for pair p = 32 * half + j
+    if NEOX:
+        xp = tl.reshape(tl.permute(tl.reshape(x, (BLOCK_R, 2, 2, 32)), (0, 1, 3, 2)),
+                        (BLOCK_R, 64, 2))
+    else:
+        xp = tl.reshape(x, (BLOCK_R, 64, 2))
+    xr, xi = tl.split(xp)
+    if ROPE:
+        pos = tl.load(pos_ptr + b, mask=rmask, other=0).to(tl.int64)
+        valid = (pos >= 0) & (pos < max_pos)
+        prow = tl.where(valid, pos, 0)  # an out-of-range row reads row 0 and writes the NaN marker
+        # (cos, sin) of pair p (0..63) of the row; only the recipe's 32 pairs are read and used
+        j = k - ROPE_OFF // 2
+        rot = (j >= 0) & (j < 32)
+        fmask = rmask[:, None] & rot[None, :]
+        fbase = freqs_ptr + prow[:, None] * 64
+        if FREQS_INTERLEAVED:  # (cos, sin) per pair
+            c = tl.load(fbase + 2 * j[None, :], mask=fmask, other=0.0)
+            s = tl.load(fbase + 2 * j[None, :] + 1, mask=fmask, other=0.0)
+        else:  # [cos x32 | sin x32]
+            c = tl.load(fbase + j[None, :], mask=fmask, other=0.0)
+            s = tl.load(fbase + 32 + j[None, :], mask=fmask, other=0.0)
 
-    # ---- RoPE (row.h rope_row) on the recipe's 32 pairs, then their bf16 point
-    xr, xi = tl.split(tl.reshape(x, (BLOCK_R, 64, 2)))  # even / odd dims
-    xis = xi * s
-    xic = xi * c
-    nr = tl.fma(xr, c, _neg(xis))
-    ni = tl.fma(xr, s, xic)
-    if BF16_ROPE:
-        nr = _round_bf16(nr)
-        ni = _round_bf16(ni)
-    xr = tl.where(rot[None, :], nr, xr)
-    xi = tl.where(rot[None, :], ni, xi)
+        # ---- RoPE (row.h rope_row) on the recipe's 32 pairs, then their bf16 point
+        xis = xi * s
+        xic = xi * c
+        nr = tl.fma(xr, c, _neg(xis))
+        ni = tl.fma(xr, s, xic)
+        if BF16_ROPE:
+            nr = _round_bf16(nr)
+            ni = _round_bf16(ni)
+        xr = tl.where(rot[None, :], nr, xr)
+        xi = tl.where(rot[None, :], ni, xi)
+    else:  # no RoPE: no freqs, no positions, every row valid
+        valid = rows >= 0
 
     # ---- Hadamard: strides 1, 2, 4, ..., 64, in that order, then 1/sqrt(128)
-    if HADAMARD:  # stride 1 on the (even, odd) pairs as they are
+    if HADAMARD and not NEOX:  # stride 1 on the (even, odd) pairs as they are
         y = tl.reshape(tl.join(xr + xi, xr - xi), (BLOCK_R, 128))
+    else:
+        y = tl.join(xr, xi)
+        if NEOX:
+            y = tl.permute(tl.reshape(y, (BLOCK_R, 2, 32, 2)), (0, 1, 3, 2))
+        y = tl.reshape(y, (BLOCK_R, 128))
+        if HADAMARD:
+            y = _butterfly(y, BLOCK_R, 1)
+    if HADAMARD:
         y = _butterfly(y, BLOCK_R, 2)
         y = _butterfly(y, BLOCK_R, 4)
         y = _butterfly(y, BLOCK_R, 8)
@@ -305,8 +379,6 @@ def quant_q_kernel(
         y = _butterfly(y, BLOCK_R, 32)
         y = _butterfly(y, BLOCK_R, 64)
         y = y * _const(0x3DB504F3)  # 0x1.6a09e6p-4f
-    else:
-        y = tl.reshape(tl.join(xr, xi), (BLOCK_R, 128))
 
     ws = weight_scale
     hs = head_scale
@@ -317,20 +389,34 @@ def quant_q_kernel(
             y = _round_bf16(y)
         yb = tl.reshape(y, (BLOCK_R, 4, 32))
         amax = _row_amax(yb, 2)
-        if VLLM:
+        if QUANT == 1:  # vLLM's MXFP4
             ratio = _fmax_floor(amax, _const(0x01C00000)) * _const(0x3E2AAAAB)
             rb = _bits(ratio)
             ex = tl.where((rb & 0x7F800000) == 0x7F800000, 254, ((rb + 0x7FFFFF) >> 23) & 0xFF)
-        else:
+            ex = ex.to(tl.uint32)
+            inv = _f32((254 - ex) << 23)
+        elif QUANT == 4:  # SGLang V4.1's packer (fp4_rne)
+            ex = _rne_exponent(amax)
+            inv = tl.where(ex == 254, _const(0x00400000), _f32((254 - ex) << 23))  # 2^-127 exact
+        elif QUANT == 5:  # fp4_two_stage: a fake quantization, then the packer on its values
+            e1 = _exp_up(_fmax_floor(amax, _const(0x01C00000)) * _const(0x3E2AAAAB))  # Inf: 255
+            sc1 = _f32(e1 << 23)
+            inv1 = _f32((254 - e1) << 23)  # 32-bit unsigned: e1 = 255 gives -Inf
+            u = yb * inv1[:, :, None]  # fma(x, inv, +0) but for the sign of a zero (unseen)
+            g = _e2m1_value(_e2m1_mag_even(u))
+            yb = tl.where(u < 0.0, _neg(g), g) * sc1[:, :, None]
+            ex = _rne_exponent(_row_amax(yb, 2))
+            inv = _f32((254 - ex) << 23)  # ex = 254: +0, as the engine's packer
+        else:  # SGLang's V4
             sc = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 6.0)
-            sb = _bits(sc)
-            ex = ((sb >> 23) & 0xFF) + ((sb & 0x7FFFFF) != 0).to(tl.uint32)
-        ex = ex.to(tl.uint32)
-        inv = _f32((254 - ex) << 23)
+            ex = _exp_up(sc)
+            inv = _f32((254 - ex) << 23)
         v = tl.reshape(yb * inv[:, :, None], (BLOCK_R, 64, 2))
         v0, v1 = tl.split(v)
-        if VLLM:
+        if QUANT == 1:
             code = _e2m1_vllm(v0) | (_e2m1_vllm(v1) << 4)
+        elif QUANT >= 4:
+            code = _e2m1_rne(v0) | (_e2m1_rne(v1) << 4)
         else:
             code = _e2m1_sglang(v0) | (_e2m1_sglang(v1) << 4)
         code = tl.where(valid[:, None], code, 0)
@@ -340,18 +426,34 @@ def quant_q_kernel(
         e1, e3 = tl.split(e13)
         sf = e0 | (e1 << 8) | (e2 << 16) | (e3 << 24)
         sf = tl.where(valid, sf, 0)
-        if FOLD == 1:
-            wo = w * ws
-        else:
-            wo = (w * ws) * hs
-        wo = tl.where(valid, wo, nan_w)
         tl.store(out_ptr + rows[:, None] * 64 + k[None, :], code.to(tl.uint8), mask=rmask[:, None])
         tl.store(sf_ptr + rows, sf.to(tl.int32, bitcast=True), mask=rmask)
-        tl.store(wout_ptr + rows, wo, mask=rmask)
+        if FOLD != 5:
+            if FOLD == 1:
+                wo = w * ws
+            elif FOLD == 4:
+                wo = _round_bf16(w * ws)
+            else:
+                wo = (w * ws) * hs
+            wo = tl.where(valid, wo, nan_w)
+            tl.store(wout_ptr + rows, wo, mask=rmask)
     else:
         # ---- FP8: one scale per row
         amax = _row_amax(y, 1)
-        if VLLM:
+        if QUANT == 2:  # vLLM's CuTe: e of fmax(amax, 1e-4) * fl(1/448) rounded up (Inf: 255)
+            ec = (((_bits(_fmax_floor(amax, _const(0x38D1B717)) * _const(0x3B124925)) + 0x7FFFFF)
+                   >> 23) & 0xFF)
+            scale = _f32(ec << 23)
+            inv = _f32((254 - ec) << 23)  # 32-bit unsigned: ec = 255 gives -Inf
+            v = y * inv[:, None]
+            code = tl.where(v != v, 0x7F, _e4m3fn(v, False))
+        elif QUANT == 3:  # vLLM's V3.2: pow2ceil(fmax(amax, 1e-10) * fl(1/448)), NaN -> 0x7e
+            qs = _fmax_floor(amax, _const(0x2EDBE6FF)) * _const(0x3B124925)
+            scale = _f32((((_bits(qs) + 0x7FFFFF) >> 23) & 0xFF) << 23)
+            inv = tl.math.div_rn(1.0, scale)  # exact: see the vllm case below
+            v = y * inv[:, None]
+            code = tl.where(v != v, 0x7E, _e4m3fn(v, False))
+        elif QUANT == 1:
             qs = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 448.0)
             scale = _f32((((_bits(qs) + 0x7FFFFF) >> 23) & 0xFF) << 23)  # pow2_ceil
             # x / scale for a power of two (or +Inf) scale: 1 / scale is exact (a power of two,
@@ -370,19 +472,22 @@ def quant_q_kernel(
             if FMT == 1:
                 code = tl.where(code == 0x80, 0, code)
         code = tl.where(valid[:, None], code, 0)
-        if FOLD == 0:
-            wo = (w * ws) * scale
-        elif FOLD == 1:
-            wo = w * ws
-        elif FOLD == 2:
-            wo = ((w * scale) * ws) * hs
-        else:
-            wo = (w * ws) * hs
-        if FMT == 1:
-            wo = wo * 2.0
-        wo = tl.where(valid, wo, nan_w)
         tl.store(out_ptr + rows[:, None] * 128 + i[None, :], code.to(tl.uint8), mask=rmask[:, None])
-        tl.store(wout_ptr + rows, wo, mask=rmask)
+        if FOLD != 5:
+            if FOLD == 0:
+                wo = (w * ws) * scale
+            elif FOLD == 1:
+                wo = w * ws
+            elif FOLD == 2:
+                wo = ((w * scale) * ws) * hs
+            elif FOLD == 4:
+                wo = _round_bf16(w * ws)
+            else:
+                wo = (w * ws) * hs
+            if FMT == 1:
+                wo = wo * 2.0
+            wo = tl.where(valid, wo, nan_w)
+            tl.store(wout_ptr + rows, wo, mask=rmask)
 
 
 # ---- launcher ---------------------------------------------------------------------------------
@@ -428,13 +533,20 @@ def launch(info, q_input: torch.Tensor, q_out: torch.Tensor, q_sf: Optional[torc
     br = block_rows or default_block_rows(n_rows, q_input.device.type)
     nw = num_warps or default_num_warps(br)
     out = q_out.view(torch.uint8)
+    # arguments the recipe does not take (0-element tensors) are never read: any pointer will do
+    if not consts["ROPE"]:
+        freqs, positions = q_input, q_input
+    if consts["FOLD"] == 5:
+        weight, weights_out = q_input, out
     sf = q_sf if q_sf is not None else weights_out  # unused by FP8 kernels: any pointer
     grid = (triton.cdiv(n_rows, br),)
     quant_q_kernel[grid](
         q_input, weight, freqs, positions, out, sf, weights_out,
-        n_rows, H, weight.stride(0), freqs.shape[0],
+        n_rows, H, weight.stride(0) if consts["FOLD"] != 5 else 0,
+        freqs.shape[0] if consts["ROPE"] else 0,
         _f32_round(weight_scale), _f32_round(head_scale),
-        IN_KIND=_IN_KIND[q_input.dtype], W_KIND=_IN_KIND[weight.dtype],
+        IN_KIND=_IN_KIND[q_input.dtype],
+        W_KIND=_IN_KIND[weight.dtype] if consts["FOLD"] != 5 else _IN_KIND[q_input.dtype],
         BLOCK_R=br, num_warps=nw, enable_fp_fusion=False, **consts,
     )
 

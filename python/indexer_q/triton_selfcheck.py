@@ -30,7 +30,7 @@ import torch
 DATA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "triton_selfcheck.bin")
 
 _DT = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "I32": torch.int32,
-       "I64": torch.int64, "U8": torch.uint8, "F8_E4M3": torch.float8_e4m3fn}
+       "I8": torch.int8, "I64": torch.int64, "U8": torch.uint8, "F8_E4M3": torch.float8_e4m3fn}
 _DT_NAME = {v: k for k, v in _DT.items()}
 
 
@@ -70,7 +70,8 @@ _NON_EDGE_ROWS = 4  # rows taken from each file that is not an edge case (spread
 def build(golden_dir: str) -> bytes:
     """The check data, from the golden files under golden_dir (deterministic bytes)."""
     files = []
-    for sub in ("", "variants", "vllm"):
+    for sub in ("", "variants", "vllm", "vllm_v32", "vllm_cutedsl", "sgl_v41_fp4_rope_pack",
+                "sgl_v41_fp4_quant"):
         d = os.path.join(golden_dir, sub)
         files += [os.path.join(sub, f) for f in sorted(os.listdir(d)) if f.endswith(".safetensors")]
     tensors: Dict[str, torch.Tensor] = {}
@@ -87,25 +88,34 @@ def build(golden_dir: str) -> bytes:
             rows = sorted({(i * (n - 1)) // (_NON_EDGE_ROWS - 1) for i in range(_NON_EDGE_ROWS)})
         sel = torch.tensor(rows, dtype=torch.int64)
         tok = sel // H
-        pos = t["positions"].to(torch.int64)[tok]
-        used, remap = torch.unique(pos, sorted=True, return_inverse=True)
         p = f"c{k}."
         tensors[p + "q_input"] = t["q_input"].reshape(n, 1, 128)[sel].contiguous()
-        tensors[p + "weight"] = t["weight"].reshape(n, 1)[sel].contiguous()
-        tensors[p + "freqs"] = t["freqs"][used].contiguous()
-        tensors[p + "positions"] = remap.to(t["positions"].dtype)
+        if "positions" in t:  # a form without RoPE has no freqs / positions
+            pos = t["positions"].to(torch.int64)[tok]
+            used, remap = torch.unique(pos, sorted=True, return_inverse=True)
+            tensors[p + "freqs"] = t["freqs"][used].contiguous()
+            tensors[p + "positions"] = remap.to(t["positions"].dtype)
+        if "weight" in t:  # a form without weights has no weight / weights_out
+            tensors[p + "weight"] = t["weight"].reshape(n, 1)[sel].contiguous()
         fp4 = "q_fp4" in t
         if fp4:
             tensors[p + "q_out"] = t["q_fp4"].view(torch.uint8).reshape(n, 1, 64)[sel].contiguous()
             tensors[p + "q_sf"] = t["q_sf"].reshape(n, 1)[sel].contiguous()
         else:
             tensors[p + "q_out"] = t["q_fp8"].view(torch.uint8).reshape(n, 1, 128)[sel].contiguous()
-        tensors[p + "weights_out"] = t["weights_out"].reshape(n, 1)[sel].contiguous()
-        if "softmax_scale" in meta:  # vLLM's files: the Python floats vLLM passed
-            ws = meta.get("softmax_scale_arg", meta["softmax_scale"])
-            hs = meta.get("head_scale_arg", meta["head_scale"])
-        else:
+        if "weights_out" in t:
+            tensors[p + "weights_out"] = t["weights_out"].reshape(n, 1)[sel].contiguous()
+        if "scale_arg" in meta:  # vLLM's CuTe kernel: one factor fl32(softmax_scale * head_scale)
+            ws, hs = meta["scale_arg"], "1.0"
+        elif "softmax_scale_arg" in meta or "softmax_scale" in meta:  # vLLM's: its Python floats
+            ws = meta.get("softmax_scale_arg", meta.get("softmax_scale"))
+            hs = meta.get("head_scale_arg", meta.get("head_scale"))
+        elif "weight_scale_arg" in meta:  # SGLang V4.1
+            ws, hs = meta["weight_scale_arg"], "1.0"
+        elif "weight_scale" in meta:
             ws, hs = meta["weight_scale"], "1.0"
+        else:  # no weights
+            ws, hs = "1.0", "1.0"
         cases.append({"id": p[:-1], "source": rel, "recipe": recipe, "rows": len(rows),
                       "weight_scale": ws, "head_scale": hs})
     meta_out = {"cases": json.dumps(cases, sort_keys=True), "golden_dir": "tests/data/golden"}
@@ -153,19 +163,24 @@ def run_check(device: torch.device, runner: Runner, recipe_info, resolve,
             recipes.append(twin)
         for recipe in recipes:
             info = recipe_info(recipe)
-            want_q, want_w = c["q_out"], c["weights_out"]
+            want_q, want_w = c["q_out"], c["weights_out"]  # want_w None: no weights
             if info.format == "e4m3fnuz":
                 want_q = torch.where(want_q == 0x80, torch.zeros_like(want_q), want_q)
                 want_w = want_w * 2.0
             for dt in (torch.bfloat16, torch.float32):
+                # what a form does not take: 0-element tensors (the library's empty views)
+                empty = torch.empty(0, device=device)
                 q_in = c["q_input"].to(dt).to(device)
-                w_in = c["weight"].to(dt).to(device)
+                w_in = c["weight"].to(dt).to(device) if c["weight"] is not None else empty
                 q_out = torch.full(want_q.shape, 0x5A, dtype=torch.uint8, device=device)
                 q_sf = (torch.full(want_q.shape[:2], 0x5A5A5A5A, dtype=torch.int32, device=device)
                         if info.fp4 else None)
-                w_out = torch.full(want_w.shape, -7.25, dtype=torch.float32, device=device)
-                runner(recipe, q_in, q_out, q_sf, w_in, w_out, c["weight_scale"],
-                       c["freqs"].to(device), c["positions"].to(device), c["head_scale"])
+                w_out = (torch.full(want_w.shape, -7.25, dtype=torch.float32, device=device)
+                         if want_w is not None else empty)
+                freqs = c["freqs"].to(device) if c["freqs"] is not None else empty
+                pos = c["positions"].to(device) if c["positions"] is not None else empty
+                runner(recipe, q_in, q_out, q_sf, w_in, w_out, c["weight_scale"], freqs, pos,
+                       c["head_scale"])
                 what = f"{c['source']} rows={c['rows']} recipe={recipe} input={dt}"
                 nq = int((q_out.cpu() != want_q).sum())
                 if nq:
@@ -174,6 +189,8 @@ def run_check(device: torch.device, runner: Runner, recipe_info, resolve,
                     ns = int((q_sf.cpu() != c["q_sf"]).sum())
                     if ns:
                         problems.append(f"{what}: {ns} of {c['q_sf'].numel()} q_sf values differ")
+                if want_w is None:
+                    continue
                 got_w = w_out.cpu()
                 same = (got_w.view(torch.int32) == want_w.view(torch.int32)) | (
                     torch.isnan(got_w) & torch.isnan(want_w))

@@ -19,6 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 GOLDEN_DIR = os.path.join(ROOT, "tests", "data", "golden")
 GOLDEN_VARIANTS_DIR = os.path.join(GOLDEN_DIR, "variants")
 GOLDEN_VLLM_DIR = os.path.join(GOLDEN_DIR, "vllm")  # from vLLM's own kernels (SPEC-vllm.md)
+# more engines' forms (SPEC-more-forms.md): vLLM V3.2 and CuTe DSL, SGLang V4.1 FP4
+GOLDEN_MORE_DIRS = ("vllm_v32", "vllm_cutedsl", "sgl_v41_fp4_rope_pack", "sgl_v41_fp4_quant")
 
 CUDA_OK = torch.cuda.is_available()
 DEVICES = [
@@ -34,6 +36,9 @@ OPS = {"native": NATIVE, "composed": COMPOSED}
 QUANT = torch.ops.indexer_q.quant_q
 QUANT_COMPOSED = torch.ops.indexer_q.quant_q_composed
 QUANT_OPS = {"native": QUANT, "composed": QUANT_COMPOSED}
+# the library's scalar reference (CPU tensors): what the others are compared with while a backend
+# is being changed
+QUANT_REFERENCE = torch.ops.indexer_q.quant_q_reference
 RECIPES = indexer_q.RECIPES
 
 # ---- a minimal safetensors reader (8-byte little-endian header size, JSON header, raw data) ----
@@ -45,6 +50,7 @@ _ST_DTYPES = {
     "I32": torch.int32,
     "I64": torch.int64,
     "U8": torch.uint8,
+    "I8": torch.int8,
     "F8_E4M3": torch.float8_e4m3fn,
 }
 # (the variant files store q_fp4 as U8 and q_sf as I32)
@@ -80,6 +86,30 @@ def golden_vllm_files():
     return sorted(f for f in os.listdir(GOLDEN_VLLM_DIR) if f.endswith(".safetensors"))
 
 
+def golden_more_files():
+    """Paths relative to GOLDEN_DIR of the golden files of SPEC-more-forms.md's forms."""
+    out = []
+    for d in GOLDEN_MORE_DIRS:
+        full = os.path.join(GOLDEN_DIR, d)
+        out += [os.path.join(d, f) for f in sorted(os.listdir(full)) if f.endswith(".safetensors")]
+    return out
+
+
+def absent_args(recipe, weight, weights_out, freqs, positions, device="cpu"):
+    """The operator's weight / weights_out / freqs / positions for `recipe`: a 0-element tensor
+    (which the binding passes as the library's empty view) where the recipe takes none."""
+    info = indexer_q.recipe_info(recipe)
+
+    def empty(t):
+        return torch.empty(0, device=t.device if isinstance(t, torch.Tensor) else device)
+
+    if not info.weights:
+        weight, weights_out = empty(weight), empty(weights_out)
+    if not info.rope:
+        freqs, positions = empty(freqs), empty(positions)
+    return weight, weights_out, freqs, positions
+
+
 def fnuz_twin(recipe):
     """The recipe's FNUZ twin, or None (FP4, already FNUZ, or none in the library: vllm_*)."""
     try:
@@ -95,7 +125,7 @@ def golden_recipe_cases():
     where the library has one (expected outputs derived from the FN ones, SPEC-variants.md)."""
     cases = []
     for rel in (golden_files() + [os.path.join("variants", f) for f in golden_variant_files()]
-                + [os.path.join("vllm", f) for f in golden_vllm_files()]):
+                + [os.path.join("vllm", f) for f in golden_vllm_files()] + golden_more_files()):
         _, meta = read_safetensors_header(os.path.join(GOLDEN_DIR, rel))
         recipe = meta.get("variant", "v4_fp8")
         cases.append((rel, recipe))
@@ -118,7 +148,19 @@ def load_golden(rel, recipe, device="cpu"):
     head_scale): weight_scale = softmax_scale and head_scale as the Python floats vLLM passes
     (`*_arg`; their float32 roundings are the metadata values), weights_out (B, H)."""
     t, meta = read_safetensors(os.path.join(GOLDEN_DIR, rel))
-    if "softmax_scale" in meta:
+    if "scale_arg" in meta:  # vLLM's CuTe kernel: ONE factor fl32(softmax_scale * head_scale)
+        ws, hs = float(meta["scale_arg"]), 1.0
+        assert torch.tensor(ws, dtype=torch.float32).item() == float(meta["scale_f32"])
+    elif "softmax_scale_arg" in meta and "softmax_scale" not in meta:  # vLLM V3.2
+        ws, hs = float(meta["softmax_scale_arg"]), float(meta["head_scale_arg"])
+        assert torch.tensor(ws, dtype=torch.float32).item() == float(meta["softmax_scale_f32"])
+        assert torch.tensor(hs, dtype=torch.float32).item() == float(meta["head_scale_f32"])
+    elif "weight_scale_arg" in meta:  # SGLang V4.1 rope-pack
+        ws, hs = float(meta["weight_scale_arg"]), 1.0
+        assert torch.tensor(ws, dtype=torch.float32).item() == float(meta["weight_scale_f32"])
+    elif "weight_scale" not in meta and "softmax_scale" not in meta:  # no weights
+        ws, hs = 1.0, 1.0
+    elif "softmax_scale" in meta:
         ws = float(meta.get("softmax_scale_arg", meta["softmax_scale"]))
         hs = float(meta.get("head_scale_arg", meta["head_scale"]))
         # the float32 values the kernels used
@@ -126,10 +168,15 @@ def load_golden(rel, recipe, device="cpu"):
         assert torch.tensor(hs, dtype=torch.float32).item() == float(meta["head_scale"])
     else:
         ws, hs = float(meta["weight_scale"]), 1.0
-    inputs = {k: t[k].to(device) for k in ("q_input", "weight", "freqs", "positions")}
+    # the inputs a recipe does not take are None (no freqs / positions / weight in the file)
+    inputs = {k: (t[k].to(device) if k in t else None)
+              for k in ("q_input", "weight", "freqs", "positions")}
     info = indexer_q.recipe_info(recipe)
-    if info.fp4:
-        return inputs, ws, hs, (t["q_fp4"].view(torch.uint8), t["q_sf"], t["weights_out"])
+    b, h = t["q_input"].shape[0], t["q_input"].shape[1]
+    w_want = t["weights_out"] if info.weights else None
+    if info.fp4:  # SGLang V4.1 stores (B * H, 64) int8 and (B * H,): the same bytes
+        return inputs, ws, hs, (t["q_fp4"].view(torch.uint8).reshape(b, h, 64),
+                                t["q_sf"].reshape(b, h), w_want)
     q = t["q_fp8"].view(torch.uint8)
     w = t["weights_out"]
     if info.format == "e4m3fnuz":  # SPEC-variants.md: same bytes except 0x80 -> 0x00, w * 2
@@ -155,7 +202,12 @@ def new_recipe_outputs(recipe, q_input, raw=False, w2d=None, poison=True):
     else:
         dt = torch.float8_e4m3fnuz if info.format == "e4m3fnuz" else torch.float8_e4m3fn
         q_out = torch.empty((b, h, 128), dtype=torch.uint8 if raw else dt, device=dev)
-    two_d = info.vllm if w2d is None else w2d
+    if not info.weights:  # the recipe writes no weights_out: a 0-element tensor (empty view)
+        if not poison:
+            return q_out, q_sf, torch.empty(0, device=dev)
+        q_out.view(torch.uint8).fill_(0x5A)
+        return q_out, q_sf, torch.empty(0, device=dev)
+    two_d = info.weights_2d if w2d is None else w2d
     w_shape = (b, h) if two_d else (b, h, 1)
     if not poison:
         return q_out, q_sf, torch.empty(w_shape, dtype=torch.float32, device=dev)
@@ -172,6 +224,8 @@ def assert_same_outputs(got, want, what=""):
         assert x.dtype == y.dtype == torch.int32 and x.shape == y.shape
         diff = int((x != y).sum())
         assert diff == 0, f"{what} q_sf: {diff} of {x.numel()} values differ"
+    if want[2] is None or (got[2] is not None and got[2].numel() == 0 and want[2].numel() == 0):
+        return  # a recipe without weights
     assert_same_f32(got[2], want[2], f"{what} weights_out")
 
 

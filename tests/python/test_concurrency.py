@@ -15,7 +15,8 @@ import time
 import pytest
 import torch
 
-from conftest import QUANT, QUANT_COMPOSED, RECIPES, assert_same_outputs, new_recipe_outputs
+from conftest import (QUANT, QUANT_COMPOSED, RECIPES, absent_args, assert_same_outputs,
+                      new_recipe_outputs)
 from test_composed_vs_native import make_case
 
 import indexer_q
@@ -44,6 +45,7 @@ def _call(op, case):
     recipe, q, w, ws, freqs, positions, hs = case
     outs = new_recipe_outputs(recipe, q)
     q_out, q_sf, w_out = outs
+    w, w_out, freqs, positions = absent_args(recipe, w, w_out, freqs, positions)
     op(recipe, q, q_out, q_sf, w, w_out, ws, freqs, positions, head_scale=hs)
     return outs
 

@@ -64,3 +64,32 @@ def test_golden_as_fp32_inputs(name, impl, device):
     OPS[impl](q, q_fp8, w, w_out, ws, x["freqs"], x["positions"])
     assert_same_fp8(q_fp8, want_q, f"{name} fp32 {impl}")
     assert_same_f32(w_out, want_w, f"{name} fp32 {impl}")
+
+
+# ---- every golden file of every form (SPEC-more-forms.md's included) through quant_q -------------
+from conftest import (QUANT_OPS, QUANT_REFERENCE, absent_args, assert_same_outputs,  # noqa: E402
+                      golden_more_files, golden_recipe_cases, load_golden, new_recipe_outputs)
+
+_CASES = golden_recipe_cases()
+
+
+def test_golden_more_forms_present():
+    # the engines' forms of SPEC-more-forms.md: each file's metadata names its recipe
+    rels = golden_more_files()
+    assert len(rels) >= 18, rels
+    recipes = {r for f, r in _CASES if f in rels}
+    assert recipes == {"vllm_v32_fp8_neox", "vllm_v32_fp8_gptj", "vllm_v4_fp8_cutedsl",
+                       "sgl_v41_fp4_rope_pack", "sgl_v41_fp4_quant_rne"}, recipes
+
+
+@pytest.mark.parametrize("impl", ["reference", "native", "composed"])
+@pytest.mark.parametrize("rel,recipe", _CASES, ids=[f"{r}-{os.path.basename(f)[:-12]}"
+                                                     for f, r in _CASES])
+def test_golden_every_form(rel, recipe, impl):
+    x, ws, hs, want = load_golden(rel, recipe)
+    op = QUANT_REFERENCE if impl == "reference" else QUANT_OPS[impl]
+    q_out, q_sf, w_out = new_recipe_outputs(recipe, x["q_input"],
+                                            w2d=want[2] is not None and want[2].dim() == 2)
+    w, w_arg, freqs, pos = absent_args(recipe, x["weight"], w_out, x["freqs"], x["positions"])
+    op(recipe, x["q_input"], q_out, q_sf, w, w_arg, ws, freqs, pos, head_scale=hs)
+    assert_same_outputs((q_out, q_sf, w_out), want, f"{rel} {recipe} {impl}")

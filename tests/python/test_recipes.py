@@ -10,9 +10,11 @@ import pytest
 import torch
 
 import indexer_q
-from conftest import (CUDA_OK, DEVICES, NATIVE, QUANT, QUANT_COMPOSED, QUANT_OPS, RECIPES, ROOT,
-                      assert_same_fp8, assert_same_outputs, golden_recipe_cases, halves_table,
-                      fnuz_twin, load_golden, new_recipe_outputs)
+from conftest import (CUDA_OK, DEVICES, NATIVE, QUANT, QUANT_COMPOSED, QUANT_OPS, QUANT_REFERENCE,
+                      RECIPES, ROOT, absent_args, assert_same_fp8, assert_same_outputs,
+                      golden_recipe_cases, halves_table, fnuz_twin, load_golden,
+                      new_recipe_outputs)
+from conftest import GOLDEN_DIR, read_safetensors_header
 from test_composed_vs_native import make_case
 
 FP8_RECIPES = [r for r in RECIPES if not indexer_q.recipe_info(r).fp4]
@@ -24,8 +26,10 @@ def call(op, recipe, x, outs, ws, hs=None):
     """The operator; head_scale passed only when given (hs=None: the schema's default, 1.0)."""
     q_out, q_sf, w_out = outs
     kw = {} if hs is None else {"head_scale": hs}
-    op(recipe, x["q_input"], q_out, q_sf, x["weight"], w_out, ws, x["freqs"], x["positions"],
-       **kw)
+    # a recipe without RoPE / weights: 0-element tensors there (the library's empty views)
+    w, w_out, freqs, pos = absent_args(recipe, x["weight"], w_out, x["freqs"], x["positions"],
+                                       x["q_input"].device)
+    op(recipe, x["q_input"], q_out, q_sf, w, w_out, ws, freqs, pos, **kw)
 
 
 def head_scale_of(recipe, H):
@@ -50,7 +54,7 @@ def test_recipe_list_is_the_librarys():
             twin = indexer_q.resolve_recipe(name, torch.float8_e4m3fnuz)
             assert twin == name + "_fnuz", twin
             assert indexer_q.recipe_info(twin)._replace(name=name, format="e4m3fn") == info
-        elif info.format == "e4m3fn":  # vLLM's: no FNUZ form (SPEC-vllm.md leaves gfx942 open)
+        elif info.format == "e4m3fn":  # the other engines': no FNUZ form in the library
             with pytest.raises(ValueError, match="indexer_q: out_dtype: recipe " + name):
                 indexer_q.resolve_recipe(name, torch.float8_e4m3fnuz)
 
@@ -66,19 +70,43 @@ def test_recipe_descriptors():
     assert v4.quant == v32.quant == rf.quant == fp4.quant == "sglang"
     vf8, vf4 = indexer_q.recipe_info("vllm_v4_fp8"), indexer_q.recipe_info("vllm_v4_mxfp4")
     assert vf8 == indexer_q.RecipeInfo(
-        "vllm_v4_fp8", "last64", "halves", False, True, False, "e4m3fn", "vllm",
-        "scale_then_two_factors")
+        name="vllm_v4_fp8", rope_dims="last64", rope_pairs="adjacent", freqs_layout="halves",
+        hadamard=False, bf16_after_rope=True, bf16_after_hadamard=False, format="e4m3fn",
+        quant="vllm", fold="scale_then_two_factors")
     assert vf4 == vf8._replace(name="vllm_v4_mxfp4", format="e2m1", fold="two_factors")
     assert vf8.vllm and vf4.vllm and vf4.fp4 and not v4.vllm
+    assert vf8.weights_2d and vf8.two_factors and not v4.weights_2d and not v4.two_factors
+    # the forms of SPEC-more-forms.md
+    neox, gptj, cute, pack, rne = (indexer_q.recipe_info(r) for r in (
+        "vllm_v32_fp8_neox", "vllm_v32_fp8_gptj", "vllm_v4_fp8_cutedsl", "sgl_v41_fp4_rope_pack",
+        "sgl_v41_fp4_quant_rne"))
+    assert (neox.rope_dims, neox.rope_pairs, neox.quant) == ("first64", "neox", "vllm_v32")
+    assert gptj == neox._replace(name="vllm_v32_fp8_gptj", rope_pairs="adjacent")
+    assert neox.vllm and neox.two_factors and neox.weights_2d
+    assert cute.quant == "vllm_cute" and cute.fold == "times_scale" and cute.vllm
+    assert not cute.two_factors
+    assert pack.fp4 and pack.quant == "fp4_two_stage" and pack.fold == "no_scale_bf16"
+    assert pack.weights_2d and not pack.vllm and pack.rope and pack.weights
+    assert rne.fp4 and rne.rope_dims == "none" and not rne.rope and rne.fold == "none"
+    assert not rne.weights and not rne.weights_2d
 
 
 def test_recipe_info_op_gives_the_librarys_names():
     # "column=value" strings, the values named by the library (indexer_q.h *_name functions)
     cols = list(torch.ops.indexer_q.recipe_info("vllm_v4_mxfp4"))
-    assert cols == ["rope_dims=last64", "freqs_layout=halves", "hadamard=false",
-                    "bf16_after_rope=true", "bf16_after_hadamard=false", "format=e2m1",
-                    "quant=vllm", "fold=two_factors"], cols
+    assert cols == ["rope_dims=last64", "rope_pairs=adjacent", "freqs_layout=halves",
+                    "hadamard=false", "bf16_after_rope=true", "bf16_after_hadamard=false",
+                    "format=e2m1", "quant=vllm", "fold=two_factors"], cols
     assert [c.split("=")[0] for c in cols] == list(indexer_q.RecipeInfo._fields[1:])
+    # the columns are the library's list, recipe_columns.inc (IQ_COLUMN / IQ_FLAG), in its order
+    inc = open(os.path.join(ROOT, "include", "indexer_q", "recipe_columns.inc")).read()
+    declared = re.findall(r"^IQ_(?:COLUMN\(\w+, (\w+),|FLAG\((\w+),)", inc, re.M)
+    assert [a or b for a, b in declared] == list(indexer_q.RecipeInfo._fields[1:])
+    # every column value of every recipe is one the library declares (IQ_VALUE) or a flag
+    names = set(re.findall(r'^\s*IQ_VALUE\(\w+, \w+, "(\w+)"', inc, re.M))
+    for r in indexer_q.RECIPES:
+        for c in torch.ops.indexer_q.recipe_info(r):
+            assert c.split("=", 1)[1] in names | {"true", "false"}, (r, c)
     import indexer_q._ops as ops
     assert not hasattr(ops, "_ENUMS")  # no mirrored table of the C++ enum names
 
@@ -139,8 +167,12 @@ def test_golden_python_api(rel, recipe, device):
             sf = None
             assert q.dtype == (torch.float8_e4m3fnuz if info.format == "e4m3fnuz"
                                else torch.float8_e4m3fn)
-        assert q.device == x["q_input"].device and w.device == q.device
-        assert w.dtype == torch.float32 and tuple(w.shape) == tuple(want[2].shape)
+        assert q.device == x["q_input"].device
+        if not info.weights:
+            assert w is None
+        else:
+            assert w.device == q.device
+            assert w.dtype == torch.float32 and tuple(w.shape) == tuple(want[2].shape)
         assert_same_outputs((q, sf, w), want, f"{rel} {recipe} {what}")
 
     # the general entry point: by the recipe's own name, and FN name + out_dtype for FNUZ
@@ -154,6 +186,39 @@ def test_golden_python_api(rel, recipe, device):
         check(indexer_q.quant_q(recipe, *args[:3], freqs_cis, args[4]), "quant_q freqs_cis")
     elif base == "v32_fp8":
         check(indexer_q.fused_q_indexer_rope_first_quant(*args, out_dtype=out_dtype), "v32 api")
+    elif info.quant == "vllm_v32":  # vLLM's V3.2 call, is_neox picking the pairs
+        res = indexer_q.fused_indexer_q_rope_quant_v32(
+            x["positions"], x["q_input"], x["freqs"], x["weight"], ws, hs,
+            info.rope_pairs == "neox")
+        assert tuple(res[1].shape) == tuple(x["weight"].shape)  # weights_out (T, H)
+        check(res, "vllm v32 api")
+    elif info.quant == "vllm_cute":  # vLLM's V4 call with the CuTe kernel's numerics
+        _, meta = read_safetensors_header(os.path.join(GOLDEN_DIR, rel))
+        res = indexer_q.fused_indexer_q_rope_quant_cutedsl(
+            x["positions"], x["q_input"], x["freqs"], x["weight"],
+            float(meta["softmax_scale_arg"]), float(meta["head_scale_arg"]))
+        assert tuple(res[1].shape) == tuple(x["weight"].shape)
+        check(res, "vllm cutedsl api")
+    elif recipe == "sgl_v41_fp4_rope_pack":  # SGLang V4.1's call and its result shapes
+        t, h = x["q_input"].shape[:2]
+        payload, scale, w = indexer_q.index_q_rope_pack_weights(
+            x["q_input"], x["freqs"], x["positions"], x["weight"], ws)
+        assert payload.dtype == torch.int8 and tuple(payload.shape) == (t * h, 64)
+        assert scale.dtype == torch.int32 and tuple(scale.shape) == (t * h,)
+        assert w.dtype == torch.float32 and tuple(w.shape) == (t, h)
+        check(((payload.view(t, h, 64).view(torch.uint8), scale.view(t, h)), w), "v41 pack api")
+        freqs_cis = torch.view_as_complex(x["freqs"].view(-1, 32, 2))
+        payload2, _, _ = indexer_q.index_q_rope_pack_weights(
+            x["q_input"], freqs_cis, x["positions"], x["weight"], ws)
+        assert torch.equal(payload2, payload)
+    elif recipe == "sgl_v41_fp4_quant_rne":  # SGLang V4.1's packer on q.flatten(0, 1)
+        t, h = x["q_input"].shape[:2]
+        q4, sf4 = indexer_q.quantize_fp4_indexer_tensor(x["q_input"].flatten(0, 1), rne=True)
+        assert q4.dtype == torch.int8 and tuple(q4.shape) == (t * h, 64)
+        assert sf4.dtype == torch.int32 and tuple(sf4.shape) == (t * h,)
+        check(((q4.view(t, h, 64).view(torch.uint8), sf4.view(t, h)), None), "v41 quant api")
+        with pytest.raises(ValueError, match="indexer_q: rne"):
+            indexer_q.quantize_fp4_indexer_tensor(x["q_input"].flatten(0, 1), rne=False)
     elif info.vllm:  # vLLM's call: argument order, Python-float scales, vLLM's result shapes
         res = indexer_q.fused_indexer_q_rope_quant(
             x["positions"], x["q_input"], x["freqs"], x["weight"], ws, hs, use_fp4=info.fp4)
@@ -212,13 +277,18 @@ def recipe_case(recipe, B, H, dtype, seed):
     overflowing rows, weight row stride H or H + 5) with the freqs table the recipe reads."""
     pos_dtype = torch.int32 if seed % 2 else torch.int64
     q, w, ws, freqs, pos = make_case(B, H, dtype, pos_dtype, 0 if B % 2 == 0 else 5, seed)
-    if indexer_q.recipe_info(recipe).freqs_layout == "halves":
+    info = indexer_q.recipe_info(recipe)
+    if info.freqs_layout == "halves":
         freqs = halves_table(freqs)
+    if not info.rope:  # the recipe takes no freqs / positions
+        freqs = pos = None
+    if not info.weights:
+        w = None
     return {"q_input": q, "weight": w, "freqs": freqs, "positions": pos}, ws
 
 
 def to_device(x, device):
-    return {k: v.to(device) for k, v in x.items()}
+    return {k: (v.to(device) if v is not None else None) for k, v in x.items()}
 
 
 def run_op(op, recipe, x, ws, raw=False, hs=None, w2d=None):
@@ -235,14 +305,17 @@ def test_composed_equals_native(recipe, B, H, dtype, device):
     x, ws = recipe_case(recipe, B, H, dtype, seed)
     hs = head_scale_of(recipe, H)
     xd = to_device(x, device)
-    native = run_op(QUANT, recipe, xd, ws, hs=hs)
+    # the library's scalar reference (the executable spec) first: composed and native each
+    # against it, so a change in progress in one backend does not hide the other's result
+    reference = run_op(QUANT_REFERENCE, recipe, x, ws, hs=hs)
     composed = run_op(QUANT_COMPOSED, recipe, xd, ws, hs=hs)
+    assert_same_outputs(composed, reference, f"{recipe} composed vs reference")
+    native = run_op(QUANT, recipe, xd, ws, hs=hs)
+    assert_same_outputs(native, reference, f"{recipe} native ({device}) vs reference")
     assert_same_outputs(composed, native, f"{recipe} composed vs native")
-    if device != "cpu":
-        assert_same_outputs(native, run_op(QUANT, recipe, x, ws, hs=hs),
-                            f"{recipe} {device} vs cpu")
     info = indexer_q.recipe_info(recipe)
-    if B == 333 and info.vllm:  # the grid really covers the hard cases of vLLM's quantizer
+    native = reference  # the coverage checks below: on the spec's bytes
+    if B == 333 and info.quant == "vllm":  # the grid covers the hard cases of vLLM's quantizer
         codes = native[0].cpu().view(torch.uint8)
         if info.fp4:
             nib = torch.cat([codes & 0x0F, codes >> 4])
@@ -256,7 +329,7 @@ def test_composed_equals_native(recipe, B, H, dtype, device):
             assert bool((codes == 0x7F).any())  # NaN (and Inf / Inf) codes
             assert bool((codes == 0x80).any())  # -0 kept
             assert bool((~torch.isfinite(native[2].cpu())).any())
-    elif B == 333:  # the grid really covers the hard cases
+    elif B == 333 and info.quant == "sglang":  # the grid really covers the hard cases
         codes = native[0].cpu().view(torch.uint8)
         w = native[2].cpu()
         if info.fp4:
@@ -276,7 +349,7 @@ def test_composed_equals_native(recipe, B, H, dtype, device):
             else:
                 assert bool((codes == 0x80).any())  # -0 occurs in the FN result
     if B == 0:
-        assert native[0].numel() == 0 and native[2].numel() == 0
+        assert native[0].numel() == 0 and (native[2] is None or native[2].numel() == 0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -344,8 +417,10 @@ def op_args(recipe, device, B=5, H=8, dtype=torch.bfloat16):
     x, ws = recipe_case(recipe, B, H, dtype, seed=11)
     x = to_device(x, device)
     q_out, q_sf, w_out = new_recipe_outputs(recipe, x["q_input"])
-    return (recipe, x["q_input"], q_out, q_sf, x["weight"], w_out, ws, x["freqs"],
-            x["positions"])
+    # a recipe without RoPE / weights: 0-element tensors there (the library's empty views)
+    w, w_out, freqs, pos = absent_args(recipe, x["weight"], w_out, x["freqs"], x["positions"],
+                                       device)
+    return (recipe, x["q_input"], q_out, q_sf, w, w_out, ws, freqs, pos)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -369,16 +444,24 @@ def test_torch_compile_fullgraph(recipe, device):
     fp4 = info.fp4
     hs = head_scale_of(recipe, 16)
 
+    if not info.rope:
+        freqs = pos = None  # the Python entry points take None for what a recipe does not read
+    if not info.weights:
+        w = None
+
     def f(q, w, freqs, pos):
-        if info.vllm:  # vLLM's call
+        if info.quant == "vllm":  # vLLM's call
             out, w_out = indexer_q.fused_indexer_q_rope_quant(pos, q, freqs, w, ws, hs,
                                                               use_fp4=fp4)
         else:
             out, w_out = indexer_q.quant_q(recipe, q, w, ws, freqs, pos)
+        if w_out is None:  # no weights
+            return out, q.sum()
         return out, w_out * 2.0  # something for the compiler to fuse around the op
 
     def g(q, w, freqs, pos):  # the operator itself, writing into buffers allocated in the graph
         q_out, q_sf, w_out = new_recipe_outputs(recipe, q, poison=False)
+        w, w_out, freqs, pos = absent_args(recipe, w, w_out, freqs, pos, q.device)
         QUANT(recipe, q, q_out, q_sf, w, w_out, ws, freqs, pos, head_scale=hs)
         return q_out, q_sf, w_out
 
@@ -389,6 +472,8 @@ def test_torch_compile_fullgraph(recipe, device):
         if fn is f:
             got = (*got[0], got[1]) if fp4 else (got[0], None, got[1])
             want = (*want[0], want[1]) if fp4 else (want[0], None, want[1])
+        if not info.weights:  # the second result is no weights_out
+            got, want = (got[0], got[1], None), (want[0], want[1], None)
         assert_same_outputs(got, want, f"compiled {recipe}")
 
 
@@ -396,6 +481,11 @@ def test_torch_compile_fullgraph(recipe, device):
 def test_meta_tensors(recipe):
     _, q, _, _, w, _, ws, freqs, pos = (a.to("meta") if isinstance(a, torch.Tensor) else a
                                         for a in op_args(recipe, "cpu"))
+    info = indexer_q.recipe_info(recipe)
+    if not info.rope:
+        freqs = pos = None
+    if not info.weights:
+        w = None
     out, w_out = indexer_q.quant_q(recipe, q, w, ws, freqs, pos)
     if indexer_q.recipe_info(recipe).fp4:
         q_fp4, q_sf = out
@@ -404,7 +494,10 @@ def test_meta_tensors(recipe):
         assert tuple(q_sf.shape) == (5, 8) and q_sf.dtype == torch.int32
     else:
         assert out.device.type == "meta" and tuple(out.shape) == (5, 8, 128)
-    shape = (5, 8) if indexer_q.recipe_info(recipe).vllm else (5, 8, 1)
+    if not info.weights:
+        assert w_out is None
+        return
+    shape = (5, 8) if info.weights_2d else (5, 8, 1)
     assert tuple(w_out.shape) == shape and w_out.dtype == torch.float32
 
 
@@ -550,7 +643,7 @@ def test_error_names_argument(name, recipe, arg, mutate, impl, device):
 
 
 @pytest.mark.parametrize("impl", ["native", "composed"])
-@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if indexer_q.recipe_info(r).rope])
 def test_positions_out_of_range_cpu(recipe, impl):
     args = op_args(recipe, "cpu")
     args[8][2] = args[7].shape[0]
@@ -578,6 +671,33 @@ def test_valid_call_writes_outputs(recipe, impl):
     if args[3] is not None:
         assert not bool((args[3] == 0x5A5A5A5A).any())
     assert not bool((args[5] == -7.25).any())
+
+
+@pytest.mark.parametrize("impl", ["native", "composed"])
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if not indexer_q.recipe_info(r).rope
+                                    or not indexer_q.recipe_info(r).weights])
+def test_absent_arguments(recipe, impl):
+    # a recipe without RoPE / weights takes 0-element tensors there (Python: None); a tensor with
+    # elements is named by the validator, and nothing is written
+    info = indexer_q.recipe_info(recipe)
+    args = op_args(recipe, "cpu")
+    QUANT_OPS[impl](*args)  # 0-element tensors: valid
+    x, _ = recipe_case(recipe, 5, 8, torch.bfloat16, seed=11)
+    res = indexer_q.quant_q(recipe, x["q_input"], None, 1.0, None, None,
+                            backend=None if impl == "native" else impl)
+    assert_same_outputs((*res[0], res[1]) if info.fp4 else (res[0], None, res[1]),
+                        (args[2], args[3], None if not info.weights else args[5]), recipe)
+    full = {"weight": torch.ones(5, 8), "weights_out": torch.ones(5, 8),
+            "freqs": torch.ones(4, 64), "positions": torch.zeros(5, dtype=torch.int64)}
+    idx = {"weight": 4, "weights_out": 5, "freqs": 7, "positions": 8}
+    names = ([] if info.rope else ["freqs", "positions"]) + ([] if info.weights else
+                                                             ["weight", "weights_out"])
+    for name in names:
+        bad = with_arg(op_args(recipe, "cpu"), idx[name], full[name])
+        msg = check_error(QUANT_OPS[impl], bad, name)
+        assert "expected an empty view" in msg, msg
+    with pytest.raises(TypeError, match="indexer_q: freqs: recipe v4_fp8 reads it"):
+        indexer_q.quant_q("v4_fp8", x["q_input"], torch.ones(5, 8), 1.0, None, None)
 
 
 def test_python_api_errors():
@@ -623,7 +743,8 @@ def identity_rope(B, recipe):
 
 
 def test_vllm_recipes_listed():
-    assert VLLM_RECIPES == ["vllm_v4_fp8", "vllm_v4_mxfp4"]
+    assert VLLM_RECIPES == ["vllm_v4_fp8", "vllm_v4_mxfp4", "vllm_v32_fp8_neox",
+                            "vllm_v32_fp8_gptj", "vllm_v4_fp8_cutedsl"]
 
 
 def pow2_ceil_f32(amax):
@@ -731,7 +852,8 @@ def test_vllm_mxfp4_edges(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("recipe", VLLM_RECIPES)
+@pytest.mark.parametrize("recipe", [r for r in VLLM_RECIPES if indexer_q.recipe_info(r).quant
+                                    == "vllm"])
 def test_vllm_two_factors_stay_two_multiplies(recipe, device):
     # rows with amax 448 (q_scale = 1): weights_out = (w * softmax_scale) * head_scale for both
     # forms; many bf16 weights where fl(fl(w * s) * h) != fl(w * fl(s * h))
@@ -760,7 +882,7 @@ def test_vllm_two_factors_stay_two_multiplies(recipe, device):
 
 
 @pytest.mark.parametrize("impl", ["native", "composed"])
-@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if indexer_q.recipe_info(r).weights])
 def test_weights_out_2d_and_3d(recipe, impl):
     # every recipe accepts weights_out as (B, H) and (B, H, 1): the same values
     x, ws = recipe_case(recipe, 7, 8, torch.bfloat16, seed=4)

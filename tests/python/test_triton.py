@@ -32,8 +32,8 @@ if not _CUDA and not triton_kernel.interpreting():  # imported earlier without t
 import triton.language as tl  # noqa: E402
 
 import indexer_q  # noqa: E402
-from conftest import (GOLDEN_DIR, QUANT, RECIPES, assert_same_outputs,  # noqa: E402
-                      golden_recipe_cases, load_golden, new_recipe_outputs)
+from conftest import (GOLDEN_DIR, QUANT, QUANT_REFERENCE, RECIPES, absent_args,  # noqa: E402
+                      assert_same_outputs, golden_recipe_cases, load_golden, new_recipe_outputs)
 
 DEV = "cuda" if _CUDA else "cpu"
 # numpy's notes on Inf / NaN arithmetic inside the interpreter (the kernel computes on edge rows
@@ -78,15 +78,28 @@ def test_fma_is_fused():
 
 def _run_triton(recipe, q, w, ws, freqs, pos, hs=1.0, w2d=None, raw=False):
     out = new_recipe_outputs(recipe, q, raw=raw, w2d=w2d)
-    TRITON(recipe, q, out[0], out[1], w, out[2], ws, freqs, pos, False, hs)
+    # a recipe without RoPE / weights: 0-element tensors there (the library's empty views)
+    w, w_out, freqs, pos = absent_args(recipe, w, out[2], freqs, pos, q.device)
+    TRITON(recipe, q, out[0], out[1], w, w_out, ws, freqs, pos, False, hs)
     return out
 
 
-def _run_native_cpu(recipe, q, w, ws, freqs, pos, hs=1.0, w2d=None, raw=False):
-    q, w, freqs, pos = q.cpu(), w.cpu(), freqs.cpu(), pos.cpu()
+def _run_cpu(op, recipe, q, w, ws, freqs, pos, hs=1.0, w2d=None, raw=False):
+    cpu = lambda t: t.cpu() if t is not None else None  # noqa: E731
+    q, w, freqs, pos = cpu(q), cpu(w), cpu(freqs), cpu(pos)
     out = new_recipe_outputs(recipe, q, raw=raw, w2d=w2d)
-    QUANT(recipe, q, out[0], out[1], w, out[2], ws, freqs, pos, False, hs)
+    w, w_out, freqs, pos = absent_args(recipe, w, out[2], freqs, pos)
+    op(recipe, q, out[0], out[1], w, w_out, ws, freqs, pos, False, hs)
     return out
+
+
+def _run_native_cpu(*args, **kw):
+    return _run_cpu(QUANT, *args, **kw)
+
+
+def _run_reference(*args, **kw):
+    """The library's scalar reference (the executable spec), on the CPU."""
+    return _run_cpu(QUANT_REFERENCE, *args, **kw)
 
 
 # ---- golden files ------------------------------------------------------------------------------
@@ -98,13 +111,13 @@ def test_golden(rel, recipe, fp32_inputs):
     x, ws, hs, want = load_golden(rel, recipe, DEV)
     q, w = x["q_input"], x["weight"]
     if fp32_inputs:  # bf16 -> fp32 is exact: same bytes
-        q, w = q.float(), w.float()
+        q, w = q.float(), (w.float() if w is not None else None)
     got = _run_triton(recipe, q, w, ws, x["freqs"], x["positions"], hs,
-                      w2d=want[2].dim() == 2)
+                      w2d=want[2] is not None and want[2].dim() == 2)
     assert_same_outputs(got, want, f"{rel} {recipe} triton {DEV}")
 
 
-# ---- random awkward grid vs the native CPU operator ----------------------------------------------
+# ---- random awkward grid vs the library's scalar reference (the native CPU operator's spec) -------
 _DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 _BS = [0, 1, 7, 333]
 _HS = [1, 8, 64, 128]
@@ -155,12 +168,12 @@ def _awkward_inputs(b, h, dt, seed):
 
 @needs_exact_fma
 @pytest.mark.parametrize("recipe,b,h,dt", _grid())
-def test_grid_vs_native_cpu(recipe, b, h, dt):
+def test_grid_vs_reference(recipe, b, h, dt):
     seed = 1000 * b + 10 * h + _DTYPES.index(dt) + RECIPES.index(recipe) * 7919
     q, w, freqs, pos = _awkward_inputs(b, h, dt, seed)
     ws, hs = 0.37, 0.125
     w2d = bool(seed % 2)
-    want = _run_native_cpu(recipe, q, w, ws, freqs, pos, hs, w2d=w2d)
+    want = _run_reference(recipe, q, w, ws, freqs, pos, hs, w2d=w2d)
     got = _run_triton(recipe, q.to(DEV), w.to(DEV), ws, freqs.to(DEV), pos.to(DEV), hs, w2d=w2d)
     assert_same_outputs(got, want, f"{recipe} B={b} H={h} {dt}")
 
@@ -171,7 +184,7 @@ def test_grid_vs_native_cpu(recipe, b, h, dt):
 def test_weight_dtype_independent_of_q_input(recipe, wdt):
     q, w, freqs, pos = _awkward_inputs(7, 8, torch.bfloat16, 11)
     w = w.to(wdt)
-    want = _run_native_cpu(recipe, q, w, 0.37, freqs, pos, 0.125)
+    want = _run_reference(recipe, q, w, 0.37, freqs, pos, 0.125)
     got = _run_triton(recipe, q.to(DEV), w.to(DEV), 0.37, freqs.to(DEV), pos.to(DEV), 0.125)
     assert_same_outputs(got, want, f"{recipe} weight {wdt}")
 
@@ -180,8 +193,14 @@ def test_weight_dtype_independent_of_q_input(recipe, wdt):
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_python_api_backend_triton(recipe):
     q, w, freqs, pos = _awkward_inputs(5, 4, torch.bfloat16, 7)
-    want = indexer_q.quant_q(recipe, q, w, 0.5, freqs, pos, head_scale=0.25)
-    got = indexer_q.quant_q(recipe, q.to(DEV), w.to(DEV), 0.5, freqs.to(DEV), pos.to(DEV),
+    info = indexer_q.recipe_info(recipe)
+    if not info.rope:  # the Python entry point takes None for what a recipe does not read
+        freqs = pos = None
+    if not info.weights:
+        w = None
+    dev = lambda t: t.to(DEV) if t is not None else None  # noqa: E731
+    want = indexer_q.quant_q(recipe, q, w, 0.5, freqs, pos, head_scale=0.25, backend="reference")
+    got = indexer_q.quant_q(recipe, q.to(DEV), dev(w), 0.5, dev(freqs), dev(pos),
                             head_scale=0.25, backend="triton")
     flat = lambda r: (r[0][0], r[0][1], r[1]) if isinstance(r[0], tuple) else (r[0], None, r[1])
     assert_same_outputs(flat(got), flat(want), f"{recipe} backend=triton")
@@ -287,7 +306,7 @@ def test_out_of_range_positions():
     pos[1] = freqs.shape[0]
     pos[3] = -1
     q, w, freqs, pos = q.to(DEV), w.to(DEV), freqs.to(DEV), pos.to(DEV)
-    for recipe in RECIPES:
+    for recipe in [r for r in RECIPES if indexer_q.recipe_info(r).rope]:
         if DEV == "cpu":  # the validator reads host positions: an error naming positions
             q_out, q_sf, w_out = new_recipe_outputs(recipe, q)
             with pytest.raises(RuntimeError, match="positions"):
@@ -399,7 +418,9 @@ def test_available_backends_names_each_path():
 
 
 # ---- what the compiler made of it (NVIDIA PTX) ---------------------------------------------------
-_PTX_RECIPES = list(RECIPES) if _CUDA else ["v4_fp8", "v4_fp4", "vllm_v4_fp8", "vllm_v4_mxfp4"]
+_PTX_RECIPES = list(RECIPES) if _CUDA else [
+    "v4_fp8", "v4_fp4", "vllm_v4_fp8", "vllm_v4_mxfp4", "vllm_v32_fp8_neox", "vllm_v4_fp8_cutedsl",
+    "sgl_v41_fp4_rope_pack", "sgl_v41_fp4_quant_rne"]
 
 
 def _ptx_all():
@@ -436,9 +457,13 @@ def test_ptx_has_no_flush_no_approximate_division(recipe, ptx_by_recipe):
     assert ".ftz" not in ptx, "a flush-to-zero instruction would drop subnormals"
     assert not re.search(r"div\.(full|approx)", ptx), "divisions must be div.rn"
     assert not re.search(r"cvt\.[a-z.]*(e4m3|e2m1|bf16)", ptx), "encoders must be bit operations"
-    if not (info.fp4 and info.quant == "vllm"):  # the MX path divides nothing
+    # the MX and CuTe paths divide nothing (their scales' inverses are built from bits)
+    if not (info.fp4 and info.quant == "vllm") and info.quant != "vllm_cute":
         assert "div.rn.f32" in ptx
-    assert "fma.rn.f32" in ptx  # RoPE's explicit fma
+    if info.rope:
+        assert "fma.rn.f32" in ptx  # RoPE's explicit fma
+    else:
+        assert "fma.rn.f32" not in ptx
     # with fusion off nothing is contracted: no float mad, and every float add / sub / mul
     # carries .rn (ptxas may fuse a plain mul.f32 + add.f32 pair into an fma)
     assert not re.search(r"\bmad(\.[a-z]+)*\.f32", ptx)
