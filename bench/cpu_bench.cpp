@@ -189,12 +189,17 @@ int main(int argc, char** argv) {
         a.q_input = TensorView::contiguous(s.q.data(), dt, {B, H, 128});
         a.q_out = TensorView::contiguous(s.out.data(), qdt, {B, H, od});
         if (fp4) a.q_scale = TensorView::contiguous(s.sf.data(), DType::kInt32, {B, H});
-        a.weight = TensorView::contiguous(s.w.data(), dt, {B, H});
-        a.weights_out = TensorView::contiguous(s.wo.data(), DType::kFloat32, {B, H, 1});
+        const Recipe& rc = recipe(rid);  // a recipe without weights / RoPE takes empty views there
+        if (recipe_has_weights(rc)) {
+          a.weight = TensorView::contiguous(s.w.data(), dt, {B, H});
+          a.weights_out = TensorView::contiguous(s.wo.data(), DType::kFloat32, {B, H, 1});
+        }
         a.weight_scale = 0.5f;
         a.head_scale = 0.125f;  // vLLM's 64**-0.5 (two-factor folds; the others ignore it)
-        a.freqs = TensorView::contiguous(freqs.data(), DType::kFloat32, {max_pos, 64});
-        a.positions = TensorView::contiguous(s.pos.data(), DType::kInt64, {B});
+        if (recipe_has_rope(rc)) {
+          a.freqs = TensorView::contiguous(freqs.data(), DType::kFloat32, {max_pos, 64});
+          a.positions = TensorView::contiguous(s.pos.data(), DType::kInt64, {B});
+        }
         return run(a, opt);
       };
       // Reference output of set 0 for the byte check.

@@ -5,60 +5,73 @@
 #include "common/kside_validate.h"
 #include "common/problem.h"
 #include "common/validate.h"
+#include "common/validate_text.h"
 #include "indexer_q/indexer_q.h"
 
 namespace indexer_q {
 
 namespace {
 
-// The backends of each kind of call, by the validated problem's type: the query side's Problem
-// and the key side's KProblem (SPEC-kside.md).
-Status run_reference(const detail::Problem& p) { return detail::reference_run(p); }
-Status run_reference(const detail::KProblem& p) { return detail::kside_reference_run(p); }
-Status run_cpu(const detail::Problem& p, CpuIsa isa, int threads) {
-  return detail::cpu_run(p, isa, threads);
+// Each backend's entry points, one per kind of call (the validated problem's type: the query
+// side's Problem, the key side's KProblem), named run_<Enumerator of backends.inc>. The dispatch
+// below is generated from that list.
+Status run_kReference(const detail::Problem& p, const Options&) { return detail::reference_run(p); }
+Status run_kReference(const detail::KProblem& p, const Options&) { return detail::kside_reference_run(p); }
+
+// The CPU backend's ISA (options.cpu_isa, or the active one) and thread count.
+Status cpu_setup(const Options& options, CpuIsa* isa, int* threads) {
+  *isa = options.cpu_isa;
+  if (*isa == CpuIsa::kAuto) {
+    const Status s = active_cpu_isa(isa);
+    if (!s.ok()) return s;
+  } else if (!cpu_isa_supported(*isa)) {
+    return Status::Unavailable(std::string("indexer_q: options.cpu_isa: '") + cpu_isa_name(*isa) +
+                               "' is not supported by this build or processor");
+  }
+  *threads = options.num_threads > 0 ? options.num_threads : cpu_num_threads();
+  return Status::Ok();
 }
-Status run_cpu(const detail::KProblem& p, CpuIsa isa, int threads) {
-  return detail::kside_cpu_run(p, isa, threads);
+template <class P, class F>
+Status run_on_cpu(const P& p, const Options& options, F f) {
+  CpuIsa isa = CpuIsa::kScalar;
+  int threads = 1;
+  const Status s = cpu_setup(options, &isa, &threads);
+  return s.ok() ? f(p, isa, threads) : s;
 }
+Status run_kCpu(const detail::Problem& p, const Options& o) { return run_on_cpu(p, o, detail::cpu_run); }
+Status run_kCpu(const detail::KProblem& p, const Options& o) { return run_on_cpu(p, o, detail::kside_cpu_run); }
+
 #if defined(INDEXER_Q_WITH_CUDA)
-Status run_cuda(const detail::Problem& p, const Options& o) {
-  return detail::cuda_run(p, o.stream, o.enable_pdl);
+Status cuda_unusable() {
+  return detail::cuda_available()
+             ? Status::Ok()
+             : Status::Unavailable("indexer_q: options.backend: 'cuda' is compiled in but no CUDA device is usable");
 }
-Status run_cuda(const detail::KProblem& p, const Options& o) {
-  return detail::kside_cuda_run(p, o.stream, o.enable_pdl);
+Status run_kCuda(const detail::Problem& p, const Options& o) {
+  const Status s = cuda_unusable();
+  return s.ok() ? detail::cuda_run(p, o.stream, o.enable_pdl) : s;
+}
+Status run_kCuda(const detail::KProblem& p, const Options& o) {
+  const Status s = cuda_unusable();
+  return s.ok() ? detail::kside_cuda_run(p, o.stream, o.enable_pdl) : s;
+}
+#else
+template <class P>
+Status run_kCuda(const P&, const Options&) {
+  return Status::Unavailable("indexer_q: options.backend: 'cuda' is not compiled into this build (INDEXER_Q_CUDA=OFF)");
 }
 #endif
 
-// Runs a validated, non-empty problem on the backend options.backend names (kAuto: the CPU
-// backend for host memory, else CUDA).
+// Runs a validated, non-empty problem on the backend options.backend names (kAuto: the default
+// backend of the tensors' device, backends.inc).
 template <class P>
 Status dispatch(const P& p, const Options& options) {
-  Backend backend = options.backend;
-  if (backend == Backend::kAuto)
-    backend = p.device.type == DeviceType::kCPU ? Backend::kCpu : Backend::kCuda;
+  const Backend backend =
+      options.backend == Backend::kAuto ? detail::default_backend(p.device.type) : options.backend;
   switch (backend) {
-    case Backend::kReference: return run_reference(p);
-    case Backend::kCpu: {
-      CpuIsa isa = options.cpu_isa;
-      if (isa == CpuIsa::kAuto) {
-        const Status s = active_cpu_isa(&isa);
-        if (!s.ok()) return s;
-      } else if (!cpu_isa_supported(isa)) {
-        return Status::Unavailable(std::string("indexer_q: options.cpu_isa: '") + cpu_isa_name(isa) +
-                                   "' is not supported by this build or processor");
-      }
-      const int threads = options.num_threads > 0 ? options.num_threads : cpu_num_threads();
-      return run_cpu(p, isa, threads);
-    }
-    case Backend::kCuda:
-#if defined(INDEXER_Q_WITH_CUDA)
-      if (!detail::cuda_available())
-        return Status::Unavailable("indexer_q: options.backend: 'cuda' is compiled in but no CUDA device is usable");
-      return run_cuda(p, options);
-#else
-      return Status::Unavailable("indexer_q: options.backend: 'cuda' is not compiled into this build (INDEXER_Q_CUDA=OFF)");
-#endif
+#define IQ_BACKEND(Enumerator, name, device, doc) \
+  case Backend::Enumerator: return run_##Enumerator(p, options);
+#include "indexer_q/backends.inc"
     case Backend::kAuto: break;
   }
   return Status::Internal("indexer_q: unreachable backend");

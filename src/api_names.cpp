@@ -7,6 +7,7 @@
 
 #include "common/problem.h"
 #include "common/recipe.h"
+#include "common/validate_text.h"
 #include "indexer_q/indexer_q.h"
 
 namespace indexer_q {
@@ -96,24 +97,55 @@ std::int64_t TensorView::numel() const noexcept {
   return n;
 }
 
+// ---- devices and backends (the lists: include/indexer_q/backends.inc) ----
+const char* device_type_name(DeviceType t) noexcept {
+  switch (t) {
+#define IQ_DEVICE(Enumerator, name, default_backend) \
+  case DeviceType::Enumerator: return name;
+#include "indexer_q/backends.inc"
+  }
+  return "unknown";
+}
+
 const char* backend_name(Backend b) noexcept {
   switch (b) {
     case Backend::kAuto: return "auto";
-    case Backend::kReference: return "reference";
-    case Backend::kCpu: return "cpu";
-    case Backend::kCuda: return "cuda";
+#define IQ_BACKEND(Enumerator, name, device, doc) \
+  case Backend::Enumerator: return name;
+#include "indexer_q/backends.inc"
   }
   return "unknown";
 }
 
 bool parse_backend(const std::string& name, Backend* out) noexcept {
-  for (Backend b : {Backend::kAuto, Backend::kReference, Backend::kCpu, Backend::kCuda}) {
-    if (name == backend_name(b)) {
-      *out = b;
-      return true;
-    }
+  if (name == backend_name(Backend::kAuto)) {
+    *out = Backend::kAuto;
+    return true;
   }
+#define IQ_BACKEND(Enumerator, bname, device, doc) \
+  if (name == bname) {                            \
+    *out = Backend::Enumerator;                   \
+    return true;                                  \
+  }
+#include "indexer_q/backends.inc"
   return false;
+}
+
+DeviceType backend_device(Backend b) noexcept {
+  switch (b) {
+#define IQ_BACKEND(Enumerator, name, device, doc) \
+  case Backend::Enumerator: return DeviceType::device;
+#include "indexer_q/backends.inc"
+    case Backend::kAuto: break;
+  }
+  return DeviceType::kCPU;
+}
+
+std::vector<Backend> all_backends() {
+  return {
+#define IQ_BACKEND(Enumerator, name, device, doc) Backend::Enumerator,
+#include "indexer_q/backends.inc"
+  };
 }
 
 bool backend_available(Backend b) noexcept {
@@ -130,6 +162,46 @@ bool backend_available(Backend b) noexcept {
   }
   return false;
 }
+
+namespace detail {
+
+Backend default_backend(DeviceType t) noexcept {
+  switch (t) {
+#define IQ_DEVICE(Enumerator, name, default_backend) \
+  case DeviceType::Enumerator: return Backend::default_backend;
+#include "indexer_q/backends.inc"
+  }
+  return Backend::kCpu;
+}
+
+// The options every call takes, against the list: the backend (kAuto resolved to the device's
+// default backend; the backend's device must be the tensors'), the CPU ISA, the thread count.
+// Allocates only when it fails.
+Status resolve_backend(const Options& options, const Device& dev, Backend* resolved) {
+  const Backend backend = options.backend;
+  if (backend != Backend::kAuto && std::strcmp(backend_name(backend), "unknown") == 0) {
+    std::string choices = backend_name(Backend::kAuto);
+    const std::vector<Backend> all = all_backends();
+    for (std::size_t i = 0; i < all.size(); ++i)
+      choices += (i + 1 == all.size() ? " or " : ", ") + std::string(backend_name(all[i]));
+    return bad_arg("options.backend", "expected " + choices + ", got the value " + std::to_string(int(backend)));
+  }
+  if (options.cpu_isa != CpuIsa::kAuto && options.cpu_isa != CpuIsa::kScalar && options.cpu_isa != CpuIsa::kAvx2 &&
+      options.cpu_isa != CpuIsa::kAvx512)
+    return bad_arg("options.cpu_isa", "expected auto, scalar, avx2 or avx512, got the value " +
+                                          std::to_string(int(options.cpu_isa)));
+  const Backend b = backend == Backend::kAuto ? default_backend(dev.type) : backend;
+  if (backend_device(b) != dev.type)
+    return bad_arg("options.backend", std::string("backend '") + backend_name(b) + "' needs " +
+                                          device_type_name(backend_device(b)) + " tensors, got " +
+                                          device_type_name(dev.type) + " tensors");
+  if (options.num_threads < 0)
+    return bad_arg("options.num_threads", "expected >= 0 (0 = default), got " + std::to_string(options.num_threads));
+  *resolved = b;
+  return Status::Ok();
+}
+
+}  // namespace detail
 
 const char* cpu_isa_name(CpuIsa isa) noexcept {
   switch (isa) {

@@ -23,11 +23,9 @@ namespace {
 constexpr std::int64_t kHeadDim = 128;
 constexpr std::int64_t kFreqsDim = 64;
 
-const char* device_str(const Device& d) { return d.type == DeviceType::kCPU ? "cpu" : "cuda"; }
-
 std::string device_full(const Device& d) {
   if (d.type == DeviceType::kCPU) return "cpu";
-  return std::string("cuda:") + std::to_string(d.index);
+  return std::string(device_type_name(d.type)) + ":" + std::to_string(d.index);
 }
 
 // The "expected ..." part of a message: a string, or a callable that builds it. Callables run
@@ -330,25 +328,10 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   }
   const Device dev = q_input.device;
 
-  // --- backend vs device ---
-  Backend backend = options.backend;
-  if (backend != Backend::kAuto && backend != Backend::kReference && backend != Backend::kCpu &&
-      backend != Backend::kCuda)
-    return detail::bad_arg("options.backend", "expected auto, reference, cpu or cuda, got the value " +
-                                      std::to_string(int(backend)));
-  if (options.cpu_isa != CpuIsa::kAuto && options.cpu_isa != CpuIsa::kScalar &&
-      options.cpu_isa != CpuIsa::kAvx2 && options.cpu_isa != CpuIsa::kAvx512)
-    return detail::bad_arg("options.cpu_isa", "expected auto, scalar, avx2 or avx512, got the value " +
-                                      std::to_string(int(options.cpu_isa)));
-  if (backend == Backend::kAuto) backend = dev.type == DeviceType::kCPU ? Backend::kCpu : Backend::kCuda;
-  if ((backend == Backend::kReference || backend == Backend::kCpu) && dev.type != DeviceType::kCPU)
-    return detail::bad_arg("options.backend", std::string("backend '") + backend_name(backend) +
-                                      "' needs cpu tensors, got " + device_str(dev) + " tensors");
-  if (backend == Backend::kCuda && dev.type != DeviceType::kCUDA)
-    return detail::bad_arg("options.backend", std::string("backend 'cuda' needs cuda tensors, got ") +
-                                      device_str(dev) + " tensors");
-  if (options.num_threads < 0)
-    return detail::bad_arg("options.num_threads", "expected >= 0 (0 = default), got " + std::to_string(options.num_threads));
+  // --- options: backend (vs the tensors' device), ISA, threads (the list: backends.inc) ---
+  Backend backend;
+  s = detail::resolve_backend(options, dev, &backend);
+  if (!s.ok()) return s;
 
   if (B == 0) {
     if (out) {

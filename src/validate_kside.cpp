@@ -15,7 +15,7 @@ namespace indexer_q {
 namespace {
 
 std::string device_of(const Device& d) {
-  return d.type == DeviceType::kCPU ? std::string("cpu") : "cuda:" + std::to_string(d.index);
+  return d.type == DeviceType::kCPU ? std::string("cpu") : device_type_name(d.type) + (":" + std::to_string(d.index));
 }
 
 bool dtype_in(DType d, std::initializer_list<DType> allowed) {
@@ -159,23 +159,12 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
                              device_of(a.t->device));
   const Device dev = input.device;
 
-  // --- options ---
-  Backend backend = options.backend;
-  if (backend != Backend::kAuto && backend != Backend::kReference && backend != Backend::kCpu &&
-      backend != Backend::kCuda)
-    return detail::bad_arg("options.backend", "expected auto, reference, cpu or cuda, got the value " + std::to_string(int(backend)));
-  if (options.cpu_isa != CpuIsa::kAuto && options.cpu_isa != CpuIsa::kScalar && options.cpu_isa != CpuIsa::kAvx2 &&
-      options.cpu_isa != CpuIsa::kAvx512)
-    return detail::bad_arg("options.cpu_isa", "expected auto, scalar, avx2 or avx512, got the value " +
-                                      std::to_string(int(options.cpu_isa)));
-  if (backend == Backend::kAuto) backend = dev.type == DeviceType::kCPU ? Backend::kCpu : Backend::kCuda;
-  if ((backend == Backend::kReference || backend == Backend::kCpu) && dev.type != DeviceType::kCPU)
-    return detail::bad_arg("options.backend", std::string("backend '") + backend_name(backend) + "' needs cpu tensors, got " +
-                                      device_of(dev) + " tensors");
-  if (backend == Backend::kCuda && dev.type != DeviceType::kCUDA)
-    return detail::bad_arg("options.backend", "backend 'cuda' needs cuda tensors, got " + device_of(dev) + " tensors");
-  if (options.num_threads < 0)
-    return detail::bad_arg("options.num_threads", "expected >= 0 (0 = default), got " + std::to_string(options.num_threads));
+  // --- options: backend (vs the tensors' device), ISA, threads (the list: backends.inc) ---
+  Backend backend;
+  {
+    const Status so = detail::resolve_backend(options, dev, &backend);
+    if (!so.ok()) return so;
+  }
 
   if (N == 0) {
     if (out) {

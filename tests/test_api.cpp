@@ -400,8 +400,10 @@ TEST(Api, RecipeColumnsAreNamedAndGenerated) {
   for (RecipeId id : all_recipes()) {
     const Recipe& d = recipe(id);
     const bool is_vllm = std::string(d.name).rfind("vllm_", 0) == 0;
-    if (is_vllm) EXPECT_FALSE(d.hadamard) << d.name << ": vLLM's forms have no Hadamard";
-    if (is_vllm) EXPECT_TRUE(d.bf16_after_rope) << d.name;
+    if (is_vllm) {
+      EXPECT_FALSE(d.hadamard) << d.name << ": vLLM's forms have no Hadamard";
+      EXPECT_TRUE(d.bf16_after_rope) << d.name;
+    }
   }
 }
 

@@ -429,6 +429,10 @@ Status run_recipe(const Case& c, RecipeId rid, const Options& opt, RecipeOut* ou
   a.head_scale = c.head_scale;
   a.freqs = TensorView::contiguous(c.freqs.data(), DType::kFloat32, {c.max_pos, 64});
   a.positions = TensorView::contiguous(c.pos.empty() ? nullptr : c.pos.data(), c.pos_dt, {c.B});
+  // A recipe without RoPE takes no freqs and no positions, one without weights no weight and no
+  // weights_out (empty views; weights_out keeps its fill, compared as such).
+  if (rc.rope_dims == RopeDims::kNoRope) a.freqs = a.positions = TensorView{};
+  if (rc.fold == WeightFold::kNoWeights) a.weight = a.weights_out = TensorView{};
   return indexer_q::run(a, opt);
 }
 
@@ -557,6 +561,63 @@ TEST(CpuIsaRecipes, Fp4EncoderSweepMatchesRowH) {
 // FP8: amax exactly 448 * 2^k (q_scale = 2^k) and its neighbours, amax below the 1e-4 floor,
 // negative values that round to zero (0x80), signed zeros, NaN (0x7f, any sign), +-Inf (q_scale
 // = Inf: finite values become +-0, the infinities NaN -> 0x7f), values near the dtype's maximum.
+// Edge rows for every recipe (written for the quantizers of vLLM V3.2 / CuTe and SGLang V4.1's
+// FP4 ones, NeoX RoPE, no RoPE, no weights): per-block extremes (one Inf, one NaN, the dtype's
+// largest value in one block, so that some blocks' inverses are 0, -Inf or the subnormal 2^-127
+// and others ordinary), values at V3.2's 1e-10 floor, E2M1 / e4m3 ties times powers of two, signed
+// zeros, dtype subnormals; weights of every kind (NaN, +-Inf, huge for the bf16 fold, -0, ties of
+// the bf16 rounding). Every ISA, 1 and 3 threads, against the reference.
+TEST(CpuIsaRecipes, EdgeRowsEveryRecipe) {
+  const float kTies[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, 448.0f, 416.0f, 0.0625f};
+  int checked = 0;
+  for (RecipeId rid : all_recipes())
+    for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+      constexpr int kH = 13, kB = 2, kRows = kB * kH;
+      Case c = make_case(kB, kH, dt, DType::kInt32, 9100 + int(rid));
+      const bool f16 = dt == DType::kFloat16;
+      const float dmax = f16 ? 65504.0f : dt == DType::kBFloat16 ? 3.3895314e38f : 3.4028235e38f;
+      const float sub = f16 ? 0x1p-24f : dt == DType::kBFloat16 ? 0x1p-133f : 0x1p-140f;
+      std::mt19937 rng(31 + int(rid));
+      std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+      for (int r = 0; r < kRows; ++r) {
+        const int blk = r % 4;  // the block (32 dims) the row's special value goes to
+        for (int i = 0; i < 128; ++i) {
+          const bool in_blk = i / 32 == blk;
+          float v = uni(rng) * std::ldexp(1.0f, (r * 5) % 23 - 11);
+          switch (r % 13) {
+            case 0: if (in_blk && i % 32 == 7) v = INFINITY; break;
+            case 1: if (in_blk && i % 32 == 9) v = -INFINITY; break;
+            case 2: if (in_blk && i % 5 == 0) v = (i % 2) ? -NAN : NAN; break;
+            case 3: if (in_blk) v = (i % 3 ? dmax : -dmax) * (i % 2 ? 1.0f : 0.75f); break;
+            case 4: v = uni(rng) * 1e-12f; break;                   // V3.2's floor 1e-10
+            case 5: v = (i % 2 ? -1.0f : 1.0f) * (in_blk ? sub * float(1 + i % 5) : 0.0f); break;
+            case 6: v = (i % 2) ? -0.0f : 0.0f; break;
+            case 7: case 8: {  // ties times 2^k (f16: small k)
+              const int k = r % 13 == 7 ? (f16 ? -3 : -20) : (f16 ? 2 : 9);
+              v = kTies[i % 11] * ((i / 11) % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f, k);
+              break;
+            }
+            case 9: v = (i % 32 == 0) ? 6.0f : uni(rng) * 0.3f; break;  // codes around 0 and 0.5
+            case 10: if (i == 64 + blk) v = 1e-30f * (f16 ? 0.0f : 1.0f); else v = 0.0f; break;
+            case 11: if (in_blk && i % 32 == 1) v = f16 ? 60000.0f : 2.9e38f; break;
+            default: break;
+          }
+          put(c.q, dt, r * 128 + i, v);
+        }
+      }
+      const float wv[] = {NAN, -NAN, INFINITY, -INFINITY, dmax, -0.0f, 0.0f, 1.00390625f, 1.01171875f, 3.0f,
+                          -2.5f, 1e-30f, 7.0f};
+      for (int b = 0; b < kB; ++b)
+        for (int h = 0; h < kH; ++h) put(c.w, dt, b * c.wstride + h, wv[(b * kH + h) % 13]);
+      c.weight_scale = 3.0f;  // w * 3 lands between bf16 values; dmax * 3 overflows
+      RecipeOut ref;
+      ASSERT_NO_FATAL_FAILURE(run_recipe_reference(c, rid, &ref));
+      ThresholdGuard guard(0);
+      ASSERT_NO_FATAL_FAILURE(expect_every_isa_matches(c, rid, ref, {1, 3}, " (edge rows)", &checked));
+    }
+  std::printf("edge rows: recipe x dtype x isa x threads cases checked: %d\n", checked);
+}
+
 // MXFP4: the E2M1 ties 0.25 .. 5 times 2^k in a block whose amax is 6 * 2^k (inv = 2^-k exactly),
 // negative values rounding to zero (0x8), block amax below 6 * 2^-126 (subnormal inputs), a block
 // amax past 2^126 (e = 254, inv = 0), NaN (0x7) and +-Inf in a block.

@@ -552,6 +552,12 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
   bool fnuz() const { return rec().format == OutFormat::kE4M3FNUZ; }
   bool has_rope() const { return recipe_has_rope(rec()); }        // else freqs, positions: empty views
   bool has_weights() const { return recipe_has_weights(rec()); }  // else weight, weights_out: empty views
+  // Whether the recipe takes the tensor of that name at all (checks on an absent one do not apply).
+  bool takes(const std::string& name) const {
+    if (name == "weight" || name == "weights_out") return has_weights();
+    if (name == "freqs" || name == "positions") return has_rope();
+    return true;
+  }
   std::int64_t od() const { return fp4() ? 64 : 128; }
   std::string out_name() const { return fp4() ? "q_fp4" : "q_fp8"; }
   DType own_dtype() const {
@@ -678,12 +684,13 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
 TEST_P(RecipeValidation, ValidCallsAndRawCodeDtypes) {
   const std::vector<std::uint8_t> ref = expect_ok("baseline", [](RArgs&) {});
   EXPECT_EQ(expect_ok("cpu backend", [](RArgs&) {}, Backend::kCpu), ref);
-  if (has_rope())
+  if (has_rope()) {
     EXPECT_EQ(expect_ok("int32 positions", [&](RArgs& r) {
       const std::int32_t p[3] = {0, 7, kMaxPos - 1};
       std::memcpy(at(kP), p, sizeof p);
       r.a.positions = TensorView::contiguous(at(kP), DType::kInt32, {kB});
     }), ref);
+  }
   // uint8 / int8 raw codes: accepted, and the same bytes as the recipe's own dtype
   for (DType dt : {DType::kUInt8, DType::kInt8}) {
     EXPECT_EQ(expect_ok(std::string("q_out ") + dtype_name(dt), [&](RArgs& r) { r.a.q_out.dtype = dt; }), ref);
@@ -698,10 +705,11 @@ TEST_P(RecipeValidation, ValidCallsAndRawCodeDtypes) {
     EXPECT_EQ(r.a.q_scale.ndim, 0);
     EXPECT_EQ(r.a.q_scale.data, nullptr);
   }
-  if (has_weights())
+  if (has_weights()) {
     EXPECT_EQ(expect_ok("weight row stride H + 5", [&](RArgs& r) {
       r.a.weight = TensorView::strided(at(kW), DType::kBFloat16, {kB, kH}, {kH + 5, 1});
     }).size(), ref.size());
+  }
 }
 
 // The FP8 row scale of a recipe with scale_out: q_scale (B, H, 1) or (B, H) fp32, the same bytes;
@@ -835,8 +843,9 @@ TEST_P(RecipeValidation, OutputShapesAndStrides) {
                {out_name(), "expected the device of q_input"});
   expect_error("q_out over q_input", [&](RArgs& r) { r.a.q_out.data = at(kQ + 100); },
                {out_name(), "overlaps q_input"});
-  expect_error("q_out over weights_out", [&](RArgs& r) { r.a.q_out.data = at(kWO - 10); },
-               {out_name(), "overlaps weights_out"});
+  if (has_weights())
+    expect_error("q_out over weights_out", [&](RArgs& r) { r.a.q_out.data = at(kWO - 10); },
+                 {out_name(), "overlaps weights_out"});
 }
 
 TEST_P(RecipeValidation, BlockScales) {
@@ -875,10 +884,13 @@ TEST_P(RecipeValidation, BlockScales) {
                {"q_sf", "expected the device of q_input (cpu), got cuda:0"});
   expect_error("q_sf over q_fp4", [&](RArgs& r) { r.a.q_scale.data = at(kO + 16); }, {"overlaps", "q_sf"});
   expect_error("q_sf over q_input", [&](RArgs& r) { r.a.q_scale.data = at(kQ + 8); }, {"q_sf", "overlaps q_input"});
-  expect_error("q_sf over weights_out", [&](RArgs& r) { r.a.q_scale.data = at(kWO + 4); },
-               {"q_sf", "overlaps weights_out"});
-  expect_error("q_sf over positions", [&](RArgs& r) { r.a.q_scale.data = at(kP); }, {"q_sf", "overlaps positions"});
-  expect_error("q_sf over freqs", [&](RArgs& r) { r.a.q_scale.data = at(kFR + 64); }, {"q_sf", "overlaps freqs"});
+  if (has_weights())
+    expect_error("q_sf over weights_out", [&](RArgs& r) { r.a.q_scale.data = at(kWO + 4); },
+                 {"q_sf", "overlaps weights_out"});
+  if (has_rope()) {
+    expect_error("q_sf over positions", [&](RArgs& r) { r.a.q_scale.data = at(kP); }, {"q_sf", "overlaps positions"});
+    expect_error("q_sf over freqs", [&](RArgs& r) { r.a.q_scale.data = at(kFR + 64); }, {"q_sf", "overlaps freqs"});
+  }
 }
 
 // The shared checks still name their arguments under every recipe.
@@ -918,6 +930,7 @@ TEST_P(RecipeValidation, ElementCountOverflowNamed) {
     r.a.q_input = TensorView::strided(at(kQ), DType::kBFloat16, {0, kI64Max / 128 + 1, 128}, {128, 128, 1});
   }, {"q_input", bh128, "(0, 72057594037927936, 128)"});
   const std::string mp64 = "max_pos * 64 elements overflow int64";
+  if (!has_rope()) return;
   for (std::int64_t mp : {kI64Max / 64 + 1, kI64Max}) {
     expect_error("max_pos = " + std::to_string(mp), [&](RArgs& r) {
       r.a.freqs = TensorView::strided(at(kFR), DType::kFloat32, {mp, 64}, {64, 1});
@@ -934,6 +947,7 @@ TEST_P(RecipeValidation, ElementCountOverflowNamed) {
 TEST_P(RecipeValidation, SpanBeyondTheAddressSpaceNamed) {
   const std::string span = "span more bytes than the address space holds";
   // weight's row stride may be anything >= H: (B - 1) * stride overflows int64, or its bytes do
+  if (has_weights()) {
   expect_error("weight stride(0) = INT64_MAX", [&](RArgs& r) {
     r.a.weight = TensorView::strided(at(kW), DType::kBFloat16, {kB, kH}, {kI64Max, 1});
   }, {"weight: sizes (3, 4) and strides (9223372036854775807, 1) " + span});
@@ -943,6 +957,7 @@ TEST_P(RecipeValidation, SpanBeyondTheAddressSpaceNamed) {
   expect_error("fp32 weight stride(0) = 2^61", [&](RArgs& r) {  // 2 * 2^61 + 3 elements of 4 bytes
     r.a.weight = TensorView::strided(at(kW), DType::kFloat32, {kB, kH}, {std::int64_t(1) << 61, 1});
   }, {"weight: sizes", span});
+  }
   // every tensor of the call starting 16 bytes below the top of the address space (16-aligned)
   void* const top = reinterpret_cast<void*>(std::numeric_limits<std::uintptr_t>::max() - 15);
   RArgs probe = valid();
@@ -963,14 +978,16 @@ TEST_P(RecipeValidation, SpanBeyondTheAddressSpaceNamed) {
       {"positions", [&](RArgs& r) { r.a.positions.strides[0] = -1; }},
   };
   for (const auto& [name, set] : negative)
-    expect_error(name + " with a negative stride", set, {name + ": unsupported strides"});
+    if (takes(name)) expect_error(name + " with a negative stride", set, {name + ": unsupported strides"});
   if (fp4())
     expect_error("q_sf with a negative stride", [&](RArgs& r) { r.a.q_scale.strides[1] = -1; },
                  {"q_sf: unsupported strides"});
   const std::vector<std::uint8_t> ref = expect_ok("baseline", [](RArgs&) {});
-  EXPECT_EQ(expect_ok("weights_out (B, H, 1) with stride(2) = -7", [&](RArgs& r) {
-    r.a.weights_out.strides[2] = -7;
-  }), ref);
+  if (has_weights()) {
+    EXPECT_EQ(expect_ok("weights_out (B, H, 1) with stride(2) = -7", [&](RArgs& r) {
+      r.a.weights_out.strides[2] = -7;
+    }), ref);
+  }
 }
 
 // ndim beyond TensorView::kMaxDims or negative, on every tensor: refused naming it, without
@@ -1007,6 +1024,7 @@ TEST_P(RecipeValidation, RanksOutsideTheViewNamed) {
 TEST_P(RecipeValidation, MisalignedDataPointersNamed) {
   auto misaligned = [&](const std::string& what, const std::string& name, const void* p, const std::string& elems,
                         const std::function<void(RArgs&)>& set) {
+    if (!takes(name)) return;
     expect_error(what, set, {name + ": data pointer " + hex_address(p) + " is not aligned to the " + elems});
   };
   misaligned("q_input bf16 at +1", "q_input", at(kQ + 1), "2-byte elements of bf16", [&](RArgs& r) {
@@ -1043,7 +1061,7 @@ TEST_P(RecipeValidation, MisalignedDataPointersNamed) {
   }
   // the first misaligned tensor in argument order is the one named
   misaligned("weight and freqs misaligned", "weight", at(kW + 1), "2-byte elements of bf16", [&](RArgs& r) {
-    r.a.freqs.data = at(kFR + 2);
+    if (has_rope()) r.a.freqs.data = at(kFR + 2);
     r.a.weight.data = at(kW + 1);
   });
 
@@ -1060,10 +1078,14 @@ TEST_P(RecipeValidation, MisalignedDataPointersNamed) {
   RArgs z = valid(0);
   z.a.q_input.data = at(kQ + 1);
   if (fp4()) z.a.q_scale.data = at(kS + 2);
-  z.a.weight.data = at(kW + 1);
-  z.a.weights_out.data = at(kWO + 2);
-  z.a.freqs.data = at(kFR + 1);
-  z.a.positions.data = at(kP + 4);
+  if (has_weights()) {
+    z.a.weight.data = at(kW + 1);
+    z.a.weights_out.data = at(kWO + 2);
+  }
+  if (has_rope()) {
+    z.a.freqs.data = at(kFR + 1);
+    z.a.positions.data = at(kP + 4);
+  }
   const std::vector<std::uint64_t> before = arena_;
   for (Backend b : {Backend::kReference, Backend::kCpu}) {
     z.opt.backend = b;
@@ -1080,14 +1102,18 @@ TEST_P(RecipeValidation, MisalignedDataPointersNamed) {
     nv.second->data = reinterpret_cast<void*>(addr);
     addr += 0x100000;
   }
-  c.a.weights_out.data = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(c.a.weights_out.data) + 2);
+  // (a recipe without weights: the codes' q_sf at +2 instead)
+  TensorView& bad = has_weights() ? c.a.weights_out : c.a.q_scale;
+  const std::string bad_name = has_weights() ? "weights_out" : (fp4() ? "q_sf" : "q_scale");
+  const std::string bad_elems = has_weights() || !fp4() ? "4-byte elements of fp32" : "4-byte elements of int32";
+  bad.data = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(bad.data) + 2);
   c.opt.backend = Backend::kCuda;
   const Status sv = validate(c.a, c.opt), so = run(c.a, c.opt);
   EXPECT_EQ(sv.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(so.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(sv.message(), so.message());
-  EXPECT_NE(sv.message().find("weights_out: data pointer " + hex_address(c.a.weights_out.data) +
-                              " is not aligned to the 4-byte elements of fp32"),
+  EXPECT_NE(sv.message().find(bad_name + ": data pointer " + hex_address(bad.data) + " is not aligned to the " +
+                              bad_elems),
             std::string::npos)
       << sv.message();
 }

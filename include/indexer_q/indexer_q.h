@@ -41,10 +41,13 @@ std::size_t dtype_size(DType dt) noexcept;
 // "int8".
 const char* dtype_name(DType dt) noexcept;
 
+// The kinds of device memory (include/indexer_q/backends.inc): kCPU = 0, kCUDA = 1 (NVIDIA CUDA).
 enum class DeviceType : int {
-  kCPU = 0,
-  kCUDA = 1,  // NVIDIA CUDA (and, later, HIP through the same sources)
+#define IQ_DEVICE(Enumerator, name, default_backend) Enumerator,
+#include "indexer_q/backends.inc"
 };
+// "cpu", "cuda"; "unknown" for a value outside the list.
+const char* device_type_name(DeviceType t) noexcept;
 
 struct Device {
   DeviceType type = DeviceType::kCPU;
@@ -108,15 +111,21 @@ class Status {
 // ---------------------------------------------------------------------------------------
 // Backends and CPU instruction sets
 // ---------------------------------------------------------------------------------------
+// The backends (include/indexer_q/backends.inc, where each is described): kAuto = 0 (the device of
+// the tensors decides: CPU tensors -> kCpu, CUDA -> kCuda), then kReference = 1, kCpu = 2,
+// kCuda = 3.
 enum class Backend : int {
-  kAuto = 0,       // the device of the tensors decides: CPU tensors -> kCpu, CUDA -> kCuda
-  kReference = 1,  // the scalar reference (CPU tensors only): the executable spec
-  kCpu = 2,        // the fast CPU backend (SIMD + threads)
-  kCuda = 3,       // the CUDA backend (CUDA tensors only)
+  kAuto = 0,
+#define IQ_BACKEND(Enumerator, name, device, doc) Enumerator,
+#include "indexer_q/backends.inc"
 };
-const char* backend_name(Backend b) noexcept;  // "auto", "reference", "cpu", "cuda"
+const char* backend_name(Backend b) noexcept;  // "auto", "reference", "cpu", "cuda"; "unknown"
 // Parses "auto" | "reference" | "cpu" | "cuda"; false if unknown.
 bool parse_backend(const std::string& name, Backend* out) noexcept;
+// The device whose tensors a backend runs (kAuto: any; the device's default backend runs them).
+DeviceType backend_device(Backend b) noexcept;
+// Every backend of the list (kAuto excluded), in list order.
+std::vector<Backend> all_backends();
 // True if the backend is compiled in and usable on this machine (for kCuda: a device exists).
 bool backend_available(Backend b) noexcept;
 

@@ -25,6 +25,13 @@ inline std::string dims_text(const TensorView& t, const std::int64_t* dims) {
 inline std::string shape_text(const TensorView& t) { return dims_text(t, t.sizes); }
 inline std::string strides_text(const TensorView& t) { return dims_text(t, t.strides); }
 
+// The device's default backend (what Backend::kAuto runs its tensors on; backends.inc).
+Backend default_backend(DeviceType t) noexcept;
+// The options of every call (both sides) against the backend list: options.backend (kAuto
+// resolved to the device's default backend, whose device must be the tensors'), options.cpu_isa
+// and options.num_threads; *resolved gets the backend. Allocates only when it fails.
+Status resolve_backend(const Options& options, const Device& dev, Backend* resolved);
+
 // "indexer_q: <arg>: <what>"
 inline Status bad_arg(const char* arg, const std::string& what) {
   return Status::InvalidArgument(std::string("indexer_q: ") + arg + ": " + what);

@@ -68,7 +68,7 @@ inline __m256 load_shuffled8(const float* src) {
 }
 
 template <DType kDt>
-inline void load_row(const void* base, std::int64_t r, __m256 E[8], __m256 O[8]) {
+__attribute__((always_inline)) inline void load_row(const void* base, std::int64_t r, __m256 E[8], __m256 O[8]) {
   if (kDt == DType::kBFloat16) {
     const __m256i* src = reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(base) + r * 128);
     const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
@@ -239,9 +239,38 @@ inline __m256i mx_e2m1_encode(__m256 v, const Consts& c) {
                                                                     _mm256_castsi256_ps(c.c4neg), hi)));
 }
 
+// The V4.1 packer's E2M1 code (Quantizer::kFp4Rne / kFp4TwoStage, row.h's e2m1_encode_rne) of any
+// float v: the magnitude of mx_e2m1_encode (nearest, ties to even, saturating at 6, NaN -> 7) and
+// the sign bit only on a nonzero magnitude of a negative v, i.e. exactly when v < -0.25.
+inline __m256i rne_e2m1_encode(__m256 v, const Consts& c) {
+  const __m256 a = _mm256_min_ps(_mm256_and_ps(v, c.absmask), c.c6);
+  const __m256i m = _mm256_max_epi32(_mm256_castps_si256(_mm256_and_ps(a, c.expmask)), _mm256_castps_si256(c.one_f));
+  const __m256i t = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_castsi256_ps(m), c.c2p22, a));
+  const __m256i raw = _mm256_add_epi32(_mm256_sub_epi32(t, m), _mm256_srli_epi32(m, 22));
+  const __m256 neg = _mm256_cmp_ps(v, c.cm025, _CMP_LT_OQ);
+  return _mm256_add_epi32(raw, _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(c.c4pos),
+                                                                    _mm256_castsi256_ps(c.c4neg), neg)));
+}
+
+// Stage 1 of Quantizer::kFp4TwoStage on 8 values (row.h's stage1_value): u = fma(x, inv1, +0), g =
+// the E2M1 value of u (nearest, ties to even, saturating at 6, NaN -> +6) with the sign of u < 0,
+// times sc. g is rounded as in mx_e2m1_encode: t = fma(m, 2^22, a) is a on the grid plus
+// m * 2^22, which the subtraction takes off exactly.
+inline __m256 stage1_values(__m256 x, __m256 inv1, __m256 sc, const Consts& c) {
+  const __m256 u = _mm256_fmadd_ps(x, inv1, _mm256_setzero_ps());
+  const __m256 a = _mm256_min_ps(_mm256_and_ps(u, c.absmask), c.c6);
+  const __m256i m = _mm256_max_epi32(_mm256_castps_si256(_mm256_and_ps(a, c.expmask)), _mm256_castps_si256(c.one_f));
+  const __m256 t = _mm256_fmadd_ps(_mm256_castsi256_ps(m), c.c2p22, a);
+  const __m256 g = _mm256_sub_ps(t, _mm256_castsi256_ps(_mm256_add_epi32(m, _mm256_set1_epi32(22 << 23))));
+  const __m256 neg = _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_LT_OQ);
+  const __m256 sg = _mm256_xor_ps(g, _mm256_andnot_ps(c.absmask, neg));
+  return _mm256_mul_ps(sg, sc);
+}
+
 template <class R>
 inline __m256i e2m1_encode(__m256 v, const Consts& c) {
   if (R::kVllm) return mx_e2m1_encode(v, c);
+  if (kRneFp4<R>) return rne_e2m1_encode(v, c);
   return R::kBf16AfterHadamard ? e2m1_encode_bf16(v, c) : e2m1_encode_any(v, c);
 }
 
@@ -254,17 +283,50 @@ inline __m256i vllm_fp8_encode(__m256 q, const Consts& c) {
 
 template <class R>
 inline __m256i fp8_encode(__m256 q, const Consts& c) {
-  return R::kVllm ? vllm_fp8_encode(q, c) : clamp_encode(q, c);
+  return kNanCode7f<R> ? vllm_fp8_encode(q, c) : clamp_encode(q, c);
+}
+
+// RoPE of one register pair (x0, x1) = pairs j of the recipe: x0' = fma(x0, c, -(x1*s)),
+// x1' = fma(x0, s, x1*c), then the bf16 rounding when the recipe has it.
+template <class R, DType kDt>
+inline void rope_pair(__m256& x0, __m256& x1, __m256 C, __m256 S, const Consts& c) {
+  const __m256 xis = _mm256_mul_ps(x1, S);
+  const __m256 xic = _mm256_mul_ps(x1, C);
+  __m256 e = _mm256_fmsub_ps(x0, C, xis);
+  __m256 o = _mm256_fmadd_ps(x0, S, xic);
+  if (R::kBf16AfterRope) {
+    e = round_bf16<kDt>(e, c);
+    o = round_bf16<kDt>(o, c);
+  }
+  x0 = e;
+  x1 = o;
 }
 
 struct Avx2 {
   using Consts = cpu::Consts;
   struct Freqs {
-    __m256 C[4], S[4];  // lane l of C[m] / S[m]: pair j = 8m + l (in the row's lane order)
+    // Adjacent pairs: lane l of C[m] / S[m]: pair j = 8m + l (in the row's lane order).
+    // NeoX pairs (j, j + 32): C[2k] / C[2k + 1] hold cos of the pairs j = 16k + 2l / 16k + 2l + 1
+    // (lane l, the row's lane order), the pairs of E[k] / O[k] of the rotated slices; S the same.
+    __m256 C[4], S[4];
   };
 
   template <class R, DType kDt>
   static void load_freqs(const float* f, const Consts&, Freqs& fq) {
+    if constexpr (R::kNeox) {
+      static_assert(R::kFreqsLayout == FreqsLayout::kHalves, "NeoX pairs: halves freqs only (no recipe needs more)");
+      for (int k = 0; k < 2; ++k) {
+        if (layout_of<kDt>() == Layout::kNatural) {
+          split_f32(f + 16 * k, fq.C[2 * k], fq.C[2 * k + 1]);
+          split_f32(f + 32 + 16 * k, fq.S[2 * k], fq.S[2 * k + 1]);
+        } else {
+          split_shuffled(_mm256_loadu_ps(f + 16 * k), _mm256_loadu_ps(f + 16 * k + 8), fq.C[2 * k], fq.C[2 * k + 1]);
+          split_shuffled(_mm256_loadu_ps(f + 32 + 16 * k), _mm256_loadu_ps(f + 40 + 16 * k), fq.S[2 * k],
+                         fq.S[2 * k + 1]);
+        }
+      }
+      return;
+    }
     for (int m = 0; m < 4; ++m) {
       if (R::kFreqsLayout == FreqsLayout::kInterleaved) {
         if (layout_of<kDt>() == Layout::kNatural)
@@ -296,10 +358,18 @@ struct Avx2 {
     for (int n = 0; n < kRows; ++n) {
       __m256 E[8], O[8];
       load_row<kDt>(p.q_input, r0 + n, E, O);
+      if constexpr (R::kRope && R::kNeox) {
+        // Step 2, NeoX pairs (j, j + 32): slice kRope0 + k with slice kRope0 + k + 2, lane by lane.
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; ++k) {
+          rope_pair<R, kDt>(E[kRope0 + k], E[kRope0 + k + 2], fq.C[2 * k], fq.S[2 * k], c);
+          rope_pair<R, kDt>(O[kRope0 + k], O[kRope0 + k + 2], fq.C[2 * k + 1], fq.S[2 * k + 1], c);
+        }
+      }
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         __m256 e = E[k], o = O[k];
-        if (k >= kRope0 && k < kRope0 + 4) {
+        if (R::kRope && !R::kNeox && k >= kRope0 && k < kRope0 + 4) {
           // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c).
           const __m256 C = fq.C[k - kRope0], S = fq.S[k - kRope0];
           const __m256 xis = _mm256_mul_ps(o, S);
@@ -385,6 +455,29 @@ struct Avx2 {
       }
       if (R::kFp4) {
         amax[n] = max4x8(mb[0], mb[1], mb[2], mb[3]);  // lane k = block k
+        if constexpr (R::kQuant == Quantizer::kFp4TwoStage) {
+          // Stage 1 of the two-stage quantizer: the fake-quantized values replace the row in buf,
+          // and their block amax (NaN ignored) is what the packer's scales see.
+          __m128 inv1, sc;
+          stage1_scales(amax[n], inv1, sc);
+          __m256 vinv[4], vsc[4];
+#pragma GCC unroll 4
+          for (int blk = 0; blk < 4; ++blk) {
+            vinv[blk] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(inv1), _mm256_set1_epi32(blk));
+            vsc[blk] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(sc), _mm256_set1_epi32(blk));
+            mb[blk] = _mm256_setzero_ps();
+          }
+#pragma GCC unroll 2
+          for (int half = 0; half < 2; ++half)
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; ++k) {
+              float* q = buf[n] + 64 * half + 8 * k;
+              const __m256 v = stage1_values(_mm256_load_ps(q), vinv[k >> 1], vsc[k >> 1], c);
+              mb[k >> 1] = _mm256_max_ps(_mm256_and_ps(v, c.absmask), mb[k >> 1]);
+              _mm256_store_ps(q, v);
+            }
+          amax[n] = max4x8(mb[0], mb[1], mb[2], mb[3]);
+        }
       } else {
         m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 0x01));
         m = _mm256_max_ps(m, _mm256_permute_ps(m, 0x4E));

@@ -180,9 +180,36 @@ inline __m512i mx_e2m1_encode(__m512 v, const Consts& c) {
   return _mm512_mask_or_epi32(mag, _mm512_fpclass_ps_mask(v, 0x54), mag, c.c8);
 }
 
+// The V4.1 packer's E2M1 code (Quantizer::kFp4Rne / kFp4TwoStage, row.h's e2m1_encode_rne) of any
+// float v: mx_e2m1_encode's magnitude (ties to even, NaN -> 7), the sign only on a nonzero
+// magnitude of a negative v, i.e. exactly when v < -0.25 (never for a NaN).
+inline __m512i rne_e2m1_encode(__m512 v, const Consts& c) {
+  const __m512 a = _mm512_min_ps(abs_ps(v, c), c.c6);  // minps: NaN -> 6 (2nd operand)
+  const __m512i m = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), c.expmask), c.one_bits);
+  const __m512i t = _mm512_castps_si512(_mm512_fmadd_ps(_mm512_castsi512_ps(m), c.c2p22, a));
+  const __m512i mag = _mm512_add_epi32(_mm512_add_epi32(_mm512_sub_epi32(t, m), _mm512_srli_epi32(m, 22)), c.mx_off);
+  return _mm512_mask_or_epi32(mag, _mm512_cmp_ps_mask(v, c.cm025, _CMP_LT_OQ), mag, c.c8);
+}
+
+// Stage 1 of Quantizer::kFp4TwoStage on 16 values (row.h's stage1_value; see kernel_avx2.cpp's
+// stage1_values): u = fma(x, inv1, +0), its E2M1 value g (ties to even, NaN -> +6) with the sign
+// of u < 0, times sc.
+inline __m512 stage1_values(__m512 x, __m512 inv1, __m512 sc, const Consts& c) {
+  const __m512 u = _mm512_fmadd_ps(x, inv1, _mm512_setzero_ps());
+  const __m512 a = _mm512_min_ps(abs_ps(u, c), c.c6);
+  const __m512i m = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), c.expmask), c.one_bits);
+  const __m512 t = _mm512_fmadd_ps(_mm512_castsi512_ps(m), c.c2p22, a);
+  const __m512 g = _mm512_sub_ps(t, _mm512_castsi512_ps(_mm512_add_epi32(m, _mm512_set1_epi32(22 << 23))));
+  const __m512 sg = _mm512_mask_sub_ps(g, _mm512_cmp_ps_mask(u, _mm512_setzero_ps(), _CMP_LT_OQ),
+                                       _mm512_setzero_ps(), g);  // -g where u < 0 (0 - g: -0 at g = 0 is not kept, harmless)
+  return _mm512_mul_ps(sg, sc);
+}
+
 template <class R>
 inline __m512i fp4_encode(__m512 v, const Consts& c) {
-  return R::kVllm ? mx_e2m1_encode(v, c) : e2m1_encode(v, c);
+  if (R::kVllm) return mx_e2m1_encode(v, c);
+  if (kRneFp4<R>) return rne_e2m1_encode(v, c);
+  return e2m1_encode(v, c);
 }
 
 // vLLM's FP8 code of q = x * inv (row.h's vllm_fp8_code): clamp_encode (NaN -> min(NaN, 448) =
@@ -194,7 +221,7 @@ inline __m512i vllm_fp8_encode(__m512 q, const Consts& c) {
 
 template <class R>
 inline __m512i fp8_encode(__m512 q, const Consts& c) {
-  return R::kVllm ? vllm_fp8_encode(q, c) : clamp_encode(q, c);
+  return kNanCode7f<R> ? vllm_fp8_encode(q, c) : clamp_encode(q, c);
 }
 
 // Max of a 16-lane vector into 8 lanes (max is exact, order free; no NaN reaches here).
@@ -205,11 +232,23 @@ inline __m256 half_max(__m512 m) {
 struct Avx512 {
   using Consts = cpu::Consts;
   struct Freqs {
-    __m512 C[2], S[2];  // lane l of C[m] / S[m]: pair j = 16m + l
+    // Adjacent pairs: lane l of C[m] / S[m]: pair j = 16m + l. NeoX pairs (j, j + 32): C[0] / C[1]
+    // lane l hold cos of the pairs j = 2l / 2l + 1 (those of E / O of the first rotated block).
+    __m512 C[2], S[2];
   };
 
   template <class R, DType kDt>
   static void load_freqs(const float* f, const Consts& c, Freqs& fq) {
+    if constexpr (R::kNeox) {
+      static_assert(R::kFreqsLayout == FreqsLayout::kHalves, "NeoX pairs: halves freqs only (no recipe needs more)");
+      const __m512 c0 = _mm512_loadu_ps(f), c1 = _mm512_loadu_ps(f + 16);
+      const __m512 s0 = _mm512_loadu_ps(f + 32), s1 = _mm512_loadu_ps(f + 48);
+      fq.C[0] = _mm512_permutex2var_ps(c0, c.even, c1);
+      fq.C[1] = _mm512_permutex2var_ps(c0, c.odd, c1);
+      fq.S[0] = _mm512_permutex2var_ps(s0, c.even, s1);
+      fq.S[1] = _mm512_permutex2var_ps(s0, c.odd, s1);
+      return;
+    }
     for (int m = 0; m < 2; ++m) {
       if (R::kFreqsLayout == FreqsLayout::kInterleaved) {
         const __m512 a = _mm512_loadu_ps(f + 32 * m);
@@ -231,22 +270,28 @@ struct Avx512 {
 #pragma GCC unroll 2
     for (int n = 0; n < kRows; ++n) load_row<kDt>(p.q_input, r0 + n, c, E[n], O[n]);
     // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c); the bf16 rounding (FP4).
+    // Adjacent pairs: (E, O) of each rotated block; NeoX pairs (j, j + 32): E (then O) of the
+    // first rotated block with the same register of the second. No RoPE: nothing (fq unused).
+    if constexpr (R::kRope) {
 #pragma GCC unroll 2
-    for (int n = 0; n < kRows; ++n)
+      for (int n = 0; n < kRows; ++n)
 #pragma GCC unroll 2
-      for (int m = 0; m < 2; ++m) {
-        const __m512 xr = E[n][kRope0 + m], xi = O[n][kRope0 + m];
-        const __m512 xis = _mm512_mul_ps(xi, fq.S[m]);
-        const __m512 xic = _mm512_mul_ps(xi, fq.C[m]);
-        __m512 e = _mm512_fmsub_ps(xr, fq.C[m], xis);
-        __m512 o = _mm512_fmadd_ps(xr, fq.S[m], xic);
-        if (R::kBf16AfterRope) {
-          e = round_bf16<kDt>(e, c);
-          o = round_bf16<kDt>(o, c);
+        for (int m = 0; m < 2; ++m) {
+          __m512& x0 = R::kNeox ? (m == 0 ? E[n][kRope0] : O[n][kRope0]) : E[n][kRope0 + m];
+          __m512& x1 = R::kNeox ? (m == 0 ? E[n][kRope0 + 1] : O[n][kRope0 + 1]) : O[n][kRope0 + m];
+          const __m512 xr = x0, xi = x1;
+          const __m512 xis = _mm512_mul_ps(xi, fq.S[m]);
+          const __m512 xic = _mm512_mul_ps(xi, fq.C[m]);
+          __m512 e = _mm512_fmsub_ps(xr, fq.C[m], xis);
+          __m512 o = _mm512_fmadd_ps(xr, fq.S[m], xic);
+          if (R::kBf16AfterRope) {
+            e = round_bf16<kDt>(e, c);
+            o = round_bf16<kDt>(o, c);
+          }
+          x0 = e;
+          x1 = o;
         }
-        E[n][kRope0 + m] = e;
-        O[n][kRope0 + m] = o;
-      }
+    }
     if (R::kHadamard) {
       // Step 3: strides 1; 2, 4, 8, 16; 32, 64.
 #pragma GCC unroll 2
@@ -301,6 +346,24 @@ struct Avx512 {
       }
       if (R::kFp4) {
         amax[n] = max4x8(mb[0], mb[1], mb[2], mb[3]);  // lane k = block k
+        if constexpr (R::kQuant == Quantizer::kFp4TwoStage) {
+          // Stage 1 of the two-stage quantizer: the fake-quantized values replace the row in buf,
+          // and their block amax (NaN ignored) is what the packer's scales see.
+          __m128 inv1, sc;
+          stage1_scales(amax[n], inv1, sc);
+          const __m512 inv16 = _mm512_castps128_ps512(inv1), sc16 = _mm512_castps128_ps512(sc);
+#pragma GCC unroll 4
+          for (int k = 0; k < 4; ++k) {
+            const __m512i lane = _mm512_set1_epi32(k);
+            const __m512 vinv = _mm512_permutexvar_ps(lane, inv16), vsc = _mm512_permutexvar_ps(lane, sc16);
+            const __m512 e = stage1_values(_mm512_load_ps(buf[n] + 32 * k), vinv, vsc, c);
+            const __m512 o = stage1_values(_mm512_load_ps(buf[n] + 32 * k + 16), vinv, vsc, c);
+            mb[k] = half_max(_mm512_max_ps(abs_ps(e, c), _mm512_max_ps(abs_ps(o, c), _mm512_setzero_ps())));
+            _mm512_store_ps(buf[n] + 32 * k, e);
+            _mm512_store_ps(buf[n] + 32 * k + 16, o);
+          }
+          amax[n] = max4x8(mb[0], mb[1], mb[2], mb[3]);
+        }
       } else {
         const __m256 m8 = half_max(_mm512_max_ps(m0, m1));
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));

@@ -32,6 +32,9 @@ constexpr float kScaleFloorK = 1e-4f;
 // vLLM's MXFP4 (SPEC-vllm.md): the block amax floor 6 * 2^-126 and fl(1/6).
 constexpr float kMxAmaxFloorK = 0x1.8p-124f;  // bits 0x01c00000
 constexpr float kMxSixthK = 0x1.555556p-3f;
+// vLLM's CuTe and V3.2 quantizers: fl(1/448) and V3.2's amax floor.
+constexpr float kInv448K = 0x1.24924ap-9f;  // bits 0x3b124925
+constexpr float kV32FloorK = 1e-10f;
 
 inline float load_scalar(const void* base, DType dt, std::int64_t i) {
   if (dt == DType::kFloat32) return static_cast<const float*>(base)[i];
@@ -51,13 +54,28 @@ inline std::int64_t position_of(const Problem& p, std::int64_t b) {
 // Step 10 (and its variants): weights_out of row r = b * H + h, as the recipe's fold says (the
 // products in row.h's order). scale is the row's FP8 scale (vLLM: the power-of-two q_scale;
 // unused by recipes that fold none).
+// row.h's round_bf16 on one float: nearest even, NaN quieted (bit 22 set).
+inline float round_bf16_scalar(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;
+  else u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// WeightFold::kNoWeights: weight and weights_out are null, nothing is read or written.
+// (always_inline: with the recipes of the list GCC's unit-growth limit otherwise leaves some calls
+// out of line, which moved the existing recipes' instruction counts.)
 template <class R>
-inline void write_weight(const Problem& p, std::int64_t r, std::int64_t b, std::int64_t h, float scale) {
+__attribute__((always_inline)) inline void write_weight(const Problem& p, std::int64_t r, std::int64_t b, std::int64_t h, float scale) {
+  if constexpr (!R::kWeights) return;
   const float w = load_scalar(p.weight, p.weight_dtype, b * p.weight_stride_b + h);
   float wo;
   if (R::kFold == WeightFold::kTimesScale) wo = (w * p.weight_scale) * scale;
   else if (R::kFold == WeightFold::kNoScale) wo = w * p.weight_scale;
   else if (R::kFold == WeightFold::kScaleThenTwoFactors) wo = ((w * scale) * p.weight_scale) * p.head_scale;
+  else if (R::kFold == WeightFold::kNoScaleBf16) wo = round_bf16_scalar(w * p.weight_scale);
   else wo = (w * p.weight_scale) * p.head_scale;  // kTwoFactors
   if (R::kFnuz) wo = wo * 2.0f;  // exact
   p.weights_out[r] = wo;
@@ -109,17 +127,77 @@ inline void mx_scales(__m256 am, __m256& inv, __m256i& e) {
   inv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
 }
 
-// The recipe's scale steps (SGLang's or vLLM's quantizer).
+// vLLM's V3.2 FP8 row scale (Quantizer::kVllmV32): q_scale = pow2_ceil(fmax(amax, 1e-10) *
+// fl(1/448)) (a power of two in [2^-42, 2^120], or +Inf for an infinite amax), inv = 1 / q_scale
+// (exact, or 0): x * inv is x / q_scale, as in vllm_fp8_scales.
+inline void v32_fp8_scales(__m128 am, __m128& scale, __m128& inv) {
+  const __m128 s = _mm_mul_ps(_mm_max_ps(am, _mm_set1_ps(kV32FloorK)), _mm_set1_ps(kInv448K));
+  scale = _mm_castsi128_ps(_mm_and_si128(_mm_add_epi32(_mm_castps_si128(s), _mm_set1_epi32(0x7fffff)),
+                                         _mm_set1_epi32(int(0xff800000u))));
+  inv = _mm_div_ps(_mm_set1_ps(1.0f), scale);
+}
+
+// vLLM's CuTe FP8 row scale (Quantizer::kVllmCute): e = exponent of fmax(amax, 1e-4) * fl(1/448)
+// rounded up ((bits + 0x7fffff) >> 23: 1..254 for a finite amax, 255 for +Inf), scale = bits
+// e << 23 (+Inf at 255), inv = bits (254 - e) << 23 in 32-bit unsigned arithmetic (0 at 254, -Inf
+// at 255).
+inline void cute_fp8_scales(__m128 am, __m128& scale, __m128& inv) {
+  const __m128 s = _mm_mul_ps(_mm_max_ps(am, _mm_set1_ps(kScaleFloorK)), _mm_set1_ps(kInv448K));
+  const __m128i e = _mm_srli_epi32(_mm_add_epi32(_mm_castps_si128(s), _mm_set1_epi32(0x7fffff)), 23);
+  scale = _mm_castsi128_ps(_mm_slli_epi32(e, 23));
+  inv = _mm_castsi128_ps(_mm_slli_epi32(_mm_sub_epi32(_mm_set1_epi32(254), e), 23));
+}
+
+// SGLang V4.1's FP4 packer (Quantizer::kFp4Rne, and stage 2 of kFp4TwoStage), up to 8 blocks:
+// sf = fmax(amax / 6, 1e-4) (IEEE division; amax is never NaN), e = its exponent rounded up,
+// clamped to 254 (sf >= 1e-4 keeps it above 1; an infinite amax gives 255 -> 254). inv:
+// kFp4Rne: 2^(127 - e) exactly, the subnormal 2^-127 (bits 0x00400000) at e = 254;
+// kFp4TwoStage: bits (254 - e) << 23, i.e. 0 at e = 254 (the engine's packer).
+template <bool kTwoStage>
+inline void rne_scales(__m256 am, __m256& inv, __m256i& e) {
+  const __m256 s = _mm256_max_ps(_mm256_div_ps(am, _mm256_set1_ps(kFp4MaxK)), _mm256_set1_ps(kScaleFloorK));
+  e = _mm256_min_epu32(_mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(s), _mm256_set1_epi32(0x7fffff)), 23),
+                       _mm256_set1_epi32(254));
+  __m256i ib = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23);
+  if (!kTwoStage)
+    ib = _mm256_blendv_epi8(ib, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(e, _mm256_set1_epi32(254)));
+  inv = _mm256_castsi256_ps(ib);
+}
+
+// Stage 1 of Quantizer::kFp4TwoStage, the exponents of up to 4 blocks (lane k = block k):
+// e1 = exponent of fmax(amax, 6 * 2^-126) * fl(1/6) rounded up, not clamped (an infinite amax
+// gives 255); sc = bits e1 << 23 (+Inf at 255), inv1 = bits (254 - e1) << 23 (0 at 254, -Inf at 255).
+inline void stage1_scales(__m128 am, __m128& inv1, __m128& sc) {
+  const __m128 ratio = _mm_mul_ps(_mm_max_ps(am, _mm_set1_ps(kMxAmaxFloorK)), _mm_set1_ps(kMxSixthK));
+  const __m128i e1 = _mm_srli_epi32(_mm_add_epi32(_mm_castps_si128(ratio), _mm_set1_epi32(0x7fffff)), 23);
+  sc = _mm_castsi128_ps(_mm_slli_epi32(e1, 23));
+  inv1 = _mm_castsi128_ps(_mm_slli_epi32(_mm_sub_epi32(_mm_set1_epi32(254), e1), 23));
+}
+
+// The recipe's scale steps (SGLang's, vLLM's or SGLang V4.1's quantizer).
 template <class R>
 inline void row_scales_fp8(__m128 am, __m128& scale, __m128& inv) {
-  if (R::kVllm) vllm_fp8_scales(am, scale, inv);
+  if (R::kQuant == Quantizer::kVllm) vllm_fp8_scales(am, scale, inv);
+  else if (R::kQuant == Quantizer::kVllmV32) v32_fp8_scales(am, scale, inv);
+  else if (R::kQuant == Quantizer::kVllmCute) cute_fp8_scales(am, scale, inv);
   else fp8_scales(am, scale, inv);
 }
 template <class R>
 inline void block_scales_fp4(__m256 am, __m256& inv, __m256i& e) {
-  if (R::kVllm) mx_scales(am, inv, e);
+  if (R::kQuant == Quantizer::kVllm) mx_scales(am, inv, e);
+  else if (R::kQuant == Quantizer::kFp4Rne) rne_scales<false>(am, inv, e);
+  else if (R::kQuant == Quantizer::kFp4TwoStage) rne_scales<true>(am, inv, e);
   else fp4_scales(am, inv, e);
 }
+
+// The FP8 code of x * inv: vLLM's and CuTe's (NaN -> 0x7f) or the clamp's (NaN -> 0x7e: SGLang,
+// and vLLM V3.2, whose e4m3fn_encode(v) saturates exactly as the clamp does).
+template <class R>
+constexpr bool kNanCode7f = R::kQuant == Quantizer::kVllm || R::kQuant == Quantizer::kVllmCute;
+// The FP4 encoders: vLLM's (sign on every code), the V4.1 packer's (ties to even, sign only on a
+// nonzero code), SGLang's (ties to the smaller magnitude).
+template <class R>
+constexpr bool kRneFp4 = R::kQuant == Quantizer::kFp4Rne || R::kQuant == Quantizer::kFp4TwoStage;
 
 // The 4 UE8M0 bytes of row n (lanes 4n..4n+3 of e) as a little-endian uint32.
 inline std::uint32_t fp4_sf_word(__m256i e, int n) {
@@ -209,7 +287,8 @@ void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
     const std::int64_t b = r / H;
     const std::int64_t token_end = b * H + H < row_end ? b * H + H : row_end;
     typename K::Freqs fq;
-    K::template load_freqs<R, kDt>(p.freqs + position_of(p, b) * 64, c, fq);
+    // Without RoPE, freqs and positions are null and never read (fq stays unused).
+    if constexpr (R::kRope) K::template load_freqs<R, kDt>(p.freqs + position_of(p, b) * 64, c, fq);
     if (r + 2 <= token_end) {
       alignas(64) float buf[2][2][128];
       int cur = 0;

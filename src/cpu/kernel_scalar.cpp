@@ -18,13 +18,19 @@ void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end, De
   for (std::int64_t r = row_begin; r < row_end; ++r) {
     const std::int64_t b = r / H;
     const std::int64_t h = r - b * H;
-    const std::int64_t pos = p.pos_dtype == DType::kInt32
-                                 ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[b])
-                                 : static_cast<const std::int64_t*>(p.positions)[b];
+    // Without RoPE (RopeDims::kNoRope) freqs and positions are null and never read; without
+    // weights (WeightFold::kNoWeights) weight and weights_out are null and never touched.
+    const float* freqs_row = nullptr;
+    if (R::kRope) {
+      const std::int64_t pos = p.pos_dtype == DType::kInt32
+                                   ? std::int64_t(static_cast<const std::int32_t*>(p.positions)[b])
+                                   : static_cast<const std::int64_t*>(p.positions)[b];
+      freqs_row = p.freqs + pos * kFreqsDim;
+    }
     for (int i = 0; i < kHeadDim; ++i) x[i] = decode(p.q_input, r * kHeadDim + i);
-    const float w = load_float(p.weight, p.weight_dtype, b * p.weight_stride_b + h);
-    process_row<R>(x, p.freqs + pos * kFreqsDim, w, p.weight_scale, p.head_scale, p.q_out + r * R::kOutBytes,
-                   R::kFp4 ? p.q_sf + 4 * r : nullptr, p.weights_out + r);
+    const float w = R::kWeights ? load_float(p.weight, p.weight_dtype, b * p.weight_stride_b + h) : 0.0f;
+    process_row<R>(x, freqs_row, w, p.weight_scale, p.head_scale, p.q_out + r * R::kOutBytes,
+                   R::kFp4 ? p.q_sf + 4 * r : nullptr, R::kWeights ? p.weights_out + r : nullptr);
   }
 }
 
