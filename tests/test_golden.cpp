@@ -154,6 +154,11 @@ TEST(Golden, CasesAreConsistent) {
       // vLLM's CuTe kernel takes one factor: fl32(softmax_scale * head_scale), the product in double
       EXPECT_EQ(recipe(k.recipe).quant, Quantizer::kVllmCute) << recipe_name(k.recipe);
       EXPECT_EQ(k.weight_scale, float((1.0 / std::sqrt(128.0)) * (1.0 / std::sqrt(double(k.H)))));
+    } else if (c.name.find("/sgl_v32_unfused/") != std::string::npos) {
+      // SGLang's V3.2 epilogue: softmax_scale 128^-0.5 and head_scale H^-0.5 (Python doubles, to fp32)
+      EXPECT_EQ(recipe(k.recipe).quant, Quantizer::kSglangUe8m0) << recipe_name(k.recipe);
+      EXPECT_EQ(k.weight_scale, float(1.0 / std::sqrt(128.0)));
+      EXPECT_EQ(k.head_scale, float(1.0 / std::sqrt(double(k.H))));
     } else if (c.name.find("/sgl_v41_") != std::string::npos) {
       EXPECT_TRUE(recipe(k.recipe).quant == Quantizer::kFp4TwoStage || recipe(k.recipe).quant == Quantizer::kFp4Rne)
           << recipe_name(k.recipe);
