@@ -189,6 +189,7 @@ int main(int argc, char** argv) {
         a.q_input = TensorView::contiguous(s.q.data(), dt, {B, H, 128});
         a.q_out = TensorView::contiguous(s.out.data(), qdt, {B, H, od});
         if (fp4) a.q_scale = TensorView::contiguous(s.sf.data(), DType::kInt32, {B, H});
+        else if (recipe(rid).scale_out) a.q_scale = TensorView::contiguous(s.sf.data(), DType::kFloat32, {B, H});
         const Recipe& rc = recipe(rid);  // a recipe without weights / RoPE takes empty views there
         if (recipe_has_weights(rc)) {
           a.weight = TensorView::contiguous(s.w.data(), dt, {B, H});

@@ -216,6 +216,24 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
     if (!s.ok()) return s;
     s = check_strides("q_sf", q_scale, {H, 1}, "contiguous (H, 1)");
     if (!s.ok()) return s;
+  } else if (rec.scale_out) {
+    // The FP8 row scale as an output: (B, H, 1) as SGLang allocates it, or (B, H).
+    const auto bh1 = [&] {
+      return "(" + std::to_string(B) + ", " + std::to_string(H) + ", 1) = (B, H, 1) or (" + std::to_string(B) +
+             ", " + std::to_string(H) + ") = (B, H)";
+    };
+    if (q_scale.ndim == 2) {
+      s = check_shape("q_scale", q_scale, {B, H}, bh1);
+      if (!s.ok()) return s;
+      s = check_strides("q_scale", q_scale, {H, 1}, "contiguous (H, 1)");
+    } else {
+      s = check_shape("q_scale", q_scale, {B, H, 1}, bh1);
+      if (!s.ok()) return s;
+      s = check_strides("q_scale", q_scale, {H, 1, 1}, "contiguous (H, 1, 1)");
+    }
+    if (!s.ok()) return s;
+    s = check_dtype("q_scale", q_scale, {DType::kFloat32}, "fp32 (the row scale of recipe with scale_out)");
+    if (!s.ok()) return s;
   } else if (q_scale.ndim != 0 || q_scale.data != nullptr) {
     return detail::bad_arg("q_sf", std::string("recipe ") + rec.name +
                            " has no block scales: expected an empty view (ndim 0, no data)");
@@ -284,8 +302,8 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
     const TensorView* t;
     bool output;
   };
-  struct NamedList {  // at most 7 entries; no heap
-    Named v[7];
+  struct NamedList {  // at most 8 entries; no heap
+    Named v[8];
     int n = 0;
     void push_back(const Named& x) { v[n++] = x; }
     const Named* begin() const { return v; }
@@ -294,6 +312,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   all.push_back({"q_input", &q_input, false});
   all.push_back({out_name, &q_out, true});
   if (fp4) all.push_back({"q_sf", &q_scale, true});
+  if (rec.scale_out) all.push_back({"q_scale", &q_scale, true});
   if (has_weights) {
     all.push_back({"weight", &weight, false});
     all.push_back({"weights_out", &weights_out, true});
@@ -337,7 +356,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
   if (has_rope && max_pos == 0) return detail::bad_arg("freqs", "has 0 rows (max_pos = 0), so no position is valid");
 
   // --- every view within the address space; outputs must not overlap inputs or each other ---
-  Span spans[7];
+  Span spans[8];
   for (int i = 0; i < all.n; ++i)
     if (!span_of(*all.v[i].t, &spans[i]))
       return detail::bad_arg(all.v[i].name, "sizes " + detail::shape_text(*all.v[i].t) + " and strides " + detail::strides_text(*all.v[i].t) +
@@ -371,7 +390,7 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
     p.dtype = q_input.dtype;
     p.q_input = q_input.data;
     p.q_out = static_cast<std::uint8_t*>(q_out.data);
-    p.q_sf = fp4 ? static_cast<std::uint8_t*>(q_scale.data) : nullptr;
+    p.q_sf = recipe_writes_q_scale(rec) ? static_cast<std::uint8_t*>(q_scale.data) : nullptr;
     p.weight_scale = args.weight_scale;
     p.head_scale = args.head_scale;
     p.weight = weight.data;

@@ -104,6 +104,8 @@ struct HostCase {
   std::vector<std::uint8_t> positions;  // B elements
 
   bool fp4() const { return indexer_q::recipe(recipe).format == OutFormat::kE2M1; }
+  // 4 bytes per row in q_sf: FP4 block scales, or the FP8 row scale of a recipe with scale_out.
+  bool sf() const { return recipe_writes_q_scale(indexer_q::recipe(recipe)); }
   DType wdtype() const { return weight_dtype >= 0 ? DType(weight_dtype) : dtype; }
   std::int64_t out_bytes_per_row() const { return fp4() ? 64 : 128; }
   DType out_dtype() const {
@@ -340,6 +342,7 @@ inline OpArgs op_args(const HostCase& c, const void* q_input, void* q_out, void*
   a.q_input = TensorView::contiguous(q_input, c.dtype, {c.B, c.H, 128}, dev);
   a.q_out = TensorView::contiguous(q_out, c.out_dtype(), {c.B, c.H, c.out_bytes_per_row()}, dev);
   if (c.fp4()) a.q_scale = TensorView::contiguous(q_sf, DType::kInt32, {c.B, c.H}, dev);
+  else if (c.sf()) a.q_scale = TensorView::contiguous(q_sf, DType::kFloat32, {c.B, c.H, 1}, dev);
   // A recipe without weights (without RoPE) takes empty views for them.
   const Recipe& r = indexer_q::recipe(c.recipe);
   if (recipe_has_weights(r)) {
@@ -368,11 +371,11 @@ inline Status run_case(const BackendUnderTest& be, const HostCase& c, Outputs* o
                        std::uint8_t poison) {
   const std::int64_t rows = c.B * c.H;
   out->q_out.assign(std::size_t(rows * c.out_bytes_per_row()), poison);
-  out->q_sf.assign(c.fp4() ? std::size_t(rows * 4) : 0, poison);
+  out->q_sf.assign(c.sf() ? std::size_t(rows * 4) : 0, poison);
   out->weights_out.assign(recipe_has_weights(indexer_q::recipe(c.recipe)) ? std::size_t(rows) : 0, 0.0f);
   poison_fill(out->weights_out.data(), poison, out->weights_out.size() * 4);
   if (!be.cuda) {
-    return run(op_args(c, c.q_input.data(), out->q_out.data(), c.fp4() ? out->q_sf.data() : nullptr,
+    return run(op_args(c, c.q_input.data(), out->q_out.data(), c.sf() ? out->q_sf.data() : nullptr,
                        c.weight.data(), out->weights_out.data(), c.freqs.data(), c.positions.data()),
                be.options);
   }
@@ -397,7 +400,7 @@ inline Status run_case(const BackendUnderTest& be, const HostCase& c, Outputs* o
       !upload(dwo, out->weights_out.data(), nwo))
     return Status::Internal("test: cudaMalloc/cudaMemcpy failed");
   const Device dev{DeviceType::kCUDA, 0};
-  Status s = run(op_args(c, dq.p, dout.p, c.fp4() ? dsf.p : nullptr, dw.p, dwo.p, df.p, dp.p, dev), be.options);
+  Status s = run(op_args(c, dq.p, dout.p, c.sf() ? dsf.p : nullptr, dw.p, dwo.p, df.p, dp.p, dev), be.options);
   const cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess) return Status::Internal(std::string("test: CUDA error: ") + cudaGetErrorString(e));
   if (!s.ok()) return s;

@@ -149,9 +149,9 @@ TEST(AllocFree, CpuCallAfterTheFirstAllocatesNothing) {
       c.weights_out_2d = dt == DType::kFloat32;
       const std::int64_t rows = c.B * c.H;
       std::vector<std::uint8_t> q_out(std::size_t(rows * c.out_bytes_per_row()));
-      std::vector<std::uint8_t> q_sf(c.fp4() ? std::size_t(rows * 4) : 0);
+      std::vector<std::uint8_t> q_sf(c.sf() ? std::size_t(rows * 4) : 0);
       std::vector<float> wo(static_cast<std::size_t>(rows));
-      const OpArgs a = op_args(c, c.q_input.data(), q_out.data(), c.fp4() ? q_sf.data() : nullptr,
+      const OpArgs a = op_args(c, c.q_input.data(), q_out.data(), c.sf() ? q_sf.data() : nullptr,
                                c.weight.data(), wo.data(), c.freqs.data(), c.positions.data());
       ASSERT_NO_FATAL_FAILURE(expect_repeat_calls_allocate_nothing(
           a, std::string(recipe_name(r)) + " " + dtype_name(dt), &checked));
@@ -167,9 +167,9 @@ TEST(AllocFree, ValidateOfAnAcceptedCallAllocatesNothing) {
     HostCase c = random_case(4, 8, DType::kFloat16, DType::kInt32, 8, 99, r);
     const std::int64_t rows = c.B * c.H;
     std::vector<std::uint8_t> q_out(std::size_t(rows * c.out_bytes_per_row()));
-    std::vector<std::uint8_t> q_sf(c.fp4() ? std::size_t(rows * 4) : 0);
+    std::vector<std::uint8_t> q_sf(c.sf() ? std::size_t(rows * 4) : 0);
     std::vector<float> wo(static_cast<std::size_t>(rows));
-    const OpArgs a = op_args(c, c.q_input.data(), q_out.data(), c.fp4() ? q_sf.data() : nullptr,
+    const OpArgs a = op_args(c, c.q_input.data(), q_out.data(), c.sf() ? q_sf.data() : nullptr,
                              c.weight.data(), wo.data(), c.freqs.data(), c.positions.data());
     Status s;
     const long n = allocations_during([&] { s = validate(a); });

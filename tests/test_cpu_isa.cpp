@@ -423,6 +423,7 @@ Status run_recipe(const Case& c, RecipeId rid, const Options& opt, RecipeOut* ou
                         : rc.format == OutFormat::kE4M3FNUZ ? DType::kFloat8E4M3FNUZ : DType::kFloat8E4M3;
   a.q_out = TensorView::contiguous(out->q.data(), qdt, {c.B, c.H, od});
   if (fp4) a.q_scale = TensorView::contiguous(out->sf.data(), DType::kInt32, {c.B, c.H});
+  else if (rc.scale_out) a.q_scale = TensorView::contiguous(out->sf.data(), DType::kFloat32, {c.B, c.H});
   a.weight = TensorView::strided(c.w.empty() ? nullptr : c.w.data(), c.dt, {c.B, c.H}, {c.wstride, 1});
   a.weights_out = TensorView::contiguous(out->w.data(), DType::kFloat32, {c.B, c.H, 1});
   a.weight_scale = c.weight_scale;
@@ -600,6 +601,10 @@ TEST(CpuIsaRecipes, EdgeRowsEveryRecipe) {
             case 9: v = (i % 32 == 0) ? 6.0f : uni(rng) * 0.3f; break;  // codes around 0 and 0.5
             case 10: if (i == 64 + blk) v = 1e-30f * (f16 ? 0.0f : 1.0f); else v = 0.0f; break;
             case 11: if (in_blk && i % 32 == 1) v = f16 ? 60000.0f : 2.9e38f; break;
+            case 12:  // finite inputs whose Hadamard overflows (bf16 / fp32): +-Inf, Inf - Inf = NaN and
+                      // finite sums in one row (an infinite q_scale: finite / Inf = +-0, NaN -> 0xfe)
+              if (i % 32 < 4) v = (i % 64 < 32 ? 1.0f : -1.0f) * 0.75f * dmax;
+              break;
             default: break;
           }
           put(c.q, dt, r * 128 + i, v);
@@ -612,6 +617,18 @@ TEST(CpuIsaRecipes, EdgeRowsEveryRecipe) {
       c.weight_scale = 3.0f;  // w * 3 lands between bf16 values; dmax * 3 overflows
       RecipeOut ref;
       ASSERT_NO_FATAL_FAILURE(run_recipe_reference(c, rid, &ref));
+      if (recipe(rid).scale_out && !f16) {
+        // The rows reach act_quant's corners: an infinite row scale and NaN codes (0xfe).
+        int inf_scales = 0, fe = 0;
+        for (int r = 0; r < kRows; ++r) {
+          float s;
+          std::memcpy(&s, &ref.sf[4 * r], 4);
+          inf_scales += s == INFINITY;
+        }
+        for (std::uint8_t q : ref.q) fe += q == 0xfe;
+        EXPECT_GT(inf_scales, 0) << recipe_name(rid) << " " << dtype_name(dt);
+        EXPECT_GT(fe, 0) << recipe_name(rid) << " " << dtype_name(dt);
+      }
       ThresholdGuard guard(0);
       ASSERT_NO_FATAL_FAILURE(expect_every_isa_matches(c, rid, ref, {1, 3}, " (edge rows)", &checked));
     }

@@ -86,6 +86,7 @@ iqtest::HostCase to_host_case(const io::ConformanceCase& k) {
   c.weight_stride = k.H;
   c.dtype = k.dtype;
   c.pos_dtype = k.pos_dtype;
+  c.weight_dtype = int(k.weight_dtype);  // the file's (SGLang's V3.2 files: fp32 beside a bf16 q_input)
   c.weight_scale = k.weight_scale;
   c.head_scale = k.head_scale;
   c.q_input = k.q_input;
@@ -133,7 +134,7 @@ TEST(Golden, CasesAreConsistent) {
     const bool fp4 = recipe(k.recipe).format == OutFormat::kE2M1;
     EXPECT_EQ(k.out_bytes_per_row(), fp4 ? 64 : 128);
     EXPECT_EQ(k.q_out.size(), std::size_t(k.B * k.H * k.out_bytes_per_row()));
-    EXPECT_EQ(k.q_sf.size(), recipe_has_block_scales(recipe(k.recipe)) ? std::size_t(k.B * k.H * 4) : 0u);
+    EXPECT_EQ(k.q_sf.size(), recipe_writes_q_scale(recipe(k.recipe)) ? std::size_t(k.B * k.H * 4) : 0u);
     EXPECT_EQ(k.weights_out.size(), recipe_has_weights(recipe(k.recipe)) ? std::size_t(k.B * k.H) : 0u);
     if (c.name.find("/variants/") != std::string::npos && c.name.find("(derived") == std::string::npos)
       EXPECT_NE(k.recipe, RecipeId::kV4Fp8) << "a variants file without \"variant\" metadata";
@@ -153,6 +154,11 @@ TEST(Golden, CasesAreConsistent) {
       // vLLM's CuTe kernel takes one factor: fl32(softmax_scale * head_scale), the product in double
       EXPECT_EQ(recipe(k.recipe).quant, Quantizer::kVllmCute) << recipe_name(k.recipe);
       EXPECT_EQ(k.weight_scale, float((1.0 / std::sqrt(128.0)) * (1.0 / std::sqrt(double(k.H)))));
+    } else if (c.name.find("/sgl_v32_unfused/") != std::string::npos) {
+      // SGLang's V3.2 epilogue: softmax_scale 128^-0.5 and head_scale H^-0.5 (Python doubles, to fp32)
+      EXPECT_EQ(recipe(k.recipe).quant, Quantizer::kSglangUe8m0) << recipe_name(k.recipe);
+      EXPECT_EQ(k.weight_scale, float(1.0 / std::sqrt(128.0)));
+      EXPECT_EQ(k.head_scale, float(1.0 / std::sqrt(double(k.H))));
     } else if (c.name.find("/sgl_v41_") != std::string::npos) {
       EXPECT_TRUE(recipe(k.recipe).quant == Quantizer::kFp4TwoStage || recipe(k.recipe).quant == Quantizer::kFp4Rne)
           << recipe_name(k.recipe);

@@ -350,9 +350,10 @@ struct SpecForm {
   bool fnuz;
   bool vllm;          // SPEC-vllm.md: bf16 after RoPE, pow2 FP8 scale / MX FP4, two weight factors
   // The forms added later (docs/RECIPES.md), each its own quantization; kSame: the flags above say it.
-  enum Q { kSame, kCute, kV32, kRne, kTwoStage } q = kSame;
+  enum Q { kSame, kCute, kV32, kRne, kTwoStage, kUe8m0 } q = kSame;
   bool neox = false;     // RoPE pairs (j, j + 32) of the rotated 64
   bool no_rope = false;  // no RoPE at all
+  bool x1c = false;      // the second value of a pair as fma(x1, c, x0 * s)
 };
 // SPEC.md (v4_fp8), SPEC-variants.md and SPEC-vllm.md, one line per form.
 const SpecForm kSpecForms[] = {
@@ -371,6 +372,9 @@ const SpecForm kSpecForms[] = {
     {"vllm_v4_fp8_cutedsl", false, true, false, false, false, false, SpecForm::kCute},
     {"sgl_v41_fp4_rope_pack", false, false, false, true, false, false, SpecForm::kTwoStage},
     {"sgl_v41_fp4_quant_rne", false, false, false, true, false, false, SpecForm::kRne, false, true},
+    // SGLang's V3.2 unfused query path: NeoX RoPE, bf16, Hadamard, bf16, act_quant ue8m0
+    {"sgl_v32_unfused_neox_hadamard_ue8m0", true, true, true, false, false, false, SpecForm::kUe8m0, true, false,
+     true},
 };
 
 const SpecForm* spec_form(RecipeId r) {
@@ -509,6 +513,18 @@ int later_pack_exponent(float amax) {
 void later_form_row(const SpecForm& F, float* x, float w, float ws, float hs, std::int64_t r, iqtest::Outputs& o,
                     Perturb) {
   const float inv448 = float(1.0 / 448.0);  // fl(1/448), bits 0x3b124925
+  if (F.q == SpecForm::kUe8m0) {  // bf16 after the Hadamard, power-of-two scale, NaN -> -448
+    for (int i = 0; i < 128; ++i) x[i] = model_bf16(x[i]);
+    const float q_scale = model_pow2_ceil(std::fmax(later_max_abs(x, 128), 1e-4f) * inv448);
+    for (int i = 0; i < 128; ++i) {
+      const float v = x[i] / q_scale;
+      o.q_out[std::size_t(r * 128 + i)] =
+          std::uint8_t(std::isnan(v) ? 0xfe : model_vllm_fp8(std::fmin(std::fmax(v, -448.0f), 448.0f)));
+    }
+    o.weights_out[std::size_t(r)] = ((w * hs) * q_scale) * ws;
+    std::memcpy(o.q_sf.data() + 4 * r, &q_scale, 4);
+    return;
+  }
   if (F.q == SpecForm::kV32 || F.q == SpecForm::kCute) {
     const float amax = later_max_abs(x, 128);
     float q_scale, inv = 0.0f;
@@ -567,7 +583,7 @@ iqtest::Outputs model_outputs(const HostCase& c, Perturb perturb = Perturb::kNon
   iqtest::Outputs o;
   const std::int64_t rows = c.B * c.H;
   o.q_out.assign(std::size_t(rows * (F.fp4 ? 64 : 128)), 0);
-  if (F.fp4) o.q_sf.assign(std::size_t(rows * 4), 0);
+  if (F.fp4 || F.q == SpecForm::kUe8m0) o.q_sf.assign(std::size_t(rows * 4), 0);
   o.weights_out.assign(F.q == SpecForm::kRne ? 0 : std::size_t(rows), 0.0f);
   for (std::int64_t b = 0; b < c.B; ++b) {
     const float* fr = c.freqs.data() + position_of(c, b) * 64;
@@ -582,7 +598,7 @@ iqtest::Outputs model_outputs(const HostCase& c, Perturb perturb = Perturb::kNon
         const float cs = F.halves ? fr[j] : fr[2 * j], sn = F.halves ? fr[32 + j] : fr[2 * j + 1];
         const float p1 = xi * sn, p2 = xi * cs;
         x[i0] = std::fma(xr, cs, -p1);
-        x[i1] = std::fma(xr, sn, p2);
+        x[i1] = F.x1c ? std::fma(xi, cs, xr * sn) : std::fma(xr, sn, p2);
       }
       if (F.q != SpecForm::kSame ? !F.no_rope : (F.vllm ? perturb != Perturb::kNoBf16AfterRope : F.fp4))
         for (int i = off; i < off + 64; ++i) x[i] = model_bf16(x[i]);
@@ -781,14 +797,16 @@ TEST(RecipeModel, DescriptorsMatchTheSpec) {
     EXPECT_EQ(d.rope_pairs == RopePairs::kNeox, f->neox) << f->name;
     if (f->q != SpecForm::kSame) {  // the later forms: quantizer and fold by name
       const Quantizer q[] = {Quantizer::kSglang, Quantizer::kVllmCute, Quantizer::kVllmV32, Quantizer::kFp4Rne,
-                             Quantizer::kFp4TwoStage};
+                             Quantizer::kFp4TwoStage, Quantizer::kSglangUe8m0};
       const WeightFold fo[] = {WeightFold::kTimesScale, WeightFold::kTimesScale, WeightFold::kScaleThenTwoFactors,
-                               WeightFold::kNoWeights, WeightFold::kNoScaleBf16};
+                               WeightFold::kNoWeights, WeightFold::kNoScaleBf16, WeightFold::kHeadScaleFirst};
       EXPECT_EQ(d.quant, q[f->q]) << f->name;
       EXPECT_EQ(d.fold, fo[f->q]) << f->name;
       EXPECT_EQ(d.hadamard, f->hadamard) << f->name;
       EXPECT_EQ(d.bf16_after_rope, !f->no_rope) << f->name;
-      EXPECT_FALSE(d.bf16_after_hadamard) << f->name;
+      EXPECT_EQ(d.bf16_after_hadamard, f->q == SpecForm::kUe8m0) << f->name;
+      EXPECT_EQ(d.scale_out, f->q == SpecForm::kUe8m0) << f->name;
+      EXPECT_EQ(d.rope_fma == RopeFma::kFmaX1C, f->x1c) << f->name;
       EXPECT_EQ(d.format == OutFormat::kE2M1, f->fp4) << f->name;
       continue;
     }

@@ -568,6 +568,7 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
   std::vector<std::pair<std::string, TensorView*>> named_views(RArgs& r) const {
     std::vector<std::pair<std::string, TensorView*>> v = {{"q_input", &r.a.q_input}, {out_name(), &r.a.q_out}};
     if (fp4()) v.emplace_back("q_sf", &r.a.q_scale);
+    if (rec().scale_out) v.emplace_back("q_scale", &r.a.q_scale);
     if (has_weights()) {
       v.emplace_back("weight", &r.a.weight);
       v.emplace_back("weights_out", &r.a.weights_out);
@@ -608,6 +609,7 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
     a.q_input = TensorView::contiguous(at(kQ), DType::kBFloat16, {B, kH, 128});
     a.q_out = TensorView::contiguous(at(kO), own_dtype(), {B, kH, od()});
     if (fp4()) a.q_scale = TensorView::contiguous(at(kS), DType::kInt32, {B, kH});
+    if (rec().scale_out) a.q_scale = TensorView::contiguous(at(kS), DType::kFloat32, {B, kH, 1});
     if (has_weights()) {
       a.weight = TensorView::contiguous(at(kW), DType::kBFloat16, {B, kH});
       a.weights_out = TensorView::contiguous(at(kWO), DType::kFloat32, {B, kH, 1});
@@ -666,7 +668,7 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
       out.insert(out.end(), p, p + n);
     };
     grab(r.a.q_out, std::size_t(kB * kH * od()));
-    if (fp4()) grab(r.a.q_scale, std::size_t(kB * kH * 4));
+    if (fp4() || rec().scale_out) grab(r.a.q_scale, std::size_t(kB * kH * 4));
     if (has_weights()) grab(r.a.weights_out, std::size_t(kB * kH * 4));
     else for (std::size_t i = 0; i < 256; ++i) EXPECT_EQ(at(kWO)[i], kSentinel) << i;
     // nothing beyond the outputs: the rest of the output regions keeps the sentinel
@@ -696,7 +698,7 @@ TEST_P(RecipeValidation, ValidCallsAndRawCodeDtypes) {
                         Backend::kCpu),
               ref);
   }
-  if (!fp4()) {
+  if (!fp4() && !rec().scale_out) {
     // an FP8 recipe with q_sf explicitly empty (default-constructed) is what valid() builds
     reset();
     RArgs r = valid();
@@ -708,6 +710,25 @@ TEST_P(RecipeValidation, ValidCallsAndRawCodeDtypes) {
       r.a.weight = TensorView::strided(at(kW), DType::kBFloat16, {kB, kH}, {kH + 5, 1});
     }).size(), ref.size());
   }
+}
+
+// The FP8 row scale of a recipe with scale_out: q_scale (B, H, 1) or (B, H) fp32, the same bytes;
+// another dtype, shape or stride is refused naming q_scale, and so is an empty view.
+TEST_P(RecipeValidation, ScaleOutShapes) {
+  if (!rec().scale_out) GTEST_SKIP() << rec().name << " writes no FP8 row scale";
+  const std::vector<std::uint8_t> ref = expect_ok("q_scale (B, H, 1)", [](RArgs&) {});
+  for (Backend b : {Backend::kReference, Backend::kCpu})
+    EXPECT_EQ(expect_ok(std::string("q_scale (B, H) ") + backend_name(b), [&](RArgs& r) {
+      r.a.q_scale = TensorView::contiguous(at(kS), DType::kFloat32, {kB, kH});
+    }, b), ref);
+  expect_error("q_scale int32", [&](RArgs& r) { r.a.q_scale.dtype = DType::kInt32; }, {"q_scale", "fp32"});
+  expect_error("q_scale (B, H, 2)", [&](RArgs& r) {
+    r.a.q_scale = TensorView::contiguous(at(kS), DType::kFloat32, {kB, kH, 2});
+  }, {"q_scale", "(B, H, 1) or"});
+  expect_error("q_scale absent", [&](RArgs& r) { r.a.q_scale = TensorView{}; }, {"q_scale", "expected shape"});
+  expect_error("q_scale strided", [&](RArgs& r) {
+    r.a.q_scale = TensorView::strided(at(kS), DType::kFloat32, {kB, kH}, {2 * kH, 2});
+  }, {"q_scale", "unsupported strides"});
 }
 
 // A recipe without RoPE takes no freqs and no positions, one without weights no weight and no
@@ -829,6 +850,7 @@ TEST_P(RecipeValidation, OutputShapesAndStrides) {
 
 TEST_P(RecipeValidation, BlockScales) {
   const Device cuda0{DeviceType::kCUDA, 0};
+  if (rec().scale_out) GTEST_SKIP() << rec().name << " writes its row scale there (ScaleOutShapes)";
   if (!fp4()) {
     // FP8 recipes have no q_sf: anything but an empty view is refused, naming q_sf
     expect_error("q_sf given", [&](RArgs& r) {
@@ -990,7 +1012,7 @@ TEST_P(RecipeValidation, RanksOutsideTheViewNamed) {
       expect_error(name + " ndim " + std::to_string(nd), [&](RArgs& r) { named_views(r)[i].second->ndim = nd; },
                    {name + ": " + want});
     }
-    if (!fp4())  // FP8 recipes: q_sf must be the empty view
+    if (!fp4() && !rec().scale_out)  // FP8 recipes: q_sf must be the empty view (scale_out: q_scale, above)
       expect_error("q_sf ndim " + std::to_string(nd), [&](RArgs& r) { r.a.q_scale.ndim = nd; },
                    {"q_sf: recipe", "empty view"});
   }

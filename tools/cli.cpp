@@ -235,10 +235,7 @@ std::string recipe_summary(RecipeId id, bool with_meanings) {
   return s;
 }
 
-bool two_factor_fold(RecipeId id) {
-  const WeightFold f = recipe(id).fold;
-  return f == WeightFold::kScaleThenTwoFactors || f == WeightFold::kTwoFactors;
-}
+bool two_factor_fold(RecipeId id) { return recipe_uses_head_scale(recipe(id)); }
 
 std::string weight_factors_text(const io::ConformanceCase& c) {
   if (!recipe_has_weights(recipe(c.recipe))) return "none (the recipe has no weights)";

@@ -319,6 +319,7 @@ int cmd_run(int argc, char** argv) {
   std::printf("  bit-exact vs reference: %s (%lld of %lld %s bytes", d.exact() ? "yes" : "NO", (long long)d.q_bytes,
               (long long)(rows * c.out_bytes_per_row()), codes);
   if (fp4) std::printf(", %lld of %lld block-scale bytes", (long long)d.sf_bytes, (long long)(rows * 4));
+  if (rc.scale_out) std::printf(", %lld of %lld q_scale bytes", (long long)d.sf_bytes, (long long)(rows * 4));
   std::printf(" and %lld of %lld weights differ)\n", (long long)d.weights, (long long)rows);
 
   // --save (when asked) and the exit status.
@@ -353,6 +354,7 @@ int cmd_run(int argc, char** argv) {
         // safetensors has no e4m3fnuz dtype: those codes are stored as U8 (the reader accepts both).
         put("q_fp8", rc.format == OutFormat::kE4M3FN ? "F8_E4M3" : "U8", {c.B, c.H, 128}, out.q_out.data(),
             out.q_out.size());
+        if (rc.scale_out) put("q_scale", "F32", {c.B, c.H, 1}, out.q_sf.data(), out.q_sf.size());
       }
       // weights_out as the engine allocates it: (B, H) for vLLM's forms, (B, H, 1) for SGLang's
       const std::vector<std::int64_t> wo_shape =

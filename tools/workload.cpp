@@ -186,6 +186,7 @@ OpArgs make_op_args(const io::ConformanceCase& c, const CasePointers& p, Device 
     a.q_out = TensorView::contiguous(
         p.q_out, r.format == OutFormat::kE4M3FNUZ ? DType::kFloat8E4M3FNUZ : DType::kFloat8E4M3, {c.B, c.H, 128},
         dev);
+    if (r.scale_out) a.q_scale = TensorView::contiguous(p.q_sf, DType::kFloat32, {c.B, c.H, 1}, dev);
   }
   // A recipe without weights or without RoPE takes empty views for them.
   if (recipe_has_weights(r)) {
@@ -202,7 +203,7 @@ OpArgs make_op_args(const io::ConformanceCase& c, const CasePointers& p, Device 
 }
 
 namespace {
-bool is_fp4(const io::ConformanceCase& c) { return recipe(c.recipe).format == OutFormat::kE2M1; }
+bool writes_sf(const io::ConformanceCase& c) { return recipe_writes_q_scale(recipe(c.recipe)); }
 bool has_weights(const io::ConformanceCase& c) { return recipe_has_weights(recipe(c.recipe)); }
 }  // namespace
 
@@ -223,7 +224,7 @@ DeviceCase::DeviceCase(DeviceRuntime& rt, const io::ConformanceCase& c, const fl
     p_.freqs = shared_freqs ? static_cast<const void*>(shared_freqs) : alloc_copy(c.freqs);
     p_.q_out = rt_.alloc(std::size_t(rows() * c.out_bytes_per_row()));
     owned_.push_back(p_.q_out);
-    if (is_fp4(c)) {
+    if (writes_sf(c)) {
       p_.q_sf = rt_.alloc(std::size_t(rows()) * 4);
       owned_.push_back(p_.q_sf);
     }
@@ -277,7 +278,7 @@ void DeviceCase::download(Outputs* out) const {
 Status reference_outputs(const io::ConformanceCase& c, Outputs* out) {
   const std::size_t rows = std::size_t(c.B * c.H);
   out->q_out.assign(rows * std::size_t(c.out_bytes_per_row()), 0);
-  out->q_sf.assign(is_fp4(c) ? rows * 4 : 0, 0);
+  out->q_sf.assign(writes_sf(c) ? rows * 4 : 0, 0);
   out->weights_out.assign(has_weights(c) ? rows : 0, 0.0f);
   CasePointers p;
   p.q_input = c.q_input.data();

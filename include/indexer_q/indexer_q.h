@@ -215,6 +215,15 @@ std::vector<RecipeId> all_recipes();
 inline bool recipe_has_rope(const Recipe& r) noexcept { return r.rope_dims != RopeDims::kNoRope; }
 inline bool recipe_has_weights(const Recipe& r) noexcept { return r.fold != WeightFold::kNoWeights; }
 inline bool recipe_has_block_scales(const Recipe& r) noexcept { return r.format == OutFormat::kE2M1; }
+// Whether weights_out takes head_scale as a second factor (vLLM's Triton forms, SGLang's V3.2
+// unfused form; weight_scale is then the softmax scale).
+inline bool recipe_uses_head_scale(const Recipe& r) noexcept {
+  return r.fold == WeightFold::kScaleThenTwoFactors || r.fold == WeightFold::kTwoFactors ||
+         r.fold == WeightFold::kHeadScaleFirst;
+}
+// Whether the call writes 4 bytes per row into OpArgs::q_scale: FP4 block scales (int32 of four
+// UE8M0 bytes) or, for a recipe with scale_out, the FP8 row scale (fp32).
+inline bool recipe_writes_q_scale(const Recipe& r) noexcept { return recipe_has_block_scales(r) || r.scale_out; }
 
 // ---------------------------------------------------------------------------------------
 // The op

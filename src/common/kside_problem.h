@@ -27,6 +27,7 @@ struct KRecipeT;
     static constexpr int kRopeOffset = 64;             /* dims 64..127 rotated */  \
     static constexpr FreqsLayout kFreqsLayout = FreqsLayout::kInterleaved;         \
     static constexpr bool kNeox = false;               /* pairs (2j, 2j + 1) */    \
+    static constexpr RopeFma kRopeFma = RopeFma::kFmaX0S;                          \
     static constexpr bool kHadamard = true;                                        \
   };
 #include "indexer_q/kside_recipes.inc"

@@ -14,7 +14,8 @@ namespace detail {
 //    (src/common/recipe.h) and process_row<R> (src/common/row.h);
 //  - row r = b * H + h of q_input starts at element r * 128 (rows contiguous, batch contiguous);
 //  - q_out: row r's codes start at byte r * R::kOutBytes (128 fp8 codes, or 64 fp4 pairs);
-//  - q_sf (FP4 recipes only, else null): row r's 4 UE8M0 bytes at q_sf + 4 * r;
+//  - q_sf (FP4 recipes: row r's 4 UE8M0 bytes at q_sf + 4 * r; recipes with scale_out: row r's
+//    fp32 scale at q_sf + 4 * r; else null);
 //  - weights_out[r] is the float of row r;
 //  - weight[b, h] is at element b * weight_stride_b + h;
 //  - freqs row p starts at float p * 64; positions[b] is int32 or int64;

@@ -51,6 +51,9 @@ struct RecipeT {
   static constexpr bool kRope = rope_dims != RopeDims::kNoRope;
   static constexpr bool kNeox = rope_pairs == RopePairs::kNeox;
   static constexpr bool kWeights = fold != WeightFold::kNoWeights;
+  static constexpr RopeFma kRopeFma = rope_fma;
+  static constexpr bool kScaleOut = scale_out;                   // FP8 row scale written to q_sf (fp32)
+  static constexpr bool kSf = format == OutFormat::kE2M1 || scale_out;  // 4 bytes per row in q_sf
   static constexpr int kRopeOffset = rope_dims == RopeDims::kLast64 ? 64 : 0;
   static constexpr int kOutBytes = kFp4 ? 64 : 128;  // per row
 };

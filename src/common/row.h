@@ -147,7 +147,8 @@ IQ_HD std::uint8_t e2m1_encode(float v) {
 
 // Step 2: RoPE on the recipe's 64 dims: pair j = (x0, x1) is (2j, 2j+1) of them (RopePairs::
 // kAdjacent) or (j, j+32) (kNeox); f = freqs row of the position, laid out as the recipe says.
-// x0' = fma(x0, c, -(x1*s)), x1' = fma(x0, s, x1*c), the products rounded first.
+// x0' = fma(x0, c, -(x1*s)), x1' = fma(x0, s, x1*c) (RopeFma::kFmaX0S) or fma(x1, c, x0*s)
+// (kFmaX1C), the products rounded first.
 template <class R>
 IQ_HD void rope_row(float* x, const float* f) {
   for (int j = 0; j < kRopeDim / 2; ++j) {
@@ -158,9 +159,14 @@ IQ_HD void rope_row(float* x, const float* f) {
     const float c = R::kFreqsLayout == FreqsLayout::kInterleaved ? f[2 * j] : f[j];
     const float s = R::kFreqsLayout == FreqsLayout::kInterleaved ? f[2 * j + 1] : f[32 + j];
     const float xis = xi * s;
-    const float xic = xi * c;
     *v0 = ::fmaf(xr, c, -xis);
-    *v1 = ::fmaf(xr, s, xic);
+    if (R::kRopeFma == RopeFma::kFmaX1C) {
+      const float xrs = xr * s;
+      *v1 = ::fmaf(xi, c, xrs);
+    } else {
+      const float xic = xi * c;
+      *v1 = ::fmaf(xr, s, xic);
+    }
   }
 }
 
@@ -254,6 +260,15 @@ IQ_HD std::uint8_t v32_fp8_code(float x, float q_scale) {
   return e4m3fn_encode(v);
 }
 
+// ---- SGLang's V3.2 act_quant (Quantizer::kSglangUe8m0) ----
+// The code of v = x / q_scale: e4m3fn of clamp(v, -448, 448) (saturation does the clamp), and
+// 0xfe (-448) for every NaN v (max(NaN, -448) is -448 there).
+IQ_HD std::uint8_t ue8m0_fp8_code(float x, float q_scale) {
+  const float v = x / q_scale;
+  if (v != v) return 0xfeu;
+  return e4m3fn_encode(v);
+}
+
 // ---- the FP4 packer of SGLang V4.1 (Quantizer::kFp4Rne, and stage 2 of kFp4TwoStage) ----
 // The UE8M0 byte of a block: sf = fmax(amax / 6, 1e-4) (IEEE division, then the floor), its
 // exponent rounded up, clamped to [1, 254] (an infinite amax gives 254).
@@ -307,6 +322,7 @@ IQ_HD float weights_out_of(float w, float weight_scale, float head_scale, float 
     case WeightFold::kNoScale: return w * weight_scale;
     case WeightFold::kScaleThenTwoFactors: return ((w * scale) * weight_scale) * head_scale;
     case WeightFold::kTwoFactors: return (w * weight_scale) * head_scale;
+    case WeightFold::kHeadScaleFirst: return ((w * head_scale) * scale) * weight_scale;
     case WeightFold::kNoScaleBf16: return round_bf16(w * weight_scale);
     case WeightFold::kNoWeights: return 0.0f;
   }
@@ -371,7 +387,10 @@ IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_s
   static_assert((R::kQuant != Quantizer::kVllmCute && R::kQuant != Quantizer::kVllmV32) || !R::kFp4,
                 "the vllm_cute / vllm_v32 quantizers are FP8 only");
   static_assert(R::kQuant == Quantizer::kSglang || !R::kFnuz, "FNUZ is the re-encoded SGLang FP8 result");
-  static_assert(R::kFp4 || !R::kBf16AfterHadamard, "no FP8 recipe rounds after the Hadamard");
+  static_assert(R::kFp4 || R::kQuant != Quantizer::kSglang || !R::kBf16AfterHadamard,
+                "SGLang's FP8 quantizer has no bf16 point after the Hadamard");
+  static_assert(!R::kScaleOut || R::kQuant != Quantizer::kSglang, "scale_out: a power-of-two FP8 quantizer");
+  static_assert(!R::kScaleOut || !R::kFp4, "scale_out is the FP8 row scale");
   if (R::kRope) rope_row<R>(x, freqs_row);
   if (R::kRope && R::kBf16AfterRope)
     for (int i = 0; i < kRopeDim; ++i) x[R::kRopeOffset + i] = round_bf16(x[R::kRopeOffset + i]);
@@ -389,6 +408,7 @@ IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_s
     float amax = 0.0f;
     for (int i = 0; i < kHeadDim; ++i) {
       if (R::kHadamard) x[i] = x[i] * kHadamardScale;
+      if (R::kBf16AfterHadamard) x[i] = round_bf16(x[i]);
       amax = amax_step(amax, x[i]);
     }
     float q_scale;
@@ -400,6 +420,9 @@ IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_s
         const float v = x[i] * inv;
         out[i] = v != v ? std::uint8_t(0x7fu) : e4m3fn_encode(v);
       }
+    } else if (R::kQuant == Quantizer::kSglangUe8m0) {
+      q_scale = pow2_ceil(::fmaxf(amax, kScaleFloor) * kInv448);
+      for (int i = 0; i < kHeadDim; ++i) out[i] = ue8m0_fp8_code(x[i], q_scale);
     } else if (R::kQuant == Quantizer::kVllmV32) {
       q_scale = pow2_ceil(::fmaxf(amax, kV32Floor) * kInv448);
       for (int i = 0; i < kHeadDim; ++i) out[i] = v32_fp8_code(x[i], q_scale);
@@ -408,6 +431,7 @@ IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_s
       for (int i = 0; i < kHeadDim; ++i) out[i] = vllm_fp8_code(x[i], q_scale);
     }
     if (R::kWeights) *weight_out = weights_out_of<R>(w, weight_scale, head_scale, q_scale);
+    if (R::kScaleOut) std::memcpy(sf, &q_scale, 4);
     return;
   }
   const float scale = scale_and_amax_row<R>(x);

@@ -177,11 +177,19 @@ inline __m256 round_bf16(__m256 x, const Consts& c) {
 // Ec = -6 as a subnormal code), i.e. the low byte of bits(t) - bits(m) + (bits(m) >> 20) + 56,
 // all in integers (no float32 subnormal is ever produced, which would be slow). The sign
 // comes from v (so -0 and values rounding to zero from below keep 0x80).
+// kNanNeg (Quantizer::kSglangUe8m0): the clamp in the other order, so that a NaN gives -448 (0xfe).
+template <bool kNanNeg = false>
 inline __m256i clamp_encode(__m256 q, const Consts& c) {
-  // minps returns its 2nd operand when one is NaN: NaN -> 448. `hi` has v's sign (the max
-  // with -448 keeps it) and serves as the sign mask.
-  const __m256 hi = _mm256_min_ps(q, c.c448);
-  q = _mm256_max_ps(hi, c.cm448);
+  // minps / maxps return their 2nd operand when one is NaN: NaN -> 448 (kNanNeg: -448). `hi` has
+  // v's sign (the other bound keeps it) and serves as the sign mask.
+  __m256 hi;
+  if constexpr (kNanNeg) {
+    hi = _mm256_max_ps(q, c.cm448);
+    q = _mm256_min_ps(hi, c.c448);
+  } else {
+    hi = _mm256_min_ps(q, c.c448);
+    q = _mm256_max_ps(hi, c.cm448);
+  }
   const __m256 a = _mm256_and_ps(q, c.absmask);
   const __m256i m = _mm256_max_epi32(_mm256_castps_si256(_mm256_and_ps(q, c.expmask)), c.min_normal_bits);
   const __m256i t = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_castsi256_ps(m), c.c2p20, a));  // the one rounding
@@ -283,17 +291,19 @@ inline __m256i vllm_fp8_encode(__m256 q, const Consts& c) {
 
 template <class R>
 inline __m256i fp8_encode(__m256 q, const Consts& c) {
-  return kNanCode7f<R> ? vllm_fp8_encode(q, c) : clamp_encode(q, c);
+  return kNanCode7f<R> ? vllm_fp8_encode(q, c) : clamp_encode<kNanCodeFe<R>>(q, c);
 }
 
 // RoPE of one register pair (x0, x1) = pairs j of the recipe: x0' = fma(x0, c, -(x1*s)),
-// x1' = fma(x0, s, x1*c), then the bf16 rounding when the recipe has it.
+// x1' = fma(x0, s, x1*c) (RopeFma::kFmaX0S) or fma(x1, c, x0*s) (kFmaX1C), then the bf16
+// rounding when the recipe has it.
 template <class R, DType kDt>
 inline void rope_pair(__m256& x0, __m256& x1, __m256 C, __m256 S, const Consts& c) {
+  constexpr bool kX1C = R::kRopeFma == RopeFma::kFmaX1C;
   const __m256 xis = _mm256_mul_ps(x1, S);
-  const __m256 xic = _mm256_mul_ps(x1, C);
+  const __m256 p1 = kX1C ? _mm256_mul_ps(x0, S) : _mm256_mul_ps(x1, C);  // the second value's product
   __m256 e = _mm256_fmsub_ps(x0, C, xis);
-  __m256 o = _mm256_fmadd_ps(x0, S, xic);
+  __m256 o = kX1C ? _mm256_fmadd_ps(x1, C, p1) : _mm256_fmadd_ps(x0, S, p1);
   if (R::kBf16AfterRope) {
     e = round_bf16<kDt>(e, c);
     o = round_bf16<kDt>(o, c);
@@ -370,13 +380,14 @@ struct Avx2 {
       for (int k = 0; k < 8; ++k) {
         __m256 e = E[k], o = O[k];
         if (R::kRope && !R::kNeox && k >= kRope0 && k < kRope0 + 4) {
-          // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c).
+          // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c) (or fma(xi, c, xr*s)).
           const __m256 C = fq.C[k - kRope0], S = fq.S[k - kRope0];
+          constexpr bool kX1C = R::kRopeFma == RopeFma::kFmaX1C;
           const __m256 xis = _mm256_mul_ps(o, S);
-          const __m256 xic = _mm256_mul_ps(o, C);
+          const __m256 p1 = kX1C ? _mm256_mul_ps(e, S) : _mm256_mul_ps(o, C);
           const __m256 xr = e;
           e = _mm256_fmsub_ps(xr, C, xis);
-          o = _mm256_fmadd_ps(xr, S, xic);
+          o = kX1C ? _mm256_fmadd_ps(o, C, p1) : _mm256_fmadd_ps(xr, S, p1);
           if (R::kBf16AfterRope) {
             e = round_bf16<kDt>(e, c);
             o = round_bf16<kDt>(o, c);
@@ -420,8 +431,9 @@ struct Avx2 {
       }
     }
     // Phase 2, each half (S, then D) on its own: strides 16, 32, 64; step 4 (y = x / sqrt(128));
-    // the bf16 rounding (FP4); step 5, amax ignoring NaN (maxps returns its 2nd operand, the
-    // running max, for a NaN): of the row (FP8) or of each block of 32 (FP4).
+    // the bf16 rounding (R::kBf16AfterHadamard, FP4 or FP8); step 5, amax ignoring NaN (maxps
+    // returns its 2nd operand, the running max, for a NaN): of the row (FP8) or of each block of
+    // 32 (FP4).
     constexpr bool kRewrite = R::kHadamard || R::kBf16AfterHadamard;
     __m128 amax[kRows];
 #pragma GCC unroll 2
@@ -556,6 +568,7 @@ struct Avx2 {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * k), v);
       }
       write_weight<R>(p, r0 + n, b, h0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));
+      write_scale_out<R>(p, r0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));
     }
   }
 };

@@ -143,8 +143,11 @@ inline __m512 round_bf16(__m512 x, const Consts& c) {
 // float32 subnormal is produced. Here a = min(|v|, 448) directly (minps returns its 2nd operand for a NaN: 448, positive), the
 // sign is the class "negative finite, -Inf or -0" of v (never a NaN: fmin(NaN, 448) = +448), and
 // (bits(m) >> 20) + 56 - bits(m) comes from a 16-entry table on m's exponent (enc_k).
+// kNanNeg (Quantizer::kSglangUe8m0): a NaN counts as negative too, so it gives -448 (0xfe).
+template <bool kNanNeg = false>
 inline __m512i clamp_encode(__m512 q, const Consts& c) {
-  const __mmask16 neg = _mm512_fpclass_ps_mask(q, 0x54);  // 0x40 negative finite, 0x10 -Inf, 0x04 -0
+  // 0x40 negative finite, 0x10 -Inf, 0x04 -0 (kNanNeg: also 0x01 QNaN, 0x80 SNaN)
+  const __mmask16 neg = _mm512_fpclass_ps_mask(q, kNanNeg ? 0xD5 : 0x54);
   const __m512 a = _mm512_min_ps(abs_ps(q, c), c.c448);
   const __m512i m = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), c.expmask), c.min_normal);
   const __m512i t = _mm512_castps_si512(_mm512_fmadd_ps(_mm512_castsi512_ps(m), c.c2p20, a));  // the one rounding
@@ -221,7 +224,7 @@ inline __m512i vllm_fp8_encode(__m512 q, const Consts& c) {
 
 template <class R>
 inline __m512i fp8_encode(__m512 q, const Consts& c) {
-  return kNanCode7f<R> ? vllm_fp8_encode(q, c) : clamp_encode(q, c);
+  return kNanCode7f<R> ? vllm_fp8_encode(q, c) : clamp_encode<kNanCodeFe<R>>(q, c);
 }
 
 // Max of a 16-lane vector into 8 lanes (max is exact, order free; no NaN reaches here).
@@ -269,7 +272,8 @@ struct Avx512 {
     __m512 E[kRows][4], O[kRows][4];
 #pragma GCC unroll 2
     for (int n = 0; n < kRows; ++n) load_row<kDt>(p.q_input, r0 + n, c, E[n], O[n]);
-    // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c); the bf16 rounding (FP4).
+    // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c) (RopeFma::kFmaX0S) or
+    // fma(xi, c, xr*s) (kFmaX1C); the bf16 rounding.
     // Adjacent pairs: (E, O) of each rotated block; NeoX pairs (j, j + 32): E (then O) of the
     // first rotated block with the same register of the second. No RoPE: nothing (fq unused).
     if constexpr (R::kRope) {
@@ -280,10 +284,11 @@ struct Avx512 {
           __m512& x0 = R::kNeox ? (m == 0 ? E[n][kRope0] : O[n][kRope0]) : E[n][kRope0 + m];
           __m512& x1 = R::kNeox ? (m == 0 ? E[n][kRope0 + 1] : O[n][kRope0 + 1]) : O[n][kRope0 + m];
           const __m512 xr = x0, xi = x1;
+          constexpr bool kX1C = R::kRopeFma == RopeFma::kFmaX1C;
           const __m512 xis = _mm512_mul_ps(xi, fq.S[m]);
-          const __m512 xic = _mm512_mul_ps(xi, fq.C[m]);
+          const __m512 p1 = kX1C ? _mm512_mul_ps(xr, fq.S[m]) : _mm512_mul_ps(xi, fq.C[m]);  // the second value's product
           __m512 e = _mm512_fmsub_ps(xr, fq.C[m], xis);
-          __m512 o = _mm512_fmadd_ps(xr, fq.S[m], xic);
+          __m512 o = kX1C ? _mm512_fmadd_ps(xi, fq.C[m], p1) : _mm512_fmadd_ps(xr, fq.S[m], p1);
           if (R::kBf16AfterRope) {
             e = round_bf16<kDt>(e, c);
             o = round_bf16<kDt>(o, c);
@@ -314,9 +319,9 @@ struct Avx512 {
         butterfly(O[n][1], O[n][3]);
       }
     }
-    // Step 4 (y = x * 1/sqrt(128)), the bf16 rounding (FP4), step 5: amax ignoring NaN (maxps
-    // returns its 2nd operand, the running max, when the new value is NaN) of the row (FP8) or
-    // of each block of 32 = E[k], O[k] (FP4). Results to buf for the back phase.
+    // Step 4 (y = x * 1/sqrt(128)), the bf16 rounding (R::kBf16AfterHadamard), step 5: amax
+    // ignoring NaN (maxps returns its 2nd operand, the running max, when the new value is NaN) of
+    // the row (FP8) or of each block of 32 = E[k], O[k] (FP4). Results to buf for the back phase.
     __m128 amax[kRows];
 #pragma GCC unroll 2
     for (int n = 0; n < kRows; ++n) {
@@ -412,6 +417,7 @@ struct Avx512 {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * k), v);
       }
       write_weight<R>(p, r0 + n, b, h0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));
+      write_scale_out<R>(p, r0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));
     }
   }
 };

@@ -75,10 +75,18 @@ __attribute__((always_inline)) inline void write_weight(const Problem& p, std::i
   if (R::kFold == WeightFold::kTimesScale) wo = (w * p.weight_scale) * scale;
   else if (R::kFold == WeightFold::kNoScale) wo = w * p.weight_scale;
   else if (R::kFold == WeightFold::kScaleThenTwoFactors) wo = ((w * scale) * p.weight_scale) * p.head_scale;
+  else if (R::kFold == WeightFold::kHeadScaleFirst) wo = ((w * p.head_scale) * scale) * p.weight_scale;
   else if (R::kFold == WeightFold::kNoScaleBf16) wo = round_bf16_scalar(w * p.weight_scale);
   else wo = (w * p.weight_scale) * p.head_scale;  // kTwoFactors
   if (R::kFnuz) wo = wo * 2.0f;  // exact
   p.weights_out[r] = wo;
+}
+
+// scale_out (R::kScaleOut, FP8 only): the row's scale (the power-of-two q_scale) also written as a
+// float32 at q_sf + 4 * r. Nothing for the other recipes.
+template <class R>
+__attribute__((always_inline)) inline void write_scale_out(const Problem& p, std::int64_t r, float scale) {
+  if constexpr (R::kScaleOut) std::memcpy(p.q_sf + 4 * r, &scale, 4);
 }
 
 template <int kN>
@@ -137,6 +145,16 @@ inline void v32_fp8_scales(__m128 am, __m128& scale, __m128& inv) {
   inv = _mm_div_ps(_mm_set1_ps(1.0f), scale);
 }
 
+// SGLang's V3.2 act_quant row scale (Quantizer::kSglangUe8m0): q_scale = pow2_ceil(fmax(amax, 1e-4) *
+// fl(1/448)) (a power of two in [2^-22, 2^120], or +Inf for an infinite amax), inv = 1 / q_scale
+// (exact, or 0): x * inv is x / q_scale, as in vllm_fp8_scales (Inf / Inf and Inf * 0: NaN).
+inline void ue8m0_fp8_scales(__m128 am, __m128& scale, __m128& inv) {
+  const __m128 s = _mm_mul_ps(_mm_max_ps(am, _mm_set1_ps(kScaleFloorK)), _mm_set1_ps(kInv448K));
+  scale = _mm_castsi128_ps(_mm_and_si128(_mm_add_epi32(_mm_castps_si128(s), _mm_set1_epi32(0x7fffff)),
+                                         _mm_set1_epi32(int(0xff800000u))));
+  inv = _mm_div_ps(_mm_set1_ps(1.0f), scale);
+}
+
 // vLLM's CuTe FP8 row scale (Quantizer::kVllmCute): e = exponent of fmax(amax, 1e-4) * fl(1/448)
 // rounded up ((bits + 0x7fffff) >> 23: 1..254 for a finite amax, 255 for +Inf), scale = bits
 // e << 23 (+Inf at 255), inv = bits (254 - e) << 23 in 32-bit unsigned arithmetic (0 at 254, -Inf
@@ -174,12 +192,13 @@ inline void stage1_scales(__m128 am, __m128& inv1, __m128& sc) {
   inv1 = _mm_castsi128_ps(_mm_slli_epi32(_mm_sub_epi32(_mm_set1_epi32(254), e1), 23));
 }
 
-// The recipe's scale steps (SGLang's, vLLM's or SGLang V4.1's quantizer).
+// The recipe's scale steps (SGLang's, vLLM's, SGLang V3.2 act_quant's or SGLang V4.1's quantizer).
 template <class R>
 inline void row_scales_fp8(__m128 am, __m128& scale, __m128& inv) {
   if (R::kQuant == Quantizer::kVllm) vllm_fp8_scales(am, scale, inv);
   else if (R::kQuant == Quantizer::kVllmV32) v32_fp8_scales(am, scale, inv);
   else if (R::kQuant == Quantizer::kVllmCute) cute_fp8_scales(am, scale, inv);
+  else if (R::kQuant == Quantizer::kSglangUe8m0) ue8m0_fp8_scales(am, scale, inv);
   else fp8_scales(am, scale, inv);
 }
 template <class R>
@@ -190,10 +209,14 @@ inline void block_scales_fp4(__m256 am, __m256& inv, __m256i& e) {
   else fp4_scales(am, inv, e);
 }
 
-// The FP8 code of x * inv: vLLM's and CuTe's (NaN -> 0x7f) or the clamp's (NaN -> 0x7e: SGLang,
-// and vLLM V3.2, whose e4m3fn_encode(v) saturates exactly as the clamp does).
+// The FP8 code of x * inv: vLLM's and CuTe's (NaN -> 0x7f), SGLang V3.2 act_quant's (NaN -> 0xfe)
+// or the clamp's (NaN -> 0x7e: SGLang, and vLLM V3.2, whose e4m3fn_encode(v) saturates exactly as
+// the clamp does).
 template <class R>
 constexpr bool kNanCode7f = R::kQuant == Quantizer::kVllm || R::kQuant == Quantizer::kVllmCute;
+// SGLang V3.2 act_quant's code (row.h's ue8m0_fp8_code): the clamp's, but a NaN gives -448 (0xfe).
+template <class R>
+constexpr bool kNanCodeFe = R::kQuant == Quantizer::kSglangUe8m0;
 // The FP4 encoders: vLLM's (sign on every code), the V4.1 packer's (ties to even, sign only on a
 // nonzero code), SGLang's (ties to the smaller magnitude).
 template <class R>

@@ -30,7 +30,7 @@ void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end, De
     for (int i = 0; i < kHeadDim; ++i) x[i] = decode(p.q_input, r * kHeadDim + i);
     const float w = R::kWeights ? load_float(p.weight, p.weight_dtype, b * p.weight_stride_b + h) : 0.0f;
     process_row<R>(x, freqs_row, w, p.weight_scale, p.head_scale, p.q_out + r * R::kOutBytes,
-                   R::kFp4 ? p.q_sf + 4 * r : nullptr, R::kWeights ? p.weights_out + r : nullptr);
+                   R::kSf ? p.q_sf + 4 * r : nullptr, R::kWeights ? p.weights_out + r : nullptr);
   }
 }
 

@@ -20,13 +20,14 @@ template <class R>
 void run_recipe(const Problem& p) {
   float x[kHeadDim];
   for (std::int64_t b = 0; b < p.B; ++b) {
-    const float* f = p.freqs + load_position(p.positions, p.pos_dtype, b) * kFreqsDim;
+    // Without RoPE there are no freqs and no positions; without weights no weight, no weights_out.
+    const float* f = R::kRope ? p.freqs + load_position(p.positions, p.pos_dtype, b) * kFreqsDim : nullptr;
     for (std::int64_t h = 0; h < p.H; ++h) {
       const std::int64_t r = b * p.H + h;
       for (int i = 0; i < kHeadDim; ++i) x[i] = load_float(p.q_input, p.dtype, r * kHeadDim + i);
-      const float w = load_float(p.weight, p.weight_dtype, b * p.weight_stride_b + h);
+      const float w = R::kWeights ? load_float(p.weight, p.weight_dtype, b * p.weight_stride_b + h) : 0.0f;
       process_row<R>(x, f, w, p.weight_scale, p.head_scale, p.q_out + r * R::kOutBytes,
-                     R::kFp4 ? p.q_sf + 4 * r : nullptr, p.weights_out + r);
+                     R::kSf ? p.q_sf + 4 * r : nullptr, R::kWeights ? p.weights_out + r : nullptr);
     }
   }
 }

@@ -366,7 +366,7 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
       (has_rope && !get_tensor(file, "freqs", &fr, error)) ||
       (has_rope && !get_tensor(file, "positions", &pos, error)) || !get_tensor(file, out_name, &q8, error) ||
       (has_weights && !get_tensor(file, "weights_out", &wo, error)) ||
-      (fp4 && !get_tensor(file, "q_sf", &sf, error)))
+      (fp4 && !get_tensor(file, "q_sf", &sf, error)) || (rec.scale_out && !get_tensor(file, "q_scale", &sf, error)))
     return false;
 
   if (!expect_dtype("q_input", *q, {"BF16", "F16", "F32"}, error)) return false;
@@ -411,6 +411,12 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
     // store the codes as U8.
     if (!expect_dtype(out_name, *q8, {"F8_E4M3", "U8"}, error)) return false;
     if (!expect_shape(out_name, *q8, {B, H, 128}, "[B, H, 128]", error)) return false;
+  }
+  if (rec.scale_out) {  // the FP8 row scales, as floats (compared as their bytes)
+    if (!expect_dtype("q_scale", *sf, {"F32"}, error)) return false;
+    if (sf->shape.size() == 2 ? !expect_shape("q_scale", *sf, {B, H}, "[B, H, 1] or [B, H]", error)
+                              : !expect_shape("q_scale", *sf, {B, H, 1}, "[B, H, 1] or [B, H]", error))
+      return false;
   }
   if (has_weights) {
     if (!expect_dtype("weights_out", *wo, {"F32"}, error)) return false;
@@ -458,10 +464,9 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
     *v = static_cast<float>(d);
     return true;
   };
-  const WeightFold fold = rec.fold;
-  if (fold == WeightFold::kScaleThenTwoFactors || fold == WeightFold::kTwoFactors) {
-    if (!metadata_float({"softmax_scale", "softmax_scale_f32"}, &c.weight_scale) ||
-        !metadata_float({"head_scale", "head_scale_f32"}, &c.head_scale))
+  if (recipe_uses_head_scale(rec)) {
+    if (!metadata_float({"softmax_scale", "softmax_scale_f32", "softmax_scale_arg"}, &c.weight_scale) ||
+        !metadata_float({"head_scale", "head_scale_f32", "head_scale_arg"}, &c.head_scale))
       return false;
   } else if (has_weights && !metadata_float({"weight_scale", "weight_scale_f32", "scale_f32"}, &c.weight_scale)) {
     return false;
@@ -472,7 +477,7 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
   if (has_rope) c.freqs = fr->data;
   if (has_rope) c.positions = pos->data;
   c.q_out = q8->data;
-  if (fp4) c.q_sf = sf->data;
+  if (fp4 || rec.scale_out) c.q_sf = sf->data;
   if (has_weights) {
     c.weights_out.resize(std::size_t(B * H));
     if (!wo->data.empty()) std::memcpy(c.weights_out.data(), wo->data.data(), wo->data.size());
