@@ -17,7 +17,7 @@
 //  - the golden files of every recipe (FNUZ derived from the FN files; vLLM's own files)
 //    through every shape;
 //  - out-of-range positions (negative, == max_pos, huge int64, INT_MIN/MAX), every recipe and
-//    shape: codes 0 (FP4: block-scale bytes 0 too) and weights_out NaN for those rows, the
+//    shape: codes 0 (FP4: block-scale bytes 0 too; scale_out: q_sf +0.0f) and weights_out NaN for those rows, the
 //    other rows exact, and no out-of-bounds read (freqs holds exactly max_pos rows; run this
 //    binary under compute-sanitizer);
 //  - the forms added with the recipe columns (vllm_v32_fp8_neox / _gptj, vllm_v4_fp8_cutedsl,
@@ -26,6 +26,11 @@
 //    NeoX pairs (j, j + 32) meeting Inf / NaN / overflow at real positions, infinite block
 //    maxima; recipes without RoPE or without weights get null freqs / positions / weight /
 //    weights_out, as the validator passes them (nothing may be read or written through them);
+//  - sgl_v32_unfused_neox_hadamard_ue8m0 (x1_c RoPE, bf16 after the Hadamard, act_quant, the
+//    row scale written to q_sf as an fp32): act_quant's codes (NaN -> 0xfe) for every float32
+//    and every scale, planted rows (all zero, all NaN, Hadamard overflow to +-Inf, huge rows),
+//    q_sf allocated, poisoned and compared wherever the recipe writes it (HostCase::sf()), +0.0f
+//    for out-of-range positions;
 //  - misaligned pointers (the fallback) for every recipe;
 //  - the op on a non-default stream (no host synchronization), CUDA-graph capture and replay,
 //    PDL on and off; with PDL, a producer kernel that lets its dependents launch at once and then
@@ -41,6 +46,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -74,7 +80,7 @@ struct DeviceCase {
     const Recipe& rec = recipe(c.recipe);
     const bool rope = recipe_has_rope(rec), weights = recipe_has_weights(rec);
     n_out = rows * std::size_t(c.out_bytes_per_row());
-    n_sf = c.fp4() ? rows * 4 : 0;
+    n_sf = c.sf() ? rows * 4 : 0;  // FP4 block scales, or the scale_out row scale (fp32)
     n_wo = weights ? rows * 4 : 0;
     if (!q.alloc(c.q_input.size()) || !out.alloc(n_out) || !sf.alloc(n_sf) || !w.alloc(c.weight.size()) ||
         !wo.alloc(n_wo) || !freqs.alloc(c.freqs.size() * 4) || !pos.alloc(c.positions.size()))
@@ -86,7 +92,7 @@ struct DeviceCase {
     prob.dtype = c.dtype;
     prob.q_input = q.p;
     prob.q_out = static_cast<std::uint8_t*>(out.p);
-    prob.q_sf = c.fp4() ? static_cast<std::uint8_t*>(sf.p) : nullptr;
+    prob.q_sf = c.sf() ? static_cast<std::uint8_t*>(sf.p) : nullptr;
     prob.weight = w.p;
     prob.weight_stride_b = c.weight_stride;
     prob.weight_dtype = c.wdtype();
@@ -134,7 +140,7 @@ struct DeviceCase {
   }
   // The public API on the device buffers.
   Status call(const HostCase& c, const Options& o) const {
-    OpArgs a = iqtest::op_args(c, q.p, out.p, c.fp4() ? sf.p : nullptr, w.p, wo.p, freqs.p, pos.p, prob.device);
+    OpArgs a = iqtest::op_args(c, q.p, out.p, c.sf() ? sf.p : nullptr, w.p, wo.p, freqs.p, pos.p, prob.device);
     a.head_scale = prob.head_scale;
     return run(a, o);
   }
@@ -145,11 +151,11 @@ Outputs reference_outputs(const HostCase& c, float head_scale = 1.0f) {
   const std::size_t rows = std::size_t(c.B * c.H);
   Outputs want;
   want.q_out.assign(rows * std::size_t(c.out_bytes_per_row()), 0xA5);
-  want.q_sf.assign(c.fp4() ? rows * 4 : 0, 0xA5);
+  want.q_sf.assign(c.sf() ? rows * 4 : 0, 0xA5);
   const std::size_t n_wo = recipe_has_weights(recipe(c.recipe)) ? rows : 0;  // none without weights
   want.weights_out.assign(n_wo, 0.0f);
   iqtest::poison_fill(want.weights_out.data(), 0xA5, n_wo * 4);
-  OpArgs a = iqtest::op_args(c, c.q_input.data(), want.q_out.data(), c.fp4() ? want.q_sf.data() : nullptr,
+  OpArgs a = iqtest::op_args(c, c.q_input.data(), want.q_out.data(), c.sf() ? want.q_sf.data() : nullptr,
                              c.weight.data(), want.weights_out.data(), c.freqs.data(), c.positions.data());
   a.head_scale = head_scale;
   Options o;
@@ -581,56 +587,69 @@ constexpr int kNumNewScales = 10;
 // mismatches[0]: quantize4_e4m3_v32 (each position) vs v32_fp8_code(v, 1) (NaN -> 0x7e whatever
 // its sign); [1]: the kernel's V3.2 code of __fdiv_rn(v, q) vs v32_fp8_code(v, q) for every
 // scale q above; [2]: the kernel's CuTe code (quantize4_e4m3_vllm of v * cute_inverse(e)) vs
-// row.h's (x * inv, NaN -> 0x7f, else e4m3fn_encode) for every exponent above.
+// row.h's (x * inv, NaN -> 0x7f, else e4m3fn_encode) for every exponent above; [3]: SGLang's
+// act_quant code (quantize4_e4m3_ue8m0, each position, of v and of __fdiv_rn(v, q) for every
+// V3.2 scale q above: its own scales 2^-22 .. 2^120 and +Inf are among them) vs row.h's
+// ue8m0_fp8_code (NaN -> 0xfe whatever its sign).
 __global__ void new_forms_fp8_sweep_kernel(unsigned long long* mismatches, unsigned int* first_bad) {
   const std::uint64_t n = 1ull << 32;
   const std::uint64_t stride = std::uint64_t(gridDim.x) * blockDim.x;
-  unsigned long long bad[3] = {0, 0, 0};
+  unsigned long long bad[4] = {0, 0, 0, 0};
   for (std::uint64_t u = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n; u += stride) {
     const float v = __uint_as_float(std::uint32_t(u));
-    bool b[3] = {false, false, false};
+    bool b[4] = {false, false, false, false};
     const std::uint32_t want = detail::v32_fp8_code(v, 1.0f);
     b[0] = detail::quantize4_e4m3_v32(v, v, v, v) != want * 0x01010101u ||
            (detail::quantize4_e4m3_v32(v, 1.0f, -0.0f, NAN) & 0xffu) != want ||
            (detail::quantize4_e4m3_v32(-NAN, v, 2.0f, -3.0f) >> 8 & 0xffu) != want ||
            (detail::quantize4_e4m3_v32(0.5f, 448.0f, v, INFINITY) >> 16 & 0xffu) != want ||
            (detail::quantize4_e4m3_v32(-0.0f, -1e-9f, 3.0f, v) >> 24) != want || (want == 0x7fu);
+    const std::uint32_t want_u = detail::ue8m0_fp8_code(v, 1.0f);
+    b[3] = detail::quantize4_e4m3_ue8m0(v, v, v, v) != want_u * 0x01010101u ||
+           (detail::quantize4_e4m3_ue8m0(v, 1.0f, -0.0f, NAN) & 0xffu) != want_u ||
+           (detail::quantize4_e4m3_ue8m0(-NAN, v, 2.0f, -3.0f) >> 8 & 0xffu) != want_u ||
+           (detail::quantize4_e4m3_ue8m0(0.5f, 448.0f, v, INFINITY) >> 16 & 0xffu) != want_u ||
+           (detail::quantize4_e4m3_ue8m0(-0.0f, -1e-9f, 3.0f, v) >> 24) != want_u || (want_u == 0x7fu) ||
+           (want_u == 0xffu);
     for (int j = 0; j < kNumNewScales; ++j) {
       const float q = __uint_as_float(kV32ScaleExps[j] << 23);
       const std::uint32_t got = detail::quantize4_e4m3_v32(0.0f, __fdiv_rn(v, q), 0.0f, 0.0f) >> 8 & 0xffu;
       if (got != detail::v32_fp8_code(v, q)) b[1] = true;
+      const std::uint32_t gu = detail::quantize4_e4m3_ue8m0(0.0f, 0.0f, 0.0f, __fdiv_rn(v, q)) >> 24;
+      if (gu != detail::ue8m0_fp8_code(v, q)) b[3] = true;
       const float inv = detail::cute_inverse(kCuteExps[j]);
       const float prod = __fmul_rn(v, inv);
       const std::uint32_t cg = detail::quantize4_e4m3_vllm(0.0f, 0.0f, prod, 0.0f) >> 16 & 0xffu;
       const std::uint32_t cw = prod != prod ? 0x7fu : detail::e4m3fn_encode(prod);
       if (cg != cw) b[2] = true;
     }
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < 4; ++k) {
       if (b[k]) {
         ++bad[k];
         atomicMin(first_bad + k, std::uint32_t(u));
       }
     }
   }
-  for (int k = 0; k < 3; ++k)
+  for (int k = 0; k < 4; ++k)
     if (bad[k]) atomicAdd(mismatches + k, bad[k]);
 }
 
 TEST(Cuda, NewFormsFp8EncodersMatchScalarForEveryFloat) {
   SKIP_WITHOUT_DEVICE();
   DevBuf m, f;
-  ASSERT_TRUE(m.alloc(24) && f.alloc(12));
-  CUDA_OK(cudaMemset(m.p, 0, 24));
-  CUDA_OK(cudaMemset(f.p, 0xff, 12));
+  ASSERT_TRUE(m.alloc(32) && f.alloc(16));
+  CUDA_OK(cudaMemset(m.p, 0, 32));
+  CUDA_OK(cudaMemset(f.p, 0xff, 16));
   new_forms_fp8_sweep_kernel<<<4096, 256>>>(static_cast<unsigned long long*>(m.p), static_cast<unsigned int*>(f.p));
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
-  unsigned long long mismatches[3] = {};
-  unsigned int first[3] = {};
-  CUDA_OK(cudaMemcpy(mismatches, m.p, 24, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(first, f.p, 12, cudaMemcpyDeviceToHost));
-  const char* names[3] = {"v32 fp8 code", "v32 fp8 code of x / 2^k", "cute fp8 code of x * inv"};
-  for (int k = 0; k < 3; ++k)
+  unsigned long long mismatches[4] = {};
+  unsigned int first[4] = {};
+  CUDA_OK(cudaMemcpy(mismatches, m.p, 32, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(first, f.p, 16, cudaMemcpyDeviceToHost));
+  const char* names[4] = {"v32 fp8 code", "v32 fp8 code of x / 2^k", "cute fp8 code of x * inv",
+                          "act_quant (ue8m0) fp8 code of x and of x / 2^k"};
+  for (int k = 0; k < 4; ++k)
     EXPECT_EQ(mismatches[k], 0ull) << names[k] << ": first differing input bits 0x" << std::hex << first[k];
 }
 
@@ -698,11 +717,17 @@ TEST(Cuda, NewFormsFp4StepsMatchHostWithoutFlushToZero) {
 // first and of the last 64 dims holding Inf / -Inf / NaN / overflowing values (so that a wrong
 // pairing or a lost partner shows), adjacent pairs likewise, an infinite block maximum beside
 // huge finite values (fp4_rne: inverse 2^-127; fp4_two_stage: stage-1 exponent 255), a block
-// entirely NaN, a NaN beside tiny values.
+// entirely NaN, a NaN beside tiny values. For SGLang's V3.2 unfused path (x1_c RoPE, bf16 after
+// the Hadamard, act_quant, scale_out) also: rows all zero (the 1e-4 floor: q_scale 2^-22),
+// a row whose Hadamard overflows to +-Inf from finite inputs (an infinite amax: q_scale +Inf
+// written to q_sf, finite values to +-0, the infinite ones NaN -> 0xfe), a row of huge values
+// everywhere (RoPE overflow, then Inf - Inf in the butterflies), Hadamard sums just below the
+// overflow, and a row all NaN.
 TEST(Cuda, NewFormsPlantedRowsMatchReference) {
   SKIP_WITHOUT_DEVICE();
-  const RecipeId forms[] = {RecipeId::kVllmV32Fp8Neox, RecipeId::kVllmV32Fp8Gptj, RecipeId::kVllmV4Fp8Cutedsl,
-                            RecipeId::kSglV41Fp4RopePack, RecipeId::kSglV41Fp4QuantRne};
+  const RecipeId forms[] = {RecipeId::kVllmV32Fp8Neox,     RecipeId::kVllmV32Fp8Gptj,
+                            RecipeId::kVllmV4Fp8Cutedsl,   RecipeId::kSglV41Fp4RopePack,
+                            RecipeId::kSglV41Fp4QuantRne,  RecipeId::kSglV32UnfusedNeoxHadamardUe8m0};
   std::uint64_t seed = 7000;
   for (RecipeId rid : forms) {
     for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
@@ -732,6 +757,31 @@ TEST(Cuda, NewFormsPlantedRowsMatchReference) {
       std::vector<std::pair<int, float>> inf_block;  // dims 32..63: +-Inf and huge values only
       for (int i = 32; i < 64; ++i) inf_block.push_back({i, (i % 5 == 0) ? -INFINITY : big / float(1 + i % 7)});
       rows.push_back(inf_block);
+      // whole rows (every dim planted)
+      const auto whole = [](const std::function<float(int)>& f) {
+        std::vector<std::pair<int, float>> r;
+        for (int i = 0; i < 128; ++i) r.push_back({i, f(i)});
+        return r;
+      };
+      rows.push_back(whole([](int) { return 0.0f; }));                            // all zero
+      rows.push_back(whole([](int i) { return (i & 1) ? -0.0f : 0.0f; }));        // +-0
+      rows.push_back(whole([](int) { return NAN; }));                             // all NaN
+      rows.push_back(whole([&](int) { return big; }));                            // huge everywhere
+      rows.push_back(whole([&](int i) { return (i * 7919 % 3 == 0) ? -big : big; }));
+      // dims 64..127 (not rotated by first64 recipes) equal: with fp32 / bf16 their sum
+      // overflows at the stride-32 butterfly, so outputs 0 and 64 are +-Inf, the others finite
+      rows.push_back(whole([&](int i) { return i < 64 ? 0.0f : big / 40.0f; }));
+      rows.push_back(whole([&](int i) { return i < 64 ? 1.5f : -big / 40.0f; }));
+      // one value whose sum with its partner overflows at stride 1 (it spreads as +-Inf, no NaN)
+      {
+        std::vector<std::pair<int, float>> r = whole([](int i) { return float(i % 9) - 4.0f; });
+        r[100].second = big;
+        r[101].second = big;
+        rows.push_back(r);
+      }
+      // a Hadamard sum just below the overflow (the largest finite scales)
+      rows.push_back(whole([&](int i) { return i < 64 ? 0.0f : big / 64.5f; }));
+      rows.push_back(whole([&](int i) { return i < 64 ? -0.5f : ((i & 1) ? -big : big) / 64.5f; }));
       const std::int64_t H = std::int64_t(rows.size());
       HostCase c = iqtest::random_case(3, H, dt, DType::kInt64, H, ++seed, rid);
       for (std::int64_t b = 0; b < c.B; ++b)
@@ -744,7 +794,8 @@ TEST(Cuda, NewFormsPlantedRowsMatchReference) {
   }
 }
 
-// head_scale != 1 reaches weights_out for the vLLM forms (and is ignored by the others).
+// head_scale != 1 reaches weights_out for the vLLM forms and SGLang's V3.2 unfused path (and is
+// ignored by the others).
 TEST(Cuda, HeadScaleReachesWeightsOut) {
   SKIP_WITHOUT_DEVICE();
   for (RecipeId rid : all_recipes()) {
@@ -756,7 +807,8 @@ TEST(Cuda, HeadScaleReachesWeightsOut) {
       for (std::size_t i = 0; i < with.weights_out.size(); ++i)
         changed += !iqtest::same_float(with.weights_out[i], without.weights_out[i]);
       const WeightFold fold = recipe(rid).fold;
-      if (fold == WeightFold::kScaleThenTwoFactors || fold == WeightFold::kTwoFactors)
+      if (fold == WeightFold::kScaleThenTwoFactors || fold == WeightFold::kTwoFactors ||
+          fold == WeightFold::kHeadScaleFirst)
         EXPECT_GT(changed, int(with.weights_out.size() / 2)) << recipe_name(rid) << " head_scale " << hs;
       else
         EXPECT_EQ(changed, 0) << recipe_name(rid) << " head_scale " << hs;
@@ -848,7 +900,7 @@ std::vector<std::string> golden_paths() {
   namespace fs = std::filesystem;
   std::vector<std::string> files;
   for (const char* sub : {"golden", "golden/variants", "golden/vllm", "golden/vllm_v32", "golden/vllm_cutedsl",
-                          "golden/sgl_v41_fp4_rope_pack", "golden/sgl_v41_fp4_quant"}) {
+                          "golden/sgl_v41_fp4_rope_pack", "golden/sgl_v41_fp4_quant", "golden/sgl_v32_unfused"}) {
     std::error_code ec;
     std::vector<std::string> here;
     for (const auto& e : fs::directory_iterator(fs::path(INDEXER_Q_TEST_DATA_DIR) / sub, ec))
@@ -958,14 +1010,14 @@ void check_bad_positions(RecipeId rid, DType pos_dtype, const std::vector<std::i
         if (bad[std::size_t(b)]) {
           for (std::size_t i = 0; i < ob; ++i)
             ASSERT_EQ(got.q_out[r * ob + i], 0) << variant_name(v) << " b=" << b << " h=" << h << " i=" << i;
-          for (std::size_t i = 0; i < (c.fp4() ? 4u : 0u); ++i)
+          for (std::size_t i = 0; i < (c.sf() ? 4u : 0u); ++i)  // FP4 scale bytes, or a scale_out +0.0f
             ASSERT_EQ(got.q_sf[r * 4 + i], 0) << variant_name(v) << " q_sf b=" << b << " h=" << h << " i=" << i;
           if (!got.weights_out.empty())  // a recipe without weights has none
             EXPECT_TRUE(std::isnan(got.weights_out[r])) << variant_name(v) << " b=" << b << " h=" << h;
         } else {
           EXPECT_EQ(std::memcmp(&got.q_out[r * ob], &want.q_out[r * ob], ob), 0)
               << variant_name(v) << " b=" << b << " h=" << h;
-          if (c.fp4())
+          if (c.sf())
             EXPECT_EQ(std::memcmp(&got.q_sf[r * 4], &want.q_sf[r * 4], 4), 0)
                 << variant_name(v) << " q_sf b=" << b << " h=" << h;
           if (!want.weights_out.empty())
@@ -1269,7 +1321,7 @@ TEST(Cuda, PdlGraphWithEarlyProducerAndConsumerIsExact) {
     std::int64_t B, H;
   };
   for (RecipeId rid : {RecipeId::kV4Fp8, RecipeId::kV4Fp4, RecipeId::kVllmV4Fp8, RecipeId::kVllmV32Fp8Neox,
-                       RecipeId::kSglV41Fp4QuantRne}) {
+                       RecipeId::kSglV41Fp4QuantRne, RecipeId::kSglV32UnfusedNeoxHadamardUe8m0}) {
     for (const Size sz : {Size{1, 64}, Size{8, 16}, Size{300, 64}}) {
       HostCase c1 = iqtest::random_case(sz.B, sz.H, DType::kBFloat16, DType::kInt64, sz.H, ++seed, rid);
       HostCase c2 = iqtest::random_case(sz.B, sz.H, DType::kBFloat16, DType::kInt64, sz.H, ++seed, rid);
@@ -1434,7 +1486,7 @@ TEST(Cuda, MisalignedPointersAreExactForEveryRecipe) {
       detail::Problem p = d.prob;
       p.q_input = static_cast<char*>(q2.p) + es;
       p.q_out = static_cast<std::uint8_t*>(out2.p) + 1;
-      if (c.fp4()) p.q_sf = static_cast<std::uint8_t*>(sf2.p) + 1;
+      if (c.sf()) p.q_sf = static_cast<std::uint8_t*>(sf2.p) + 1;
       for (const detail::Variant& v : {V(-1), V(4, 128), V(16, 256)}) {  // every shape falls back
         const Status s = detail::cuda_run_variant(p, nullptr, false, v);
         ASSERT_TRUE(s.ok()) << s.message();
@@ -1455,6 +1507,20 @@ TEST(Cuda, MisalignedPointersAreExactForEveryRecipe) {
 
 TEST(Cuda, ErrorsAreReportedNotCrashed) {
   SKIP_WITHOUT_DEVICE();
+  // q_sf of a scale_out recipe (the FP8 row scale) is checked like the FP4 block scales.
+  {
+    const HostCase c =
+        iqtest::random_case(2, 8, DType::kBFloat16, DType::kInt64, 8, 5, RecipeId::kSglV32UnfusedNeoxHadamardUe8m0);
+    DeviceCase d;
+    ASSERT_TRUE(d.upload(c));
+    ASSERT_NE(d.n_sf, 0u);
+    std::vector<std::uint8_t> host_sf(d.n_sf);
+    detail::Problem p = d.prob;
+    p.q_sf = host_sf.data();
+    const Status s = detail::cuda_run(p, nullptr, false);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("q_sf"), std::string::npos) << s.message();
+  }
   const HostCase c = iqtest::random_case(2, 8, DType::kBFloat16, DType::kInt64, 8, 5, RecipeId::kV4Fp4);
   DeviceCase d;
   ASSERT_TRUE(d.upload(c));

@@ -86,6 +86,7 @@ iqtest::HostCase to_host_case(const io::ConformanceCase& k) {
   c.weight_stride = k.H;
   c.dtype = k.dtype;
   c.pos_dtype = k.pos_dtype;
+  c.weight_dtype = int(k.weight_dtype);  // the file's (SGLang's V3.2 files: fp32 beside a bf16 q_input)
   c.weight_scale = k.weight_scale;
   c.head_scale = k.head_scale;
   c.q_input = k.q_input;

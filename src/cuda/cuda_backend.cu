@@ -49,12 +49,19 @@
 //    stage1_value, and a second block maximum by two more shuffles). The packer's inverse at
 //    e = 254 is the subnormal 2^-127: this file is compiled without flush-to-zero (no
 //    --use_fast_math / -ftz=true), which tests/test_cuda.cu checks on the device.
+//  - SGLang's V3.2 unfused path (sgl_v32_unfused_neox_hadamard_ue8m0): RopeFma::kFmaX1C (the
+//    second value of a pair fma(x1, c, x0 * s)); bf16 after the Hadamard on an FP8 recipe (the
+//    pairs rounded by cvt.rn.bf16x2.f32 before the amax); Quantizer::kSglangUe8m0 in the V3.2
+//    quantizer's branch (floor 1e-4, the IEEE quotient by __fdiv_rn, NaN -> 0xfe); scale_out
+//    (R::kScaleOut): lane 0 also writes the row scale as an fp32 at q_sf + 4 * row (R::kSf: the
+//    recipes whose q_sf holds 4 bytes a row, FP4 or scale_out, for the fallback and the host).
 //
 // Out-of-range positions. Positions live in device memory and cannot be checked on the host
 // without a synchronization. A row whose position p is < 0 or >= max_pos reads freqs row 0
 // instead (always in bounds: max_pos >= 1), so nothing outside the tensors is read; its codes
-// (and FP4 block-scale bytes) are written as 0x00 and its weights_out as a quiet NaN, so the
-// caller can detect it (isnan(weights_out)). No trap, no error code.
+// (and FP4 block-scale bytes; a scale_out row scale: +0.0f) are written as 0x00 and its
+// weights_out as a quiet NaN, so the caller can detect it (isnan(weights_out)). No trap, no
+// error code.
 //
 // Everything is enqueued on the caller's stream: no allocation, no host synchronization, so
 // the call can be captured in a CUDA graph. With enable_pdl (the default) on an sm_90+ device
@@ -67,8 +74,9 @@
 // early crowd its own blocks). Warps past the last row exit at once.
 //
 // Misaligned pointers (q_input / freqs not 16-byte aligned, q_out not 8-byte aligned (FP8) or
-// 4-byte aligned (FP4), q_sf not 4-byte aligned) take a simple one-thread-per-row kernel with
-// the scalar row pipeline of src/common/row.h (process_row<R>): same bytes, slower.
+// 4-byte aligned (FP4), q_sf (FP4, scale_out) not 4-byte aligned) take a simple
+// one-thread-per-row kernel with the scalar row pipeline of src/common/row.h (process_row<R>):
+// same bytes, slower.
 //
 // The kernels take the validated Problem itself (src/common/problem.h): one model of the
 // op's arguments. Before launching, every pointer is checked to be device (or managed /
@@ -315,7 +323,8 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     // w = c * LANES + l with w ^ 4, same slot k: with 4 lanes the same lane's chunk c ^ 1, with
     // 8 or 16 lanes lane l ^ 4's chunk c (a shuffle; the whole warp takes part). The partners
     // are taken before any value changes. Low half (x0 = own, x1 = partner):
-    // fma(x0, c, -(x1 * s)); high half (x1 = own, x0 = partner): fma(x0, s, x1 * c).
+    // fma(x0, c, -(x1 * s)); high half (x1 = own, x0 = partner): fma(x0, s, x1 * c), or
+    // fma(x1, c, x0 * s) (RopeFma::kFmaX1C).
     float part[C][8];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
@@ -332,8 +341,12 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
           const float own = x[c][k], oth = part[c][k];
-          x[c][k] = high ? __fmaf_rn(oth, nsn[c][k], __fmul_rn(own, ncs[c][k]))
-                         : __fmaf_rn(own, ncs[c][k], -__fmul_rn(oth, nsn[c][k]));
+          if (R::kRopeFma == RopeFma::kFmaX1C)
+            x[c][k] = high ? __fmaf_rn(own, ncs[c][k], __fmul_rn(oth, nsn[c][k]))
+                           : __fmaf_rn(own, ncs[c][k], -__fmul_rn(oth, nsn[c][k]));
+          else
+            x[c][k] = high ? __fmaf_rn(oth, nsn[c][k], __fmul_rn(own, ncs[c][k]))
+                           : __fmaf_rn(own, ncs[c][k], -__fmul_rn(oth, nsn[c][k]));
         }
         if (R::kBf16AfterRope)
 #pragma unroll
@@ -348,7 +361,10 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       for (int j = 0; j < 4; ++j) {
         const float xr = x[c][2 * j], xi = x[c][2 * j + 1];
         x[c][2 * j] = __fmaf_rn(xr, cs[c][j], -__fmul_rn(xi, sn[c][j]));
-        x[c][2 * j + 1] = __fmaf_rn(xr, sn[c][j], __fmul_rn(xi, cs[c][j]));
+        if (R::kRopeFma == RopeFma::kFmaX1C)
+          x[c][2 * j + 1] = __fmaf_rn(xi, cs[c][j], __fmul_rn(xr, sn[c][j]));
+        else
+          x[c][2 * j + 1] = __fmaf_rn(xr, sn[c][j], __fmul_rn(xi, cs[c][j]));
         if (R::kBf16AfterRope) round_bf16_pair(x[c][2 * j], x[c][2 * j + 1]);
       }
     }
@@ -489,15 +505,29 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     return;
   }
 
-  if (R::kQuant == Quantizer::kVllmCute || R::kQuant == Quantizer::kVllmV32) {
-    // ---- FP8, vLLM's CuTe DSL and V3.2 quantizers (row.h, process_row) ----
+  if (R::kQuant == Quantizer::kVllmCute || R::kQuant == Quantizer::kVllmV32 ||
+      R::kQuant == Quantizer::kSglangUe8m0) {
+    // ---- FP8, vLLM's CuTe DSL and V3.2 quantizers, SGLang's V3.2 act_quant (row.h,
+    // process_row) ----
     float amax = 0.0f;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
+      if (R::kBf16AfterHadamard) {
+        // the Hadamard multiply, then every value rounded to bf16 (a NaN stays a NaN: its
+        // payload reaches no output, the amax ignores it and its code is the quantizer's)
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        if (R::kHadamard) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
-        amax = fmaxf(amax, fabsf(x[c][k]));  // NaN ignored, as amax_step
+        for (int k = 0; k < 8; ++k)
+          if (R::kHadamard) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
+#pragma unroll
+        for (int k = 0; k < 8; k += 2) round_bf16_pair(x[c][k], x[c][k + 1]);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(x[c][k]));  // NaN ignored, as amax_step
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          if (R::kHadamard) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
+          amax = fmaxf(amax, fabsf(x[c][k]));  // NaN ignored, as amax_step
+        }
       }
     }
 #pragma unroll
@@ -513,9 +543,11 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
 #pragma unroll
         for (int k = 0; k < 8; ++k) x[c][k] = __fmul_rn(x[c][k], inv);
     } else {
-      // scale = 2^ceil(log2(fmax(amax, 1e-10) * fl(1/448))) (+Inf for an infinite amax); codes
-      // of the IEEE quotient x / scale, NaN -> 0x7e.
-      q_scale = pow2_ceil(__fmul_rn(fmaxf(amax, kV32Floor), kInv448));
+      // scale = 2^ceil(log2(fmax(amax, floor) * fl(1/448))) (+Inf for an infinite amax), floor
+      // 1e-10 (V3.2) or 1e-4 (act_quant); codes of the IEEE quotient x / scale (+-0 for a finite
+      // x and an infinite scale, NaN for Inf / Inf), NaN -> 0x7e (V3.2) or 0xfe (act_quant).
+      q_scale = pow2_ceil(
+          __fmul_rn(fmaxf(amax, R::kQuant == Quantizer::kSglangUe8m0 ? kScaleFloor : kV32Floor), kInv448));
 #pragma unroll
       for (int c = 0; c < C; ++c)
 #pragma unroll
@@ -529,6 +561,9 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       if (R::kQuant == Quantizer::kVllmCute) {
         o.x = quantize4_e4m3_vllm(x[c][0], x[c][1], x[c][2], x[c][3]);
         o.y = quantize4_e4m3_vllm(x[c][4], x[c][5], x[c][6], x[c][7]);
+      } else if (R::kQuant == Quantizer::kSglangUe8m0) {
+        o.x = quantize4_e4m3_ue8m0(x[c][0], x[c][1], x[c][2], x[c][3]);
+        o.y = quantize4_e4m3_ue8m0(x[c][4], x[c][5], x[c][6], x[c][7]);
       } else {
         o.x = quantize4_e4m3_v32(x[c][0], x[c][1], x[c][2], x[c][3]);
         o.y = quantize4_e4m3_v32(x[c][4], x[c][5], x[c][6], x[c][7]);
@@ -539,6 +574,8 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     if (R::kWeights && l == 0)
       p.weights_out[row] =
           valid ? weights_out_of<R>(w, p.weight_scale, p.head_scale, q_scale) : __uint_as_float(0x7fc00000u);
+    // scale_out: the row scale as an fp32 at q_sf + 4 * row (0 for an out-of-range position).
+    if (R::kScaleOut && l == 0) *reinterpret_cast<float*>(p.q_sf + row * 4) = valid ? q_scale : 0.0f;
     return;
   }
 
@@ -692,10 +729,11 @@ __global__ void __launch_bounds__(128) scalar_kernel(const Problem p, int trigge
   }
   if (trigger == kTriggerAfterLoads) pdl_launch_dependents();
   std::uint8_t* o = p.q_out + row * R::kOutBytes;
-  std::uint8_t* sf = R::kFp4 ? p.q_sf + row * 4 : nullptr;
+  // q_sf: FP4 block-scale bytes, or the FP8 row scale of a recipe with scale_out (R::kSf).
+  std::uint8_t* sf = R::kSf ? p.q_sf + row * 4 : nullptr;
   if (!valid) {
     for (int i = 0; i < R::kOutBytes; ++i) o[i] = 0;
-    if (R::kFp4)
+    if (R::kSf)
       for (int i = 0; i < 4; ++i) sf[i] = 0;
     if (R::kWeights) p.weights_out[row] = __uint_as_float(0x7fc00000u);
     return;
@@ -778,8 +816,10 @@ Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant
   const int dev = p.device.index;
   const Recipe& rec = recipe(p.recipe);
   const bool fp4 = rec.format == OutFormat::kE2M1;
-  // Tensors a recipe does not have (q_sf of FP8, weight / weights_out without weights, freqs /
-  // positions without RoPE: null) are not checked: q_input stands in for them.
+  // q_sf: FP4 block scales, or the FP8 row scale (fp32) of a recipe with scale_out.
+  const bool sf = recipe_writes_q_scale(rec);
+  // Tensors a recipe does not have (q_sf of FP8 without scale_out, weight / weights_out without
+  // weights, freqs / positions without RoPE: null) are not checked: q_input stands in for them.
   const bool rope = recipe_has_rope(rec), weights = recipe_has_weights(rec);
   const NamedPtr ptrs[] = {{"q_input", p.q_input},
                            {"q_out", p.q_out},
@@ -787,7 +827,7 @@ Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant
                            {"weights_out", weights ? static_cast<const void*>(p.weights_out) : p.q_input},
                            {"freqs", rope ? static_cast<const void*>(p.freqs) : p.q_input},
                            {"positions", rope ? p.positions : p.q_input},
-                           {"q_sf", fp4 ? p.q_sf : p.q_input}};
+                           {"q_sf", sf ? p.q_sf : p.q_input}};
   Status s = check_device(kBackendName, dev, ptrs);
   if (!s.ok()) return s;
   if (p.rows() > (std::int64_t(1) << 40) || p.H > 0x7fffffff)
@@ -796,7 +836,7 @@ Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant
   // Launch on the tensors' device (pdl_supported reads the current device's facts).
   return run_on_device(kBackendName, dev, [&] {
     const bool fast_ok = aligned(p.q_input, 16) && aligned(p.freqs, 16) &&
-                         (fp4 ? aligned(p.q_out, 4) && aligned(p.q_sf, 4) : aligned(p.q_out, 8));
+                         (fp4 ? aligned(p.q_out, 4) : aligned(p.q_out, 8)) && (!sf || aligned(p.q_sf, 4));
     const Variant chosen = choose_variant(p.rows());
     if (v.lanes < 0) {
       v.lanes = chosen.lanes;

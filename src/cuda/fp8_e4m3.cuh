@@ -76,6 +76,17 @@ __device__ __forceinline__ std::uint32_t quantize4_e4m3_v32(float a, float b, fl
   return r;
 }
 
+// SGLang's V3.2 act_quant conversion (Quantizer::kSglangUe8m0, row.h's ue8m0_fp8_code of a
+// quotient x / scale already computed): the same bytes except that every NaN gives 0xfe (-448).
+__device__ __forceinline__ std::uint32_t quantize4_e4m3_ue8m0(float a, float b, float c, float d) {
+  std::uint32_t r = quantize4_e4m3_sat(a, b, c, d);
+  if (a != a) r = (r & 0xffffff00u) | 0x000000feu;
+  if (b != b) r = (r & 0xffff00ffu) | 0x0000fe00u;
+  if (c != c) r = (r & 0xff00ffffu) | 0x00fe0000u;
+  if (d != d) r = (r & 0x00ffffffu) | 0xfe000000u;
+  return r;
+}
+
 __device__ __forceinline__ std::uint32_t quantize4_e4m3(float a, float b, float c, float d) {
   return quantize4_e4m3_sat(fminf(a, kFp8Max), fminf(b, kFp8Max), fminf(c, kFp8Max), fminf(d, kFp8Max));
 }
