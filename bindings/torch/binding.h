@@ -32,18 +32,20 @@ namespace torch_binding {
 using torch::stable::Tensor;
 
 // The op's arguments as torch tensors, in schema order. q_sf is null when the caller passed None
-// (FP8 recipes; for FP4 the library's validator then names q_sf as missing).
+// (FP8 recipes without scale_out; for FP4 and scale_out recipes the library's validator then
+// names q_sf / q_scale as missing). For a recipe with scale_out it is the float32 row-scale output
+// q_scale, (B, H, 1) or (B, H).
 struct TorchArgs {
   RecipeId recipe;
   const Tensor& q_input;
   const Tensor& q_out;  // q_fp8 or q_fp4, as the recipe says
-  const Tensor* q_sf;   // nullptr = None
+  const Tensor* q_sf;   // nullptr = None; FP4 block scales, or scale_out's q_scale
   const Tensor& weight;
   const Tensor& weights_out;
   double weight_scale;
   const Tensor& freqs;
   const Tensor& positions;
-  double head_scale = 1.0;  // the two-factor folds' second factor (vllm_* recipes)
+  double head_scale = 1.0;  // the folds' second factor (vllm_* recipes, head_scale_first)
 };
 
 // Throws (a torch error: RuntimeError in Python) carrying the Status message, which names the

@@ -17,13 +17,15 @@
 //  1. q_input -> float32: exact for bf16 / fp16.
 //  2. RoPE (recipes with rope_dims last64 / first64) on the recipe's 64 dims, pairs (2j, 2j+1)
 //     (adjacent) or (j, j+32) (neox) of them; c and s from the position's freqs row, interleaved
-//     or in halves: x0' = fma(x0, c, -(x1*s)), x1' = fma(x0, s, x1*c). ATen has no float32 fma:
+//     or in halves: x0' = fma(x0, c, -(x1*s)), x1' = fma(x0, s, x1*c) (rope_fma x0_s) or
+//     fma(x1, c, x0*s) (x1_c), the products rounded first. ATen has no float32 fma:
 //     fma_exact (aten_ops.h) computes it with integer significands in int64 (exact, one rounding
 //     to nearest even). bf16_after_rope: the 64 rotated values rounded to bf16 by integer
 //     operations on their bits (row.h round_bf16; NaN quieted). rope_dims none: no freqs, no
 //     positions (empty views), every row valid.
 //  3. butterflies (Hadamard recipes): strides 1, 2, 4, ..., 64 in that order, a + b and a - b.
-//  4. y = x * 0x1.6a09e6p-4f with the Hadamard only; bf16_after_hadamard: all 128 rounded to bf16.
+//  4. y = x * 0x1.6a09e6p-4f with the Hadamard only; bf16_after_hadamard: all 128 rounded to bf16
+//     (FP4, and FP8 before the amax: sglang_ue8m0).
 //  Exponent arithmetic (UE8M0 bytes, power-of-two scales): a positive float's exponent rounded
 //  up = exponent bits + (mantissa bits != 0) (int32 bit operations, the result as an exact small
 //  float32 integer); the float with exponent bits n (n in -1..255) is the int32 n * 2^23 (an exact
@@ -38,6 +40,10 @@
 //   vllm_cute  e = exponent of fmax(amax, 1e-4) * fl(1/448) rounded up (Inf: 255), q_scale =
 //              bits(e << 23), inv = bits((254 - e) << 23), codes of y * inv, NaN -> 0x7f.
 //   vllm_v32   q_scale = pow2ceil(fmax(amax, 1e-10) * fl(1/448)), codes of y / q_scale, NaN -> 0x7e.
+//   sglang_ue8m0  q_scale = pow2ceil(fmax(amax, 1e-4) * fl(1/448)), codes of y / q_scale (IEEE
+//              division), NaN -> 0xfe (-448).
+//  scale_out: the FP8 row scale (q_scale) also written, as float32 into q_sf ((B, H, 1) or
+//  (B, H)); +0 for a row whose position is out of range, as the CUDA backend.
 //  FP4 (e2m1 + one UE8M0 byte per 32 values; the magnitude = a count of thresholds below
 //  a = fmin(|v|, 6) (NaN -> 6): strictly above all seven (sglang: ties to the smaller), or
 //  strictly above 0.25, 1.25, 2.5, 5 and at or above 0.75, 1.75, 3.5 (ties to even)):
@@ -54,8 +60,9 @@
 //              stage 2: the fp4_rne packer on q with inv2 = bits((254 - e2) << 23) (0 for 254).
 //  Byte m = code(y[2m]) | code(y[2m+1]) << 4; q_sf: the four e bytes of a row, little-endian.
 //  weights_out, as the fold says: times_scale (w * ws) * scale; no_scale w * ws;
-//  scale_then_two_factors ((w * scale) * ws) * hs; two_factors (w * ws) * hs; no_scale_bf16
-//  bf16(w * ws) (nearest even, as float); none: no weight, no weights_out (empty views).
+//  scale_then_two_factors ((w * scale) * ws) * hs; two_factors (w * ws) * hs; head_scale_first
+//  ((w * hs) * scale) * ws; no_scale_bf16 bf16(w * ws) (nearest even, as float); none: no
+//  weight, no weights_out (empty views).
 //  Written in the shape weights_out has, (B, H, 1) or (B, H). Rows whose position is out of range
 //  (only reachable on a device: the validator rejects them on the CPU) get zero codes, zero block
 //  scales and a NaN weights_out, as the CUDA backend.
@@ -238,9 +245,9 @@ void composed_forward(const TorchArgs& a) {
       x1 = pick(rope, 3, 1);
     }
     const Tensor x1s = mul(x1, s);
-    const Tensor x1c = mul(x1, c);
     const Tensor n0 = fma_exact(x0, c, neg(x1s), k);
-    const Tensor n1 = fma_exact(x0, s, x1c, k);
+    const Tensor n1 = rec.rope_fma == RopeFma::kFmaX1C ? fma_exact(x1, c, mul(x0, s), k)   // x1_c
+                                                        : fma_exact(x0, s, mul(x1, c), k);  // x0_s
     copy_into(x0, n0);
     copy_into(x1, n1);
     if (rec.bf16_after_rope) copy_into(rope_part, round_bf16(rope_part, k));
@@ -278,6 +285,7 @@ void composed_forward(const TorchArgs& a) {
       case WeightFold::kNoScale: folded = mul(w, ws); break;
       case WeightFold::kScaleThenTwoFactors: folded = mul(mul(mul(w, *scale), ws), hs); break;
       case WeightFold::kTwoFactors: folded = mul(mul(w, ws), hs); break;
+      case WeightFold::kHeadScaleFirst: folded = mul(mul(mul(w, hs), *scale), ws); break;
       case WeightFold::kNoScaleBf16: folded = round_bf16(mul(w, ws), k); break;
       case WeightFold::kNoWeights: return;
     }
@@ -366,6 +374,15 @@ void composed_forward(const TorchArgs& a) {
     return where(valid_rows, bytes, k.scalar(0.0, U8));
   };
 
+  // scale_out: the row scale as float32 into q_sf, in its shape; +0 where the position is out of
+  // range (the CUDA backend's value)
+  auto write_scale = [&](const Tensor& q_scale) {
+    if (!rec.scale_out) return;
+    const auto sizes = a.q_sf->sizes();
+    const Shape shape(sizes.begin(), sizes.end());
+    copy_into(*a.q_sf, reshape(where(valid_rows, q_scale, k.f(0.0)), shape));
+  };
+
   switch (rec.quant) {
     case Quantizer::kVllm: {
       // q_scale = pow2ceil(fmax(amax, 1e-4) / 448) (true division), codes of x / q_scale
@@ -373,6 +390,7 @@ void composed_forward(const TorchArgs& a) {
       const Tensor q_scale = float_with_exponent(exponent_rounded_up(quotient, k), k);
       write_bytes(a.q_out, codes_of(div(y, q_scale), 127.0));
       write_weights(&q_scale);
+      write_scale(q_scale);
       return;
     }
     case Quantizer::kVllmCute: {
@@ -382,14 +400,19 @@ void composed_forward(const TorchArgs& a) {
       const Tensor inv = float_with_exponent(sub(k.f(254.0), e), k);  // e = 255: -Inf
       write_bytes(a.q_out, codes_of(mul(y, inv), 127.0));
       write_weights(&q_scale);
+      write_scale(q_scale);
       return;
     }
-    case Quantizer::kVllmV32: {
-      // q_scale = pow2ceil(fmax(amax, 1e-10) * fl(1/448)), codes of x / q_scale, NaN -> 0x7e
-      const Tensor t = mul(fmax(amax, k.f(double(1e-10f))), k.f(0x1.24924ap-9));
+    case Quantizer::kVllmV32:
+    case Quantizer::kSglangUe8m0: {
+      // q_scale = pow2ceil(fmax(amax, floor) * fl(1/448)), codes of x / q_scale (IEEE division);
+      // vllm_v32: floor 1e-10, NaN -> 0x7e; sglang_ue8m0: floor 1e-4, NaN -> 0xfe (-448)
+      const bool ue8m0 = rec.quant == Quantizer::kSglangUe8m0;
+      const Tensor t = mul(fmax(amax, k.f(double(ue8m0 ? 1e-4f : 1e-10f))), k.f(0x1.24924ap-9));
       const Tensor q_scale = float_with_exponent(exponent_rounded_up(t, k), k);
-      write_bytes(a.q_out, codes_of(div(y, q_scale), 126.0));
+      write_bytes(a.q_out, codes_of(div(y, q_scale), ue8m0 ? 254.0 : 126.0));
       write_weights(&q_scale);
+      write_scale(q_scale);
       return;
     }
     default: break;  // SGLang's

@@ -14,6 +14,8 @@
 //   (CompositeExplicitAutograd)    as the CompositeExplicitAutograd fallback
 //   Meta / FakeTensor          -> python/indexer_q/_ops.py (torch.library.register_fake)
 //
+// q_sf carries the FP4 block scales (int32 (B, H)) or, for a recipe with scale_out, the FP8 row
+// scale it also writes (float32 (B, H, 1) or (B, H), named q_scale in messages); None otherwise.
 // Each has a `_composed` twin (same schema) that runs the composed implementation on every
 // device, CPU included, so it can be tested against the native kernels and the golden files.
 // quant_q_check (same schema) runs the library's validator alone, for the Triton kernel.
@@ -98,6 +100,7 @@ std::string expected_dtype_text(const std::string& a, const Recipe& rec) {
   if (a == "weight") return "bf16, fp16 or fp32";
   if (a == "q_fp4") return "uint8 or int8 (two e2m1 codes per byte)";
   if (a == "q_sf") return "int32 (four UE8M0 bytes per row)";
+  if (a == "q_scale") return "fp32 (the FP8 row scale of a recipe with scale_out)";
   if (a == "q_fp8")
     return std::string(rec.format == OutFormat::kE4M3FNUZ ? "fp8_e4m3fnuz (torch.float8_e4m3fnuz)"
                                                           : "fp8_e4m3fn (torch.float8_e4m3fn)") +
@@ -141,8 +144,11 @@ RecipeId recipe_or_throw(const std::string& name) {
 indexer_q::OpArgs make_args(const TorchArgs& a) {
   const Recipe& rec = recipe(a.recipe);
   const char* out_name = rec.format == OutFormat::kE2M1 ? "q_fp4" : "q_fp8";
+  // q_sf carries FP4 block scales (int32) or, for a recipe with scale_out, the FP8 row scale
+  // (float32 (B, H, 1) or (B, H)), which the library and its messages call q_scale.
+  const char* sf_name = rec.scale_out ? "q_scale" : "q_sf";
   std::vector<NamedTensor> all = {{"q_input", &a.q_input}, {out_name, &a.q_out}};
-  if (a.q_sf) all.push_back({"q_sf", a.q_sf});
+  if (a.q_sf) all.push_back({sf_name, a.q_sf});
   const bool has_rope = recipe_has_rope(rec), has_weights = recipe_has_weights(rec);
   for (NamedTensor n : {NamedTensor{"weight", &a.weight}, NamedTensor{"weights_out", &a.weights_out}})
     if (!absent(*n.t, has_weights)) all.push_back(n);
@@ -154,7 +160,7 @@ indexer_q::OpArgs make_args(const TorchArgs& a) {
   o.recipe = a.recipe;
   o.q_input = view_of(a.q_input, "q_input", rec);
   o.q_out = view_of(a.q_out, out_name, rec);
-  if (a.q_sf) o.q_scale = view_of(*a.q_sf, "q_sf", rec);  // else: the empty view (ndim 0, no data)
+  if (a.q_sf) o.q_scale = view_of(*a.q_sf, sf_name, rec);  // else: the empty view (ndim 0, no data)
   // A recipe without RoPE (or without weights) takes no freqs / positions (weight / weights_out):
   // the caller passes a tensor with no elements (Python: None becomes torch.empty(0)), which
   // becomes the library's empty view (ndim 0, no data); a tensor with elements stays a view and
@@ -300,7 +306,8 @@ std::vector<std::string> recipe_info_op(std::string name) {
 
 // The schemas, each defined once. enable_pdl is used by the CUDA backend only (programmatic
 // dependent launch, sm_90+); other devices ignore it. head_scale (the second factor of the
-// two-factor weight folds of the vllm_* recipes, OpArgs::head_scale; the other recipes ignore it)
+// two-factor weight folds of the vllm_* recipes and of head_scale_first, OpArgs::head_scale; the
+// other recipes ignore it)
 // is a defaulted trailing argument, so calls written for the schema without it keep working.
 #define IQ_QUANT_Q_ARGS                                                                      \
   "(str recipe, Tensor q_input, Tensor(a!) q_out, Tensor(b!)? q_sf, Tensor weight, "         \

@@ -18,7 +18,9 @@ cos_sin_cache, weights, softmax_scale, head_scale, is_neox)`` the recipes
 ``vllm_v32_fp8_neox`` / ``vllm_v32_fp8_gptj``. SGLang's V4.1 calls
 ``index_q_rope_pack_weights(input, freqs_cis, positions, head_weights, weight_scale)``
 (``sgl_v41_fp4_rope_pack``) and ``quantize_fp4_indexer_tensor(x, rne=True)``
-(``sgl_v41_fp4_quant_rne``).
+(``sgl_v41_fp4_quant_rne``). SGLang's V3.2 unfused query path (RoPE, Hadamard, act_quant and the
+head-gate weights) is ``dsa_indexer_q_unfused(q, positions, cos_sin_cache, weights,
+softmax_scale, head_scale)`` (``sgl_v32_unfused_neox_hadamard_ue8m0``).
 """
 
 from ._ops import (
@@ -27,6 +29,7 @@ from ._ops import (
     available_backends,
     composed_fused_q_indexer_rope_hadamard_quant,
     composed_quant_q,
+    dsa_indexer_q_unfused,
     fused_indexer_q_rope_quant,
     fused_indexer_q_rope_quant_cutedsl,
     fused_indexer_q_rope_quant_v32,
@@ -54,6 +57,7 @@ __all__ = [
     "available_backends",
     "composed_fused_q_indexer_rope_hadamard_quant",
     "composed_quant_q",
+    "dsa_indexer_q_unfused",
     "fused_indexer_q_rope_quant",
     "fused_indexer_q_rope_quant_cutedsl",
     "fused_indexer_q_rope_quant_v32",

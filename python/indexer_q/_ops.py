@@ -101,8 +101,9 @@ def _recipe_columns() -> Tuple[Tuple[str, type], ...]:
 _COLUMNS = _recipe_columns()
 
 # The NamedTuple type of a recipe's descriptor, its fields the library's columns (so a column
-# added to the library needs no edit here): name, rope_dims, rope_pairs, freqs_layout, hadamard,
-# bf16_after_rope, bf16_after_hadamard, format, quant, fold at the time of writing.
+# added to the library needs no edit here): name, rope_dims, rope_pairs, rope_fma, freqs_layout,
+# hadamard, bf16_after_rope, bf16_after_hadamard, format, quant, fold, scale_out at the time of
+# writing.
 _RecipeInfoBase = NamedTuple("_RecipeInfoBase", [("name", str)] + list(_COLUMNS))
 
 
@@ -114,11 +115,13 @@ class RecipeInfo(_RecipeInfoBase):
     "e4m3fn", "sglang", "times_scale", ...), flags as bool. Nothing here retypes them: the fields
     are created at import from the library's column list. The columns (see docs/RECIPES.md):
 
-    rope_dims ("last64", "first64", "none"), rope_pairs ("adjacent", "neox"), freqs_layout
-    ("interleaved", "halves"), hadamard, bf16_after_rope, bf16_after_hadamard (bools), format
-    ("e4m3fn", "e4m3fnuz", "e2m1"), quant ("sglang", "vllm", "vllm_cute", "vllm_v32",
-    "fp4_rne", "fp4_two_stage"), fold ("times_scale", "no_scale", "scale_then_two_factors",
-    "two_factors", "no_scale_bf16", "none")."""
+    rope_dims ("last64", "first64", "none"), rope_pairs ("adjacent", "neox"), rope_fma
+    ("x0_s", "x1_c": the second rotated value is fma(x0, s, x1*c) or fma(x1, c, x0*s)),
+    freqs_layout ("interleaved", "halves"), hadamard, bf16_after_rope, bf16_after_hadamard
+    (bools), format ("e4m3fn", "e4m3fnuz", "e2m1"), quant ("sglang", "vllm", "vllm_cute",
+    "vllm_v32", "sglang_ue8m0", "fp4_rne", "fp4_two_stage"), fold ("times_scale", "no_scale",
+    "scale_then_two_factors", "two_factors", "head_scale_first", "no_scale_bf16", "none"),
+    scale_out (bool: the FP8 row scale is also written, as q_scale)."""
 
     __slots__ = ()
 
@@ -144,14 +147,22 @@ class RecipeInfo(_RecipeInfoBase):
 
     @property
     def two_factors(self) -> bool:
-        """Whether weights_out takes head_scale (the two-factor folds of vLLM's forms)."""
-        return self.fold in ("scale_then_two_factors", "two_factors")
+        """Whether weights_out takes head_scale (the two-factor folds of vLLM's forms, and
+        SGLang's V3.2 unfused head_scale_first); weight_scale is then the softmax scale."""
+        return self.fold in ("scale_then_two_factors", "two_factors", "head_scale_first")
 
     @property
     def weights_2d(self) -> bool:
-        """The engine's weights_out shape is (B, H) (every engine but SGLang's V4 forms, which
-        allocate (B, H, 1)): what quant_q allocates."""
-        return self.weights and self.quant != "sglang"
+        """The engine's weights_out shape is (B, H) (every engine but SGLang's V4 forms and
+        its V3.2 unfused path, which allocate (B, H, 1)): what quant_q allocates."""
+        return self.weights and self.quant not in ("sglang", "sglang_ue8m0")
+
+    @property
+    def q_scale_out(self) -> bool:
+        """Whether the call writes a second output, quant_q's ``q_sf`` argument: the FP4 block
+        scales ((B, H) int32) or, with scale_out, the FP8 row scale q_scale ((B, H, 1) or (B, H)
+        float32). quant_q then returns ``((q, q_sf), weights_out)``."""
+        return self.fp4 or self.scale_out
 
 
 def _load_recipes() -> Dict[str, RecipeInfo]:
@@ -342,7 +353,7 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
         freqs, positions = _absent(freqs, dev), _absent(positions, dev)
     if not info.weights:
         weight, weights_out = _absent(weight, dev), _absent(weights_out, dev)
-    if q_out is None or weights_out is None or (info.fp4 and q_sf is None):
+    if q_out is None or weights_out is None or (info.q_scale_out and q_sf is None):
         if q_input.dim() != 3:
             raise ValueError(
                 f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
@@ -356,6 +367,8 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
                 q_out = torch.empty((b, h, 128), dtype=out_dtype or default, device=dev)
         if info.fp4 and q_sf is None:
             q_sf = torch.empty((b, h), dtype=torch.int32, device=dev)
+        elif info.scale_out and q_sf is None:  # the row scale, (B, H, 1) as SGLang's act_quant
+            q_sf = torch.empty((b, h, 1), dtype=torch.float32, device=dev)
         if weights_out is None:  # SGLang's V4 forms: (B, H, 1); the other engines': (B, H)
             shape = (b, h) if info.weights_2d else (b, h, 1)
             weights_out = torch.empty(shape, dtype=torch.float32, device=dev)
@@ -363,7 +376,7 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
     op(recipe, q_input, q_out, q_sf, weight, weights_out, float(weight_scale), freqs, positions,
        enable_pdl, float(head_scale))
     w_ret = weights_out if info.weights else None
-    if info.fp4:
+    if info.q_scale_out:
         return (q_out, q_sf), w_ret
     return q_out, w_ret
 
@@ -392,17 +405,22 @@ def quant_q(
     dtype) selects the recipe's ``_fnuz`` twin; ``torch.uint8`` / ``torch.int8`` take raw codes.
     FP4 recipes: ``((q_fp4, q_sf), weights_out)``, q_fp4 (B, H, 64) uint8 (two e2m1 codes per
     byte, low nibble = even dim), q_sf (B, H) int32 (four UE8M0 exponent bytes, little-endian).
+    Recipes with ``scale_out`` (``sgl_v32_unfused_neox_hadamard_ue8m0``): ``((q_fp8, q_scale),
+    weights_out)``, q_scale the FP8 row scale (B, H, 1) float32 (passed in as ``q_sf``, (B, H, 1)
+    or (B, H)).
     weights_out (B, H, 1) float32; for the ``vllm_*`` recipes (B, H), as vLLM returns it (a
     passed-in weights_out may have either shape for every recipe). The ``vllm_*`` recipes form
     weights_out with two factors: ``weight_scale`` (vLLM's softmax_scale) and ``head_scale``,
-    two float32 multiplies in that order; the other recipes ignore ``head_scale``. Outputs passed
+    two float32 multiplies in that order (SGLang's V3.2 unfused form: ``((w * head_scale) *
+    q_scale) * weight_scale``); the other recipes ignore ``head_scale``. Outputs passed
     in (``q_out``, ``q_sf``, ``weights_out``) are written in place; the others are allocated on
     q_input's device. ``freqs`` is the recipe's
     (max_pos, 64) float32 table (interleaved recipes also take the complex64 (max_pos, 32)
     freqs_cis). A recipe without RoPE (``recipe_info(r).rope`` False: rope_dims "none") takes
     ``freqs=None, positions=None``; one without weights (fold "none") takes ``weight=None`` and
     returns None for weights_out (the operator itself takes 0-element tensors there). weights_out
-    is allocated (B, H) for every engine's form but SGLang's V4 ones (``recipe_info(r).weights_2d``).
+    is allocated (B, H) for every engine's form but SGLang's V4 and V3.2 unfused ones
+    (``recipe_info(r).weights_2d``).
     ``enable_pdl`` (default True: programmatic dependent launch on sm_90+) is used by the CUDA
     kernel only.
     ``backend``: None (the dispatcher's choice, see :func:`available_backends`), ``"triton"``
@@ -609,6 +627,46 @@ def quantize_fp4_indexer_tensor(
     (q, sf), _ = quant_q("sgl_v41_fp4_quant_rne", x.reshape(n, 1, 128), None, 1.0, None, None,
                          q_out=payload, enable_pdl=enable_pdl)
     return q.view(n, 64), sf.view(n)
+
+
+def dsa_indexer_q_unfused(
+    q: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    weights: torch.Tensor,
+    softmax_scale: float,
+    head_scale: float,
+    *,
+    enable_pdl: bool = True,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SGLang's DeepSeek-V3.2 indexer query path (``srt/layers/attention/dsa/dsa_indexer.py``,
+    the unfused sequence ``dsa_indexer_q_unfused`` of the golden files), as one call with the
+    engine's shapes, same bytes (recipe ``sgl_v32_unfused_neox_hadamard_ue8m0``, docs/RECIPES.md
+    13). It replaces four engine steps:
+
+    1. ``rotary_emb`` on ``q[..., :64]`` in place (NeoX pairs (j, j + 32), the halves
+       ``cos_sin_cache``, second value ``fma(x1, c, x0 * s)``), bf16 out;
+    2. ``rotate_activation``: ``hadamard_transform(q, scale=128 ** -0.5)``, bf16 out;
+    3. ``act_quant(q, 128, "ue8m0")``: q_scale = fmax(amax, 1e-4) * fl(1/448) rounded up to a
+       power of two, codes of clamp(q / q_scale, -448, 448) (NaN -> 0xfe);
+    4. ``_get_logits_head_gate``'s weights: ``((weights * head_scale) * q_scale) *
+       softmax_scale``.
+
+    q (T, H, 128) bf16 (fp16 / fp32 work too); positions (T,) int64 / int32; cos_sin_cache
+    (max_pos, 64) float32 [cos x32 | sin x32]; weights (T, H) float32 (the engine's
+    ``weights_proj`` output; bf16 / fp16 accepted); softmax_scale and head_scale Python floats
+    (the engine passes ``128 ** -0.5`` and ``H ** -0.5``), each rounded to float32 once.
+
+    Returns ``(q_fp8, q_scale, weights_out)``: q_fp8 (T, H, 128) float8_e4m3fn, q_scale (T, H, 1)
+    float32 (a power of two), weights_out (T, H, 1) float32. For CUDA graphs / torch.compile with
+    preallocated buffers call ``torch.ops.indexer_q.quant_q`` directly, q_scale as its ``q_sf``
+    (docs/TORCH.md)."""
+    if not isinstance(q, torch.Tensor) or q.dim() != 3:
+        raise ValueError("indexer_q: q_input: expected a (T, H, 128) tensor")
+    (q_fp8, q_scale), weights_out = quant_q(
+        "sgl_v32_unfused_neox_hadamard_ue8m0", q, weights, softmax_scale, cos_sin_cache,
+        positions, head_scale=head_scale, enable_pdl=enable_pdl)
+    return q_fp8, q_scale, weights_out
 
 
 def _has_kernel(key: str) -> Optional[bool]:

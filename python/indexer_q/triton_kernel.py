@@ -49,13 +49,15 @@ import triton.language as tl
 # ---- recipe descriptor -> compile-time constants --------------------------------------------
 _FMT = {"e4m3fn": 0, "e4m3fnuz": 1, "e2m1": 2}
 _FOLD = {"times_scale": 0, "no_scale": 1, "scale_then_two_factors": 2, "two_factors": 3,
-         "no_scale_bf16": 4, "none": 5}
+         "no_scale_bf16": 4, "none": 5, "head_scale_first": 6}
 _ROPE_OFF = {"last64": 64, "first64": 0, "none": 0}
 _NEOX = {"adjacent": False, "neox": True}
+_ROPE_FMA_X1C = {"x0_s": False, "x1_c": True}
 _FREQS = {"interleaved": 1, "halves": 0}
 # the quantizers; which format each serves (row.h's static_asserts)
-_QUANT = {"sglang": 0, "vllm": 1, "vllm_cute": 2, "vllm_v32": 3, "fp4_rne": 4, "fp4_two_stage": 5}
-_QUANT_FORMATS = {0: (0, 1, 2), 1: (0, 2), 2: (0,), 3: (0,), 4: (2,), 5: (2,)}
+_QUANT = {"sglang": 0, "vllm": 1, "vllm_cute": 2, "vllm_v32": 3, "fp4_rne": 4, "fp4_two_stage": 5,
+          "sglang_ue8m0": 6}
+_QUANT_FORMATS = {0: (0, 1, 2), 1: (0, 2), 2: (0,), 3: (0,), 4: (2,), 5: (2,), 6: (0,)}
 _IN_KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 
 
@@ -66,12 +68,18 @@ def recipe_constants(info) -> dict:
     if fmt not in _QUANT_FORMATS[quant]:
         raise KeyError(f"quantizer {info.quant} has no {info.format} form")  # row.h's static_asserts
     fold = _FOLD[info.fold]
-    if fmt == 2 and fold in (0, 2):
+    if fmt == 2 and fold in (0, 2, 6):
         raise KeyError("FP4 has one scale per 32 values: it cannot be folded into weights_out")
+    scale_out = bool(info.scale_out)
+    if scale_out and (fmt == 2 or quant == 0):  # row.h's static_asserts
+        raise KeyError("scale_out is the row scale of a power-of-two FP8 quantizer")
+    if fmt != 2 and quant == 0 and info.bf16_after_hadamard:
+        raise KeyError("SGLang's FP8 quantizer has no bf16 point after the Hadamard")
     return dict(
         ROPE=info.rope_dims != "none",
         ROPE_OFF=_ROPE_OFF[info.rope_dims],
         NEOX=_NEOX[info.rope_pairs],
+        ROPE_FMA_X1C=_ROPE_FMA_X1C[info.rope_fma],
         FREQS_INTERLEAVED=_FREQS[info.freqs_layout],
         HADAMARD=bool(info.hadamard),
         BF16_ROPE=bool(info.bf16_after_rope),
@@ -79,6 +87,7 @@ def recipe_constants(info) -> dict:
         FMT=fmt,
         QUANT=quant,
         FOLD=fold,
+        SCALE_OUT=scale_out,
     )
 
 
@@ -305,9 +314,10 @@ def quant_q_kernel(
     q_ptr, w_ptr, freqs_ptr, pos_ptr, out_ptr, sf_ptr, wout_ptr,
     n_rows, H, w_stride_b, max_pos, weight_scale, head_scale,
     IN_KIND: tl.constexpr, W_KIND: tl.constexpr, ROPE: tl.constexpr,
-    ROPE_OFF: tl.constexpr, NEOX: tl.constexpr, FREQS_INTERLEAVED: tl.constexpr,
-    HADAMARD: tl.constexpr, BF16_ROPE: tl.constexpr, BF16_HAD: tl.constexpr, FMT: tl.constexpr,
-    QUANT: tl.constexpr, FOLD: tl.constexpr, BLOCK_R: tl.constexpr,
+    ROPE_OFF: tl.constexpr, NEOX: tl.constexpr, ROPE_FMA_X1C: tl.constexpr,
+    FREQS_INTERLEAVED: tl.constexpr, HADAMARD: tl.constexpr, BF16_ROPE: tl.constexpr,
+    BF16_HAD: tl.constexpr, FMT: tl.constexpr, QUANT: tl.constexpr, FOLD: tl.constexpr,
+    SCALE_OUT: tl.constexpr, BLOCK_R: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R).to(tl.int64)
@@ -350,9 +360,11 @@ def quant_q_kernel(
 
         # ---- RoPE (row.h rope_row) on the recipe's 32 pairs, then their bf16 point
         xis = xi * s
-        xic = xi * c
         nr = tl.fma(xr, c, _neg(xis))
-        ni = tl.fma(xr, s, xic)
+        if ROPE_FMA_X1C:  # x1' = fma(x1, c, x0 * s)
+            ni = tl.fma(xi, c, xr * s)
+        else:  # x1' = fma(x0, s, x1 * c)
+            ni = tl.fma(xr, s, xi * c)
         if BF16_ROPE:
             nr = _round_bf16(nr)
             ni = _round_bf16(ni)
@@ -439,6 +451,8 @@ def quant_q_kernel(
             tl.store(wout_ptr + rows, wo, mask=rmask)
     else:
         # ---- FP8: one scale per row
+        if BF16_HAD:  # all 128 values rounded to bf16 before the amax (sglang_ue8m0)
+            y = _round_bf16(y)
         amax = _row_amax(y, 1)
         if QUANT == 2:  # vLLM's CuTe: e of fmax(amax, 1e-4) * fl(1/448) rounded up (Inf: 255)
             ec = (((_bits(_fmax_floor(amax, _const(0x38D1B717)) * _const(0x3B124925)) + 0x7FFFFF)
@@ -447,12 +461,20 @@ def quant_q_kernel(
             inv = _f32((254 - ec) << 23)  # 32-bit unsigned: ec = 255 gives -Inf
             v = y * inv[:, None]
             code = tl.where(v != v, 0x7F, _e4m3fn(v, False))
-        elif QUANT == 3:  # vLLM's V3.2: pow2ceil(fmax(amax, 1e-10) * fl(1/448)), NaN -> 0x7e
-            qs = _fmax_floor(amax, _const(0x2EDBE6FF)) * _const(0x3B124925)
+        elif QUANT == 3 or QUANT == 6:
+            # pow2ceil(fmax(amax, floor) * fl(1/448)); vLLM's V3.2: floor 1e-10, NaN -> 0x7e;
+            # SGLang's V3.2 act_quant (sglang_ue8m0): floor 1e-4, NaN -> 0xfe (-448)
+            if QUANT == 3:
+                qs = _fmax_floor(amax, _const(0x2EDBE6FF)) * _const(0x3B124925)
+            else:
+                qs = _fmax_floor(amax, _const(0x38D1B717)) * _const(0x3B124925)
             scale = _f32((((_bits(qs) + 0x7FFFFF) >> 23) & 0xFF) << 23)
             inv = tl.math.div_rn(1.0, scale)  # exact: see the vllm case below
             v = y * inv[:, None]
-            code = tl.where(v != v, 0x7E, _e4m3fn(v, False))
+            if QUANT == 3:
+                code = tl.where(v != v, 0x7E, _e4m3fn(v, False))
+            else:
+                code = tl.where(v != v, 0xFE, _e4m3fn(v, False))
         elif QUANT == 1:
             qs = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 448.0)
             scale = _f32((((_bits(qs) + 0x7FFFFF) >> 23) & 0xFF) << 23)  # pow2_ceil
@@ -473,6 +495,8 @@ def quant_q_kernel(
                 code = tl.where(code == 0x80, 0, code)
         code = tl.where(valid[:, None], code, 0)
         tl.store(out_ptr + rows[:, None] * 128 + i[None, :], code.to(tl.uint8), mask=rmask[:, None])
+        if SCALE_OUT:  # the row scale as float32 into q_sf (+0 for an out-of-range position)
+            tl.store(sf_ptr + rows, tl.where(valid, scale, 0.0), mask=rmask)
         if FOLD != 5:
             if FOLD == 0:
                 wo = (w * ws) * scale
@@ -482,6 +506,8 @@ def quant_q_kernel(
                 wo = ((w * scale) * ws) * hs
             elif FOLD == 4:
                 wo = _round_bf16(w * ws)
+            elif FOLD == 6:
+                wo = ((w * hs) * scale) * ws
             else:
                 wo = (w * ws) * hs
             if FMT == 1:
@@ -538,7 +564,8 @@ def launch(info, q_input: torch.Tensor, q_out: torch.Tensor, q_sf: Optional[torc
         freqs, positions = q_input, q_input
     if consts["FOLD"] == 5:
         weight, weights_out = q_input, out
-    sf = q_sf if q_sf is not None else weights_out  # unused by FP8 kernels: any pointer
+    # q_sf: FP4 block scales (int32) or scale_out's row scale (float32); else unused: any pointer
+    sf = q_sf if q_sf is not None else weights_out
     grid = (triton.cdiv(n_rows, br),)
     quant_q_kernel[grid](
         q_input, weight, freqs, positions, out, sf, weights_out,
@@ -564,6 +591,8 @@ def ptx_of(info, dtype: str = "bf16", block_rows: Optional[int] = None,
     br = block_rows or 4  # default_block_rows on a GPU
     num_warps = num_warps or default_num_warps(br)
     cx = dict(IN_KIND=kind, W_KIND=kind, BLOCK_R=br, **recipe_constants(info))
+    if cx["SCALE_OUT"]:
+        sig["sf_ptr"] = "*fp32"  # the row scale
     sig.update({k: "constexpr" for k in cx})
     # the pointers 16-byte aligned, as a launch with torch's allocations specializes them
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(7)}

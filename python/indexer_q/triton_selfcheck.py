@@ -71,7 +71,7 @@ def build(golden_dir: str) -> bytes:
     """The check data, from the golden files under golden_dir (deterministic bytes)."""
     files = []
     for sub in ("", "variants", "vllm", "vllm_v32", "vllm_cutedsl", "sgl_v41_fp4_rope_pack",
-                "sgl_v41_fp4_quant"):
+                "sgl_v41_fp4_quant", "sgl_v32_unfused"):
         d = os.path.join(golden_dir, sub)
         files += [os.path.join(sub, f) for f in sorted(os.listdir(d)) if f.endswith(".safetensors")]
     tensors: Dict[str, torch.Tensor] = {}
@@ -103,11 +103,13 @@ def build(golden_dir: str) -> bytes:
             tensors[p + "q_sf"] = t["q_sf"].reshape(n, 1)[sel].contiguous()
         else:
             tensors[p + "q_out"] = t["q_fp8"].view(torch.uint8).reshape(n, 1, 128)[sel].contiguous()
+            if "q_scale" in t:  # scale_out: the FP8 row scale (float32), stored as q_sf
+                tensors[p + "q_sf"] = t["q_scale"].reshape(n, 1)[sel].contiguous()
         if "weights_out" in t:
             tensors[p + "weights_out"] = t["weights_out"].reshape(n, 1)[sel].contiguous()
         if "scale_arg" in meta:  # vLLM's CuTe kernel: one factor fl32(softmax_scale * head_scale)
             ws, hs = meta["scale_arg"], "1.0"
-        elif "softmax_scale_arg" in meta or "softmax_scale" in meta:  # vLLM's: its Python floats
+        elif "softmax_scale_arg" in meta or "softmax_scale" in meta:  # vLLM's, SGLang V3.2's
             ws = meta.get("softmax_scale_arg", meta.get("softmax_scale"))
             hs = meta.get("head_scale_arg", meta.get("head_scale"))
         elif "weight_scale_arg" in meta:  # SGLang V4.1
@@ -171,10 +173,17 @@ def run_check(device: torch.device, runner: Runner, recipe_info, resolve,
                 # what a form does not take: 0-element tensors (the library's empty views)
                 empty = torch.empty(0, device=device)
                 q_in = c["q_input"].to(dt).to(device)
-                w_in = c["weight"].to(dt).to(device) if c["weight"] is not None else empty
+                w_in = empty
+                if c["weight"] is not None:  # a bf16 weight takes the input dtype (exact); an
+                    w = c["weight"]            # fp32 one (SGLang V3.2's weights_proj) stays fp32
+                    w_in = (w.to(dt) if w.dtype == torch.bfloat16 else w).to(device)
                 q_out = torch.full(want_q.shape, 0x5A, dtype=torch.uint8, device=device)
-                q_sf = (torch.full(want_q.shape[:2], 0x5A5A5A5A, dtype=torch.int32, device=device)
-                        if info.fp4 else None)
+                q_sf = None
+                if info.fp4:
+                    q_sf = torch.full(want_q.shape[:2], 0x5A5A5A5A, dtype=torch.int32,
+                                      device=device)
+                elif info.scale_out:  # the FP8 row scale, float32 (rows, 1)
+                    q_sf = torch.full(want_q.shape[:2], -7.25, dtype=torch.float32, device=device)
                 w_out = (torch.full(want_w.shape, -7.25, dtype=torch.float32, device=device)
                          if want_w is not None else empty)
                 freqs = c["freqs"].to(device) if c["freqs"] is not None else empty
@@ -185,8 +194,8 @@ def run_check(device: torch.device, runner: Runner, recipe_info, resolve,
                 nq = int((q_out.cpu() != want_q).sum())
                 if nq:
                     problems.append(f"{what}: {nq} of {want_q.numel()} code bytes differ")
-                if info.fp4:
-                    ns = int((q_sf.cpu() != c["q_sf"]).sum())
+                if info.fp4 or info.scale_out:  # compared as bits (int32 or float32)
+                    ns = int((q_sf.cpu().view(torch.int32) != c["q_sf"].view(torch.int32)).sum())
                     if ns:
                         problems.append(f"{what}: {ns} of {c['q_sf'].numel()} q_sf values differ")
                 if want_w is None:

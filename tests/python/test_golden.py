@@ -68,7 +68,8 @@ def test_golden_as_fp32_inputs(name, impl, device):
 
 # ---- every golden file of every form (SPEC-more-forms.md's included) through quant_q -------------
 from conftest import (QUANT_OPS, QUANT_REFERENCE, absent_args, assert_same_outputs,  # noqa: E402
-                      golden_more_files, golden_recipe_cases, load_golden, new_recipe_outputs)
+                      golden_more_files, golden_recipe_cases, load_golden, new_recipe_outputs,
+                      require_native_cpu)
 
 _CASES = golden_recipe_cases()
 
@@ -79,7 +80,8 @@ def test_golden_more_forms_present():
     assert len(rels) >= 18, rels
     recipes = {r for f, r in _CASES if f in rels}
     assert recipes == {"vllm_v32_fp8_neox", "vllm_v32_fp8_gptj", "vllm_v4_fp8_cutedsl",
-                       "sgl_v41_fp4_rope_pack", "sgl_v41_fp4_quant_rne"}, recipes
+                       "sgl_v41_fp4_rope_pack", "sgl_v41_fp4_quant_rne",
+                       "sgl_v32_unfused_neox_hadamard_ue8m0"}, recipes
 
 
 @pytest.mark.parametrize("impl", ["reference", "native", "composed"])
@@ -87,9 +89,14 @@ def test_golden_more_forms_present():
                                                      for f, r in _CASES])
 def test_golden_every_form(rel, recipe, impl):
     x, ws, hs, want = load_golden(rel, recipe)
+    if impl == "native":
+        require_native_cpu(recipe)
     op = QUANT_REFERENCE if impl == "reference" else QUANT_OPS[impl]
+    # outputs in the file's shapes (weights_out / q_scale (B, H) or (B, H, 1)); q_scale (scale_out)
+    # is compared as its float32 bits, like the FP4 q_sf
     q_out, q_sf, w_out = new_recipe_outputs(recipe, x["q_input"],
-                                            w2d=want[2] is not None and want[2].dim() == 2)
+                                            w2d=want[2] is not None and want[2].dim() == 2,
+                                            sf2d=want[1] is not None and want[1].dim() == 2)
     w, w_arg, freqs, pos = absent_args(recipe, x["weight"], w_out, x["freqs"], x["positions"])
     op(recipe, x["q_input"], q_out, q_sf, w, w_arg, ws, freqs, pos, head_scale=hs)
     assert_same_outputs((q_out, q_sf, w_out), want, f"{rel} {recipe} {impl}")

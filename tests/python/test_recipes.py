@@ -13,7 +13,7 @@ import indexer_q
 from conftest import (CUDA_OK, DEVICES, NATIVE, QUANT, QUANT_COMPOSED, QUANT_OPS, QUANT_REFERENCE,
                       RECIPES, ROOT, absent_args, assert_same_fp8, assert_same_outputs,
                       golden_recipe_cases, halves_table, fnuz_twin, load_golden,
-                      new_recipe_outputs)
+                      new_recipe_outputs, require_native_cpu)
 from conftest import GOLDEN_DIR, read_safetensors_header
 from test_composed_vs_native import make_case
 
@@ -33,8 +33,10 @@ def call(op, recipe, x, outs, ws, hs=None):
 
 
 def head_scale_of(recipe, H):
-    """vLLM passes head_scale = H**-0.5 (a Python float); the other recipes ignore it."""
-    return float(max(H, 1)) ** -0.5 if indexer_q.recipe_info(recipe).vllm else 1.0
+    """vLLM (and SGLang's V3.2 unfused path) pass head_scale = H**-0.5 (a Python float); the
+    other recipes ignore it."""
+    info = indexer_q.recipe_info(recipe)
+    return float(max(H, 1)) ** -0.5 if info.vllm or info.two_factors else 1.0
 
 
 # ---- the recipe list is the library's ------------------------------------------------------------
@@ -70,9 +72,9 @@ def test_recipe_descriptors():
     assert v4.quant == v32.quant == rf.quant == fp4.quant == "sglang"
     vf8, vf4 = indexer_q.recipe_info("vllm_v4_fp8"), indexer_q.recipe_info("vllm_v4_mxfp4")
     assert vf8 == indexer_q.RecipeInfo(
-        name="vllm_v4_fp8", rope_dims="last64", rope_pairs="adjacent", freqs_layout="halves",
-        hadamard=False, bf16_after_rope=True, bf16_after_hadamard=False, format="e4m3fn",
-        quant="vllm", fold="scale_then_two_factors")
+        name="vllm_v4_fp8", rope_dims="last64", rope_pairs="adjacent", rope_fma="x0_s",
+        freqs_layout="halves", hadamard=False, bf16_after_rope=True, bf16_after_hadamard=False,
+        format="e4m3fn", quant="vllm", fold="scale_then_two_factors", scale_out=False)
     assert vf4 == vf8._replace(name="vllm_v4_mxfp4", format="e2m1", fold="two_factors")
     assert vf8.vllm and vf4.vllm and vf4.fp4 and not v4.vllm
     assert vf8.weights_2d and vf8.two_factors and not v4.weights_2d and not v4.two_factors
@@ -89,14 +91,22 @@ def test_recipe_descriptors():
     assert pack.weights_2d and not pack.vllm and pack.rope and pack.weights
     assert rne.fp4 and rne.rope_dims == "none" and not rne.rope and rne.fold == "none"
     assert not rne.weights and not rne.weights_2d
+    # SGLang's V3.2 unfused path: NeoX, x1_c fma, Hadamard, two bf16 points, a written row scale
+    unf = indexer_q.recipe_info("sgl_v32_unfused_neox_hadamard_ue8m0")
+    assert unf == neox._replace(name=unf.name, rope_fma="x1_c", hadamard=True,
+                                bf16_after_hadamard=True, quant="sglang_ue8m0",
+                                fold="head_scale_first", scale_out=True)
+    assert unf.two_factors and not unf.weights_2d and unf.q_scale_out and not unf.vllm
+    assert not any(indexer_q.recipe_info(r).scale_out for r in indexer_q.RECIPES if r != unf.name)
 
 
 def test_recipe_info_op_gives_the_librarys_names():
     # "column=value" strings, the values named by the library (indexer_q.h *_name functions)
     cols = list(torch.ops.indexer_q.recipe_info("vllm_v4_mxfp4"))
-    assert cols == ["rope_dims=last64", "rope_pairs=adjacent", "freqs_layout=halves",
-                    "hadamard=false", "bf16_after_rope=true", "bf16_after_hadamard=false",
-                    "format=e2m1", "quant=vllm", "fold=two_factors"], cols
+    assert cols == ["rope_dims=last64", "rope_pairs=adjacent", "rope_fma=x0_s",
+                    "freqs_layout=halves", "hadamard=false", "bf16_after_rope=true",
+                    "bf16_after_hadamard=false", "format=e2m1", "quant=vllm", "fold=two_factors",
+                    "scale_out=false"], cols
     assert [c.split("=")[0] for c in cols] == list(indexer_q.RecipeInfo._fields[1:])
     # the columns are the library's list, recipe_columns.inc (IQ_COLUMN / IQ_FLAG), in its order
     inc = open(os.path.join(ROOT, "include", "indexer_q", "recipe_columns.inc")).read()
@@ -135,6 +145,8 @@ def test_golden_cases_cover_every_recipe():
 @pytest.mark.parametrize("rel,recipe", GOLDEN, ids=[f"{r}-{os.path.basename(f)[:-12]}"
                                                     for f, r in GOLDEN])
 def test_golden_operator(rel, recipe, impl, device):
+    if impl == "native":
+        require_native_cpu(recipe, device)
     x, ws, hs, want = load_golden(rel, recipe, device)
     outs = new_recipe_outputs(recipe, x["q_input"])
     call(QUANT_OPS[impl], recipe, x, outs, ws, hs)
@@ -153,7 +165,7 @@ def test_golden_python_api(rel, recipe, device):
     x, ws, hs, want = load_golden(rel, recipe, device)
     info = indexer_q.recipe_info(recipe)
     args = (x["q_input"], x["weight"], ws, x["freqs"], x["positions"])
-    kw = {"head_scale": hs} if info.vllm else {}
+    kw = {"head_scale": hs} if info.vllm or info.two_factors else {}
     base = recipe[:-5] if recipe.endswith("_fnuz") else recipe
     out_dtype = torch.float8_e4m3fnuz if info.format == "e4m3fnuz" else None
 
@@ -162,6 +174,11 @@ def test_golden_python_api(rel, recipe, device):
             (q, sf), w = res
             assert q.dtype == torch.uint8 and tuple(q.shape) == tuple(want[0].shape)
             assert sf.dtype == torch.int32 and tuple(sf.shape) == tuple(want[1].shape)
+        elif info.scale_out:  # ((q_fp8, q_scale), weights_out), q_scale (B, H, 1) float32
+            (q, sf), w = res
+            assert q.dtype == torch.float8_e4m3fn
+            assert sf.dtype == torch.float32 and tuple(sf.shape) == tuple(want[1].shape)
+            assert sf.device == q.device
         else:
             q, w = res
             sf = None
@@ -176,9 +193,12 @@ def test_golden_python_api(rel, recipe, device):
         assert_same_outputs((q, sf, w), want, f"{rel} {recipe} {what}")
 
     # the general entry point: by the recipe's own name, and FN name + out_dtype for FNUZ
+    check(indexer_q.composed_quant_q(base, *args, out_dtype=out_dtype, **kw), "composed_quant_q")
+    if device == "cpu":
+        check(indexer_q.quant_q(recipe, *args, backend="reference", **kw), "quant_q reference")
+    require_native_cpu(recipe, device)  # the rest runs the dispatcher's (native) kernel
     check(indexer_q.quant_q(recipe, *args, **kw), "quant_q")
     check(indexer_q.quant_q(base, *args, out_dtype=out_dtype, **kw), "quant_q out_dtype")
-    check(indexer_q.composed_quant_q(base, *args, out_dtype=out_dtype, **kw), "composed_quant_q")
     # SGLang's entry points
     if base == "v4_fp8":
         check(indexer_q.fused_q_indexer_rope_hadamard_quant(*args, out_dtype=out_dtype), "v4 api")
@@ -219,6 +239,12 @@ def test_golden_python_api(rel, recipe, device):
         check(((q4.view(t, h, 64).view(torch.uint8), sf4.view(t, h)), None), "v41 quant api")
         with pytest.raises(ValueError, match="indexer_q: rne"):
             indexer_q.quantize_fp4_indexer_tensor(x["q_input"].flatten(0, 1), rne=False)
+    elif recipe == "sgl_v32_unfused_neox_hadamard_ue8m0":  # SGLang V3.2's unfused sequence
+        q8, qs, w = indexer_q.dsa_indexer_q_unfused(x["q_input"], x["positions"], x["freqs"],
+                                                    x["weight"], ws, hs)
+        t, h = x["q_input"].shape[:2]
+        assert tuple(qs.shape) == (t, h, 1) and tuple(w.shape) == (t, h, 1)
+        check(((q8, qs), w), "v32 unfused api")
     elif info.vllm:  # vLLM's call: argument order, Python-float scales, vLLM's result shapes
         res = indexer_q.fused_indexer_q_rope_quant(
             x["positions"], x["q_input"], x["freqs"], x["weight"], ws, hs, use_fp4=info.fp4)
@@ -310,6 +336,7 @@ def test_composed_equals_native(recipe, B, H, dtype, device):
     reference = run_op(QUANT_REFERENCE, recipe, x, ws, hs=hs)
     composed = run_op(QUANT_COMPOSED, recipe, xd, ws, hs=hs)
     assert_same_outputs(composed, reference, f"{recipe} composed vs reference")
+    require_native_cpu(recipe, device)
     native = run_op(QUANT, recipe, xd, ws, hs=hs)
     assert_same_outputs(native, reference, f"{recipe} native ({device}) vs reference")
     assert_same_outputs(composed, native, f"{recipe} composed vs native")
@@ -429,7 +456,8 @@ def op_args(recipe, device, B=5, H=8, dtype=torch.bfloat16):
 def test_opcheck(recipe, impl, device, fp8_aware_allclose):
     # test_schema, test_autograd_registration, test_faketensor, test_aot_dispatch_dynamic
     # vLLM's forms: with the trailing head_scale, by keyword
-    kw = {"head_scale": 8 ** -0.5} if indexer_q.recipe_info(recipe).vllm else {}
+    info = indexer_q.recipe_info(recipe)
+    kw = {"head_scale": 8 ** -0.5} if info.vllm or info.two_factors else {}
     torch.library.opcheck(QUANT_OPS[impl].default, op_args(recipe, device), kw)
     if impl == "native":
         torch.library.opcheck(QUANT_OPS[impl].default, op_args(recipe, device, B=0),
@@ -439,6 +467,7 @@ def test_opcheck(recipe, impl, device, fp8_aware_allclose):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_torch_compile_fullgraph(recipe, device):
+    require_native_cpu(recipe, device)  # compiled vs eager through the native kernel
     _, q, _, _, w, _, ws, freqs, pos = op_args(recipe, device, B=7, H=16)
     info = indexer_q.recipe_info(recipe)
     fp4 = info.fp4
@@ -454,7 +483,7 @@ def test_torch_compile_fullgraph(recipe, device):
             out, w_out = indexer_q.fused_indexer_q_rope_quant(pos, q, freqs, w, ws, hs,
                                                               use_fp4=fp4)
         else:
-            out, w_out = indexer_q.quant_q(recipe, q, w, ws, freqs, pos)
+            out, w_out = indexer_q.quant_q(recipe, q, w, ws, freqs, pos, head_scale=hs)
         if w_out is None:  # no weights
             return out, q.sum()
         return out, w_out * 2.0  # something for the compiler to fuse around the op
@@ -470,8 +499,9 @@ def test_torch_compile_fullgraph(recipe, device):
         got = torch.compile(fn, fullgraph=True)(q, w, freqs, pos)
         want = fn(q, w, freqs, pos)
         if fn is f:
-            got = (*got[0], got[1]) if fp4 else (got[0], None, got[1])
-            want = (*want[0], want[1]) if fp4 else (want[0], None, want[1])
+            two = info.q_scale_out  # ((q, q_sf / q_scale), weights_out)
+            got = (*got[0], got[1]) if two else (got[0], None, got[1])
+            want = (*want[0], want[1]) if two else (want[0], None, want[1])
         if not info.weights:  # the second result is no weights_out
             got, want = (got[0], got[1], None), (want[0], want[1], None)
         assert_same_outputs(got, want, f"compiled {recipe}")
@@ -492,6 +522,11 @@ def test_meta_tensors(recipe):
         assert q_fp4.device.type == "meta" and tuple(q_fp4.shape) == (5, 8, 64)
         assert q_fp4.dtype == torch.uint8
         assert tuple(q_sf.shape) == (5, 8) and q_sf.dtype == torch.int32
+    elif info.scale_out:  # the FP8 row scale as a second output, (B, H, 1) float32
+        q_fp8, q_scale = out
+        assert q_fp8.device.type == "meta" and tuple(q_fp8.shape) == (5, 8, 128)
+        assert q_scale.device.type == "meta" and tuple(q_scale.shape) == (5, 8, 1)
+        assert q_scale.dtype == torch.float32
     else:
         assert out.device.type == "meta" and tuple(out.shape) == (5, 8, 128)
     if not info.weights:
