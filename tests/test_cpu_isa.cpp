@@ -844,6 +844,100 @@ TEST(CpuIsaVllm, Mxfp4EncoderSweepMatchesRowH) {
   }
 }
 
+// ---- the gfx942 forms (Quantizer::kSglang224, kVllmFnuz224) ----
+
+// Edge rows of the two gfx942 recipes, every ISA (scalar included) byte for byte against the
+// reference, plus a few bytes by hand. Position 0 (cos 1, sin 0): the RoPE keeps the written values.
+// Rows: amax exactly 224 * 2^k (vllm_fnuz224: q_scale = 2^k) with e4m3fnuz ties and subnormals of
+// x / q_scale around it, amax just above / below 224, below the 1e-4 floor (q_scale 2^-21), the whole
+// e4m3fnuz subnormal range with its ties, signed zeros, NaN of both signs, +-Inf, the dtype's
+// maximum, and Hadamard rows whose values land near 224 and its neighbours after SGLang's scale.
+TEST(CpuIsaRecipes, Gfx942EdgeRowsEveryIsa) {
+  // v such that 2v is an e4m3fn tie or grid point (e4m3fnuz: v's own grid), times 2^k in a row.
+  const float kV[] = {108.0f, 104.0f, 116.0f, 0.53125f, 0x1p-11f, 0x1.8p-10f, 0x1.ep-8f, 0x1.4p-9f,
+                      0x1p-12f, 223.0f, 220.0f, 216.0f, 0.0f, 1.0f, 3.0f, 0x1.2p-7f};
+  constexpr int kH = 11, kB = 2, kRows = kB * kH;
+  int checked = 0;
+  for (RecipeId rid : {RecipeId::kSglangV4Fp8Gfx942, RecipeId::kVllmV4Fp8Fnuz224})
+    for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+      const bool fnuz = rid == RecipeId::kVllmV4Fp8Fnuz224;
+      Case c = make_case(kB, kH, dt, DType::kInt32, 7700 + int(dt));
+      for (int j = 0; j < 32; ++j) {  // position 0: cos 1, sin 0, in the recipe's freqs layout
+        const bool inter = recipe(rid).freqs_layout == FreqsLayout::kInterleaved;
+        c.freqs[inter ? 2 * j : j] = 1.0f;
+        c.freqs[inter ? 2 * j + 1 : 32 + j] = 0.0f;
+      }
+      std::memset(c.pos.data(), 0, c.pos.size());
+      const bool f16 = dt == DType::kFloat16;
+      const float dmax = f16 ? 65504.0f : dt == DType::kBFloat16 ? 3.3895314e38f : 3.4028235e38f;
+      std::mt19937 rng(23);
+      std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+      const int ks[] = {-12, -3, 0, 1, 4};
+      for (int r = 0; r < kRows; ++r) {
+        for (int i = 0; i < 128; ++i) {
+          float v = uni(rng);
+          switch (r) {
+            case 0: case 1: case 2: case 3: case 4: {  // amax exactly 224 * 2^k, ties times 2^k
+              const float p2k = std::ldexp(1.0f, ks[r]);
+              v = (i == 7 ? 224.0f : i == 100 ? -224.0f : kV[i % 16] * ((i / 16) % 2 ? -1.0f : 1.0f)) * p2k;
+              break;
+            }
+            case 5: v = (i == 9) ? 225.0f : uni(rng) * 200.0f; break;  // just above 224: q_scale 2
+            case 6: v = (i == 70) ? -223.0f : uni(rng) * 200.0f; break;  // just below: q_scale 1
+            case 7: v = uni(rng) * 1e-6f; break;                         // below the 1e-4 floor
+            case 8: case 9: {  // x / q_scale = (i - 64) * 2^-11: every e4m3fnuz subnormal and tie
+              const int k = r == 8 ? 4 : -8;
+              v = (i == 0 ? 224.0f : float(i - 64) * 0x1p-11f) * std::ldexp(1.0f, k);
+              break;
+            }
+            case 10: v = float(i - 64) * 0x1p-32f; break;  // q_scale 2^-21 (fp16: zeros)
+            case 11: v = (i % 2) ? -0.0f : 0.0f; break;
+            case 12: if (i % 9 == 0) v = (i % 18) ? -NAN : NAN; break;
+            case 13: if (i == 5 || i == 80) v = INFINITY; break;
+            case 14: if (i == 6 || i == 90) v = -INFINITY; break;
+            case 15: v = (i % 3 ? dmax : -dmax); break;
+            case 16: case 17: case 18: {  // Hadamard: spikes a, b at dims 0, 1 give (a + b)h, (a - b)h
+              const float t = r == 16 ? 216.0f : r == 17 ? 208.0f : 232.0f;
+              v = i == 0 ? (224.0f + t) / 2 : i == 1 ? (224.0f - t) / 2 : 0.0f;
+              break;
+            }
+            case 19: v = (i == 0) ? 1.0f : 0.0f; break;  // Hadamard: all 128 values h
+            default: break;  // ordinary rows
+          }
+          put(c.q, dt, r * 128 + i, v);
+        }
+      }
+      RecipeOut ref;
+      ASSERT_NO_FATAL_FAILURE(run_recipe_reference(c, rid, &ref));
+      if (fnuz) {
+        // By hand (row 2: q_scale 1, no Hadamard): 224 -> 0x7e, -224 -> 0xfe; the code of v is the
+        // e4m3fn code of 2v: 108 (2v = 216, a tie) -> 0x76, -108 -> 0xf6, 2^-11 (2v = 2^-10, a
+        // tie) -> 0x00 and -2^-11 -> 0x00 (no -0), 0x1.8p-10 (2v = 1.5 * 2^-9) -> 0x02; NaN -> 0x80.
+        EXPECT_EQ(ref.q[2 * 128 + 7], 0x7e);
+        EXPECT_EQ(ref.q[2 * 128 + 100], 0xfe);
+        EXPECT_EQ(ref.q[2 * 128 + 0], 0x76);
+        EXPECT_EQ(ref.q[2 * 128 + 16], 0xf6);
+        EXPECT_EQ(ref.q[2 * 128 + 4], 0x00);
+        EXPECT_EQ(ref.q[2 * 128 + 20], 0x00);
+        EXPECT_EQ(ref.q[2 * 128 + 5], 0x02);
+        EXPECT_EQ(ref.q[12 * 128 + 0], 0x80);
+        EXPECT_EQ(ref.q[12 * 128 + 9], 0x80);
+        // weights_out = ((w * q_scale) * weight_scale) * head_scale, q_scale 1, no x2.
+        EXPECT_EQ(bits(ref.w[2]), bits(((weight_of(c, 0, 2) * 1.0f) * c.weight_scale) * c.head_scale));
+      } else {
+        // By hand: row 19 (one spike) and row 12 (NaN everywhere after the Hadamard) give 224 = 0x76
+        // in every dim.
+        for (int i = 0; i < 128; ++i) {
+          EXPECT_EQ(ref.q[19 * 128 + i], 0x76) << i;
+          EXPECT_EQ(ref.q[12 * 128 + i], 0x76) << i;
+        }
+      }
+      ThresholdGuard guard(0);
+      ASSERT_NO_FATAL_FAILURE(expect_every_isa_matches(c, rid, ref, {1, 3}, " (gfx942 edge rows)", &checked));
+    }
+  std::printf("gfx942 edge rows: recipe x dtype x isa x threads cases checked: %d\n", checked);
+}
+
 TEST(CpuThreads, SetAndDefault) {
   const int before = cpu_num_threads();
   EXPECT_GE(before, 1);

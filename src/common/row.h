@@ -184,6 +184,10 @@ IQ_HD void hadamard_row(float* x) {
   }
 }
 
+// The FP8 limit of SGLang's quantizer: 448, or 224 for the gfx942 form (Quantizer::kSglang224).
+template <class R>
+IQ_HD constexpr float sglang_fp8_max() { return R::kQuant == Quantizer::kSglang224 ? 224.0f : kFp8Max; }
+
 // Steps 4..6 (FP8 recipes): y = x / sqrt(128) in place when the recipe has the Hadamard,
 // then the row's quantization scale.
 template <class R>
@@ -194,12 +198,13 @@ IQ_HD float scale_and_amax_row(float* y) {
     amax = amax_step(amax, y[i]);
   }
   // amax starts at 0 rather than NaN: with step 6's fmax(1e-4, .) both give the same scale.
-  return ::fmaxf(kScaleFloor, amax) / kFp8Max;
+  return ::fmaxf(kScaleFloor, amax) / sglang_fp8_max<R>();
 }
 
-// Steps 8..9 for one value, given inv = 1 / scale: the e4m3fn code.
-IQ_HD std::uint8_t quantize_value(float y, float inv) {
-  const float v = ::fmaxf(::fminf(y * inv, kFp8Max), -kFp8Max);
+// Steps 8..9 for one value, given inv = 1 / scale: the e4m3fn code of the value clamped to
+// [-lim, lim] (fminf: a NaN gives lim).
+IQ_HD std::uint8_t quantize_value(float y, float inv, float lim = kFp8Max) {
+  const float v = ::fmaxf(::fminf(y * inv, lim), -lim);
   return e4m3fn_encode(v);
 }
 // The e4m3fnuz code of the same value (OutFormat::kE4M3FNUZ): -0 becomes +0.
@@ -258,6 +263,17 @@ IQ_HD std::uint8_t v32_fp8_code(float x, float q_scale) {
   const float v = x / q_scale;
   if (v != v) return 0x7eu;
   return e4m3fn_encode(v);
+}
+
+// ---- vLLM's ROCm quantizer (Quantizer::kVllmFnuz224) ----
+// The e4m3fnuz code of v = x / q_scale: every e4m3fnuz code is worth half the e4m3fn code of the
+// same bits, so the code of v is the e4m3fn code of 2v (exact; |v| <= 224 for a finite row), with
+// -0 written as +0 (0x80 is e4m3fnuz's NaN) and every NaN v giving 0x80.
+IQ_HD std::uint8_t fnuz224_code(float x, float q_scale) {
+  const float v = x / q_scale;
+  if (v != v) return 0x80u;
+  const std::uint8_t c = e4m3fn_encode(v * 2.0f);
+  return c == 0x80u ? std::uint8_t(0) : c;
 }
 
 // ---- SGLang's V3.2 act_quant (Quantizer::kSglangUe8m0) ----
@@ -386,7 +402,9 @@ IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_s
                 "the fp4_* quantizers are FP4 only");
   static_assert((R::kQuant != Quantizer::kVllmCute && R::kQuant != Quantizer::kVllmV32) || !R::kFp4,
                 "the vllm_cute / vllm_v32 quantizers are FP8 only");
-  static_assert(R::kQuant == Quantizer::kSglang || !R::kFnuz, "FNUZ is the re-encoded SGLang FP8 result");
+  static_assert(R::kQuant == Quantizer::kSglang || R::kQuant == Quantizer::kVllmFnuz224 || !R::kFnuz,
+                "FNUZ: the re-encoded SGLang FP8 result, or vLLM's ROCm codes");
+  static_assert(R::kQuant != Quantizer::kVllmFnuz224 || R::kFnuz, "vllm_fnuz224 writes e4m3fnuz codes");
   static_assert(R::kFp4 || R::kQuant != Quantizer::kSglang || !R::kBf16AfterHadamard,
                 "SGLang's FP8 quantizer has no bf16 point after the Hadamard");
   static_assert(!R::kScaleOut || R::kQuant != Quantizer::kSglang, "scale_out: a power-of-two FP8 quantizer");
@@ -404,7 +422,8 @@ IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_s
     if (R::kWeights) *weight_out = weights_out_of<R>(w, weight_scale, head_scale, 0.0f);
     return;
   }
-  if (R::kQuant != Quantizer::kSglang) {
+  constexpr bool kSglangForm = R::kQuant == Quantizer::kSglang || R::kQuant == Quantizer::kSglang224;
+  if (!kSglangForm) {
     float amax = 0.0f;
     for (int i = 0; i < kHeadDim; ++i) {
       if (R::kHadamard) x[i] = x[i] * kHadamardScale;
@@ -420,6 +439,9 @@ IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_s
         const float v = x[i] * inv;
         out[i] = v != v ? std::uint8_t(0x7fu) : e4m3fn_encode(v);
       }
+    } else if (R::kQuant == Quantizer::kVllmFnuz224) {
+      q_scale = pow2_ceil(::fmaxf(amax, kScaleFloor) / 224.0f);
+      for (int i = 0; i < kHeadDim; ++i) out[i] = fnuz224_code(x[i], q_scale);
     } else if (R::kQuant == Quantizer::kSglangUe8m0) {
       q_scale = pow2_ceil(::fmaxf(amax, kScaleFloor) * kInv448);
       for (int i = 0; i < kHeadDim; ++i) out[i] = ue8m0_fp8_code(x[i], q_scale);
@@ -437,7 +459,7 @@ IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_s
   const float scale = scale_and_amax_row<R>(x);
   const float inv = 1.0f / scale;
   for (int i = 0; i < kHeadDim; ++i) {
-    const std::uint8_t c = quantize_value(x[i], inv);
+    const std::uint8_t c = quantize_value(x[i], inv, sglang_fp8_max<R>());
     out[i] = R::kFnuz ? fnuz_from_fn(c) : c;
   }
   const float wo = weights_out_of<R>(w, weight_scale, head_scale, scale);

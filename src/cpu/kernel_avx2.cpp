@@ -100,6 +100,8 @@ struct Consts {
   __m256i c4pos, c4neg;        // FP4 code offsets
   __m256i p4a, p4b;            // FP4 output interleave: two blocks
   __m256i c80;
+  __m256 c224, cm224;  // gfx942: Quantizer::kSglang224's clamp
+  __m256i c7f;         // gfx942: Quantizer::kVllmFnuz224's NaN code
   Consts() {
     sg2 = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
     hadamard = _mm256_set1_ps(kHadamardK);
@@ -143,6 +145,9 @@ struct Consts {
     p4b = _mm256_setr_epi8(z, z, z, z, z, z, z, z, 1, 0, 5, 4, 9, 8, 13, 12,
                            z, z, z, z, z, z, z, z, 1, 0, 5, 4, 9, 8, 13, 12);
     c80 = _mm256_set1_epi8(char(0x80));
+    c224 = _mm256_set1_ps(kFp8Max224K);
+    cm224 = _mm256_set1_ps(-kFp8Max224K);
+    c7f = _mm256_set1_epi8(0x7f);
   }
 };
 
@@ -291,6 +296,12 @@ inline __m256i vllm_fp8_encode(__m256 q, const Consts& c) {
 
 template <class R>
 inline __m256i fp8_encode(__m256 q, const Consts& c) {
+  // gfx942. kSglang224: row.h's clamp to [-224, 224] (minps: NaN -> 224, code 0x76), after which
+  // clamp_encode's own clamp changes nothing. kVllmFnuz224 (q = 2 * x / q_scale): vLLM's code
+  // (NaN -> 0x7f), made e4m3fnuz after the interleave (back_body).
+  if constexpr (R::kQuant == Quantizer::kSglang224)
+    return clamp_encode(_mm256_max_ps(_mm256_min_ps(q, c.c224), c.cm224), c);
+  if constexpr (R::kQuant == Quantizer::kVllmFnuz224) return vllm_fp8_encode(q, c);
   return kNanCode7f<R> ? vllm_fp8_encode(q, c) : clamp_encode<kNanCodeFe<R>>(q, c);
 }
 
@@ -379,6 +390,21 @@ struct Avx2 {
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         __m256 e = E[k], o = O[k];
+        if constexpr (R::kRope && !R::kNeox && R::kRopeFma == RopeFma::kFmaX1C) {
+          // Step 2, adjacent pairs with RopeFma::kFmaX1C: x' = fma(xr, c, -(xi*s)),
+          // x'' = fma(xi, c, xr*s).
+          if (k >= kRope0 && k < kRope0 + 4) {
+            const __m256 C = fq.C[k - kRope0], S = fq.S[k - kRope0];
+            const __m256 xis = _mm256_mul_ps(o, S);
+            const __m256 xrs = _mm256_mul_ps(e, S);
+            e = _mm256_fmsub_ps(e, C, xis);
+            o = _mm256_fmadd_ps(o, C, xrs);
+            if (R::kBf16AfterRope) {
+              e = round_bf16<kDt>(e, c);
+              o = round_bf16<kDt>(o, c);
+            }
+          }
+        } else  // RopeFma::kFmaX0S:
         if (R::kRope && !R::kNeox && k >= kRope0 && k < kRope0 + 4) {
           // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c) (or fma(xi, c, xr*s)).
           const __m256 C = fq.C[k - kRope0], S = fq.S[k - kRope0];
@@ -565,6 +591,8 @@ struct Avx2 {
         else
           v = _mm256_permutevar8x32_epi32(v, c.out_perm);
         if (R::kFnuz) v = _mm256_andnot_si256(_mm256_cmpeq_epi8(v, c.c80), v);  // -0 -> +0
+        if constexpr (R::kQuant == Quantizer::kVllmFnuz224)
+          v = _mm256_sub_epi8(v, _mm256_cmpeq_epi8(v, c.c7f));  // NaN: 0x7f -> 0x80, e4m3fnuz's NaN
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * k), v);
       }
       write_weight<R>(p, r0 + n, b, h0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));

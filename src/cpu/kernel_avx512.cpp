@@ -37,6 +37,8 @@ struct Consts {
   __m512 c2p22;                     // vLLM E2M1 encoder
   __m512i one_bits, mx_off, c1;
   __m256i c80;
+  __m512 c224, cm224;  // gfx942: Quantizer::kSglang224's clamp
+  __m256i c7f;         // gfx942: Quantizer::kVllmFnuz224's NaN code
   Consts() {
     sg0 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
     sg1 = _mm512_setr_ps(1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1);
@@ -62,6 +64,9 @@ struct Consts {
     fp4_lo = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 3, 3, 4);
     fp4_hi = _mm512_setr_epi32(4, 5, 5, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7);
     c80 = _mm256_set1_epi8(char(0x80));
+    c224 = _mm512_set1_ps(kFp8Max224K);
+    cm224 = _mm512_set1_ps(-kFp8Max224K);
+    c7f = _mm256_set1_epi8(0x7f);
     c1ffff = _mm512_set1_epi32(0x1ffff);
     c8000 = _mm512_set1_epi32(0x8000);
     c80_32 = _mm512_set1_epi32(0x80);
@@ -224,6 +229,11 @@ inline __m512i vllm_fp8_encode(__m512 q, const Consts& c) {
 
 template <class R>
 inline __m512i fp8_encode(__m512 q, const Consts& c) {
+  // gfx942 (see kernel_avx2.cpp): kSglang224 clamps to [-224, 224] first (NaN -> 224); kVllmFnuz224
+  // (q = 2 * x / q_scale) takes vLLM's code (NaN -> 0x7f), made e4m3fnuz in back_body.
+  if constexpr (R::kQuant == Quantizer::kSglang224)
+    return clamp_encode(_mm512_max_ps(_mm512_min_ps(q, c.c224), c.cm224), c);
+  if constexpr (R::kQuant == Quantizer::kVllmFnuz224) return vllm_fp8_encode(q, c);
   return kNanCode7f<R> ? vllm_fp8_encode(q, c) : clamp_encode<kNanCodeFe<R>>(q, c);
 }
 
@@ -276,6 +286,25 @@ struct Avx512 {
     // fma(xi, c, xr*s) (kFmaX1C); the bf16 rounding.
     // Adjacent pairs: (E, O) of each rotated block; NeoX pairs (j, j + 32): E (then O) of the
     // first rotated block with the same register of the second. No RoPE: nothing (fq unused).
+    if constexpr (R::kRope && !R::kNeox && R::kRopeFma == RopeFma::kFmaX1C) {
+      // Adjacent pairs with RopeFma::kFmaX1C: x'' = fma(xi, c, xr*s).
+#pragma GCC unroll 2
+      for (int n = 0; n < kRows; ++n)
+#pragma GCC unroll 2
+        for (int m = 0; m < 2; ++m) {
+          const __m512 xr = E[n][kRope0 + m], xi = O[n][kRope0 + m];
+          const __m512 xis = _mm512_mul_ps(xi, fq.S[m]);
+          const __m512 xrs = _mm512_mul_ps(xr, fq.S[m]);
+          __m512 e = _mm512_fmsub_ps(xr, fq.C[m], xis);
+          __m512 o = _mm512_fmadd_ps(xi, fq.C[m], xrs);
+          if (R::kBf16AfterRope) {
+            e = round_bf16<kDt>(e, c);
+            o = round_bf16<kDt>(o, c);
+          }
+          E[n][kRope0 + m] = e;
+          O[n][kRope0 + m] = o;
+        }
+    } else  // RopeFma::kFmaX0S:
     if constexpr (R::kRope) {
 #pragma GCC unroll 2
       for (int n = 0; n < kRows; ++n)
@@ -414,6 +443,8 @@ struct Avx512 {
         const __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 8), c.cff, 0xE4);
         __m256i v = _mm512_cvtepi32_epi16(w);
         if (R::kFnuz) v = _mm256_andnot_si256(_mm256_cmpeq_epi8(v, c.c80), v);  // -0 -> +0
+        if constexpr (R::kQuant == Quantizer::kVllmFnuz224)
+          v = _mm256_sub_epi8(v, _mm256_cmpeq_epi8(v, c.c7f));  // NaN: 0x7f -> 0x80, e4m3fnuz's NaN
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * k), v);
       }
       write_weight<R>(p, r0 + n, b, h0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));

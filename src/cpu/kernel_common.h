@@ -35,6 +35,8 @@ constexpr float kMxSixthK = 0x1.555556p-3f;
 // vLLM's CuTe and V3.2 quantizers: fl(1/448) and V3.2's amax floor.
 constexpr float kInv448K = 0x1.24924ap-9f;  // bits 0x3b124925
 constexpr float kV32FloorK = 1e-10f;
+// The gfx942 forms' FP8 limit (Quantizer::kSglang224, kVllmFnuz224).
+constexpr float kFp8Max224K = 224.0f;
 
 inline float load_scalar(const void* base, DType dt, std::int64_t i) {
   if (dt == DType::kFloat32) return static_cast<const float*>(base)[i];
@@ -78,7 +80,7 @@ __attribute__((always_inline)) inline void write_weight(const Problem& p, std::i
   else if (R::kFold == WeightFold::kHeadScaleFirst) wo = ((w * p.head_scale) * scale) * p.weight_scale;
   else if (R::kFold == WeightFold::kNoScaleBf16) wo = round_bf16_scalar(w * p.weight_scale);
   else wo = (w * p.weight_scale) * p.head_scale;  // kTwoFactors
-  if (R::kFnuz) wo = wo * 2.0f;  // exact
+  if (R::kFnuz && R::kQuant != Quantizer::kVllmFnuz224) wo = wo * 2.0f;  // exact (vllm_fnuz224: no x2)
   p.weights_out[r] = wo;
 }
 
@@ -166,6 +168,27 @@ inline void cute_fp8_scales(__m128 am, __m128& scale, __m128& inv) {
   inv = _mm_castsi128_ps(_mm_slli_epi32(_mm_sub_epi32(_mm_set1_epi32(254), e), 23));
 }
 
+// The gfx942 forms' FP8 row scales (224 in place of 448):
+// Quantizer::kSglang224: fp8_scales with 224: scale = fmax(1e-4, amax) / 224, inv = 1 / scale (IEEE
+// divisions; maxps returns the floor for a NaN amax).
+// Quantizer::kVllmFnuz224: q_scale = pow2_ceil(fmax(amax, 1e-4) / 224) as in vllm_fp8_scales (a
+// power of two in [2^-21, 2^121], or +Inf for an infinite amax), and inv = 2 / q_scale (exact, or
+// 0): the x2 of the e4m3fnuz code (row.h's fnuz224_code: the e4m3fn code of 2 * (x / q_scale)) is
+// folded in. x * inv differs from 2 * (x / q_scale) only where x / q_scale is below 2^-126, whose
+// code is 0 either way (the sign goes with -0 -> +0); +-Inf * 0 and Inf / Inf are both NaN.
+template <Quantizer kQ>
+inline void gfx942_fp8_scales(__m128 am, __m128& scale, __m128& inv) {
+  const __m128 s = _mm_div_ps(_mm_max_ps(am, _mm_set1_ps(kScaleFloorK)), _mm_set1_ps(kFp8Max224K));
+  if (kQ == Quantizer::kSglang224) {
+    scale = s;
+    inv = _mm_div_ps(_mm_set1_ps(1.0f), scale);
+  } else {
+    scale = _mm_castsi128_ps(_mm_and_si128(_mm_add_epi32(_mm_castps_si128(s), _mm_set1_epi32(0x7fffff)),
+                                           _mm_set1_epi32(int(0xff800000u))));
+    inv = _mm_div_ps(_mm_set1_ps(2.0f), scale);
+  }
+}
+
 // SGLang V4.1's FP4 packer (Quantizer::kFp4Rne, and stage 2 of kFp4TwoStage), up to 8 blocks:
 // sf = fmax(amax / 6, 1e-4) (IEEE division; amax is never NaN), e = its exponent rounded up,
 // clamped to 254 (sf >= 1e-4 keeps it above 1; an infinite amax gives 255 -> 254). inv:
@@ -195,6 +218,10 @@ inline void stage1_scales(__m128 am, __m128& inv1, __m128& sc) {
 // The recipe's scale steps (SGLang's, vLLM's, SGLang V3.2 act_quant's or SGLang V4.1's quantizer).
 template <class R>
 inline void row_scales_fp8(__m128 am, __m128& scale, __m128& inv) {
+  if constexpr (R::kQuant == Quantizer::kSglang224 || R::kQuant == Quantizer::kVllmFnuz224) {  // gfx942
+    gfx942_fp8_scales<R::kQuant>(am, scale, inv);
+    return;
+  }
   if (R::kQuant == Quantizer::kVllm) vllm_fp8_scales(am, scale, inv);
   else if (R::kQuant == Quantizer::kVllmV32) v32_fp8_scales(am, scale, inv);
   else if (R::kQuant == Quantizer::kVllmCute) cute_fp8_scales(am, scale, inv);

@@ -27,7 +27,7 @@
 // FP8 (e4m3fn, e4m3fnuz): Hopper's cvt.rn.satfinite.e4m3x2.f32 (round to nearest even,
 // saturating to +-448) equals the spec's clamp-then-encode for every non-NaN product; step 8's
 // fmin(., 448) (NaN -> +448) is applied only to rows that can hold a NaN product (see
-// quantize_fp8). FNUZ: the fn bytes with 0x80 -> 0x00, weights_out times 2.
+// quantize_fp8). FNUZ (SGLang's quantizer): the fn bytes with 0x80 -> 0x00, weights_out times 2.
 // FP4 (e2m1 + UE8M0 per 32 dims): a block of 32 dims is 4 consecutive chunks, i.e. the same
 // chunk c of 4 consecutive lanes (block = (c * LANES + l) / 4), so a block's amax is one
 // in-thread max over 8 values and two shuffles. bf16 rounding points by cvt.rn.bf16x2.f32; the
@@ -55,6 +55,13 @@
 //    quantizer's branch (floor 1e-4, the IEEE quotient by __fdiv_rn, NaN -> 0xfe); scale_out
 //    (R::kScaleOut): lane 0 also writes the row scale as an fp32 at q_sf + 4 * row (R::kSf: the
 //    recipes whose q_sf holds 4 bytes a row, FP4 or scale_out, for the fallback and the host).
+//  - The gfx942 forms. sglang_v4_fp8_gfx942 (Quantizer::kSglang224): SGLang's FP8 steps with 224
+//    for 448 (row.h's sglang_fp8_max): scale = fmax(1e-4, amax) / 224, and every product
+//    clamped to [-224, 224] before the conversion (quantize4_e4m3_224; NaN -> +224 = 0x76), so
+//    the satfinite conversion only rounds. vllm_v4_fp8_fnuz224 (Quantizer::kVllmFnuz224): in the
+//    CuTe / V3.2 branch, q_scale = pow2_ceil(fmax(amax, 1e-4) / 224), v = x * 2^-k (= x / q_scale
+//    exactly, as vLLM's branch), the e4m3fnuz code of v as the e4m3fn code of 2v with 0x80 ->
+//    0x00 and NaN -> 0x80 (quantize4_e4m3_fnuz224); weights_out by its fold, no FNUZ factor 2.
 //
 // Out-of-range positions. Positions live in device memory and cannot be checked on the host
 // without a synchronization. A row whose position p is < 0 or >= max_pos reads freqs row 0
@@ -246,12 +253,18 @@ __device__ __forceinline__ bool chunk_rotated(int c, int l) {
   return i0 >= R::kRopeOffset && i0 < R::kRopeOffset + kRopeDim;
 }
 
-// Steps 8, 9 for one chunk of FP8 products (already y * inv): 8 codes, FNUZ re-encoded.
+// Steps 8, 9 for one chunk of FP8 products (already y * inv): 8 codes, FNUZ re-encoded. The
+// gfx942 form (Quantizer::kSglang224) clamps every product to [-224, 224] here (NaN -> +224).
 template <class R>
 __device__ __forceinline__ uint2 quantize_fp8(const float* v) {
   uint2 o;
-  o.x = quantize4_e4m3_sat(v[0], v[1], v[2], v[3]);
-  o.y = quantize4_e4m3_sat(v[4], v[5], v[6], v[7]);
+  if (R::kQuant == Quantizer::kSglang224) {
+    o.x = quantize4_e4m3_224(v[0], v[1], v[2], v[3]);
+    o.y = quantize4_e4m3_224(v[4], v[5], v[6], v[7]);
+  } else {
+    o.x = quantize4_e4m3_sat(v[0], v[1], v[2], v[3]);
+    o.y = quantize4_e4m3_sat(v[4], v[5], v[6], v[7]);
+  }
   if (R::kFnuz) {
     o.x = fnuz_from_fn4(o.x);
     o.y = fnuz_from_fn4(o.y);
@@ -506,9 +519,9 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   }
 
   if (R::kQuant == Quantizer::kVllmCute || R::kQuant == Quantizer::kVllmV32 ||
-      R::kQuant == Quantizer::kSglangUe8m0) {
-    // ---- FP8, vLLM's CuTe DSL and V3.2 quantizers, SGLang's V3.2 act_quant (row.h,
-    // process_row) ----
+      R::kQuant == Quantizer::kSglangUe8m0 || R::kQuant == Quantizer::kVllmFnuz224) {
+    // ---- FP8, vLLM's CuTe DSL, V3.2 and ROCm (e4m3fnuz) quantizers, SGLang's V3.2 act_quant
+    // (row.h, process_row) ----
     float amax = 0.0f;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
@@ -542,6 +555,17 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       for (int c = 0; c < C; ++c)
 #pragma unroll
         for (int k = 0; k < 8; ++k) x[c][k] = __fmul_rn(x[c][k], inv);
+    } else if (R::kQuant == Quantizer::kVllmFnuz224) {
+      // vLLM's ROCm quantizer: q_scale = pow2_ceil(fmax(amax, 1e-4) / 224) (IEEE quotient), 2^k
+      // with k in [-21, 121] for a finite amax, +Inf for an infinite one; v = x * 2^-k, which is
+      // x / q_scale exactly (pow2_scale_inverse; 0 for +Inf: x * 0 is x / Inf). The codes
+      // (quantize4_e4m3_fnuz224) are those of 2v.
+      q_scale = pow2_ceil(__fdiv_rn(fmaxf(amax, kScaleFloor), 224.0f));
+      const float inv = pow2_scale_inverse(q_scale);
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) x[c][k] = __fmul_rn(x[c][k], inv);
     } else {
       // scale = 2^ceil(log2(fmax(amax, floor) * fl(1/448))) (+Inf for an infinite amax), floor
       // 1e-10 (V3.2) or 1e-4 (act_quant); codes of the IEEE quotient x / scale (+-0 for a finite
@@ -564,6 +588,9 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       } else if (R::kQuant == Quantizer::kSglangUe8m0) {
         o.x = quantize4_e4m3_ue8m0(x[c][0], x[c][1], x[c][2], x[c][3]);
         o.y = quantize4_e4m3_ue8m0(x[c][4], x[c][5], x[c][6], x[c][7]);
+      } else if (R::kQuant == Quantizer::kVllmFnuz224) {
+        o.x = quantize4_e4m3_fnuz224(x[c][0], x[c][1], x[c][2], x[c][3]);
+        o.y = quantize4_e4m3_fnuz224(x[c][4], x[c][5], x[c][6], x[c][7]);
       } else {
         o.x = quantize4_e4m3_v32(x[c][0], x[c][1], x[c][2], x[c][3]);
         o.y = quantize4_e4m3_v32(x[c][4], x[c][5], x[c][6], x[c][7]);
@@ -632,7 +659,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     return;
   }
 
-  // ---- FP8: steps 4..7 ----
+  // ---- FP8: steps 4..7 (SGLang's quantizer, 448 or gfx942's 224) ----
   float amax = 0.0f;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
@@ -644,7 +671,8 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   }
 #pragma unroll
   for (int s = 1; s < LANES; s <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
-  const float scale = __fdiv_rn(fmaxf(kScaleFloor, amax), kFp8Max);
+  // (448, or 224 for the gfx942 form: row.h's sglang_fp8_max)
+  const float scale = __fdiv_rn(fmaxf(kScaleFloor, amax), sglang_fp8_max<R>());
   const float inv = __fdiv_rn(1.0f, scale);
 
   // ---- quantize (steps 8, 9) and store ----
@@ -654,8 +682,10 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   // input), and a NaN made inside the butterflies (Inf - Inf) always leaves an Inf beside it
   // (a pair of non-NaN values never gives two NaNs), so amax = Inf: the test below, uniform
   // across the lanes of a row, finds every row that needs the clamp. Without the Hadamard a
-  // NaN stays where it is: the clamp is always applied.
-  const bool need_clamp = !R::kHadamard || !(amax <= 3.40282347e38f) || !(x[0][0] == x[0][0]);
+  // NaN stays where it is: the clamp is always applied. The gfx942 form (Quantizer::kSglang224)
+  // clamps every product to [-224, 224] in quantize_fp8 instead.
+  const bool need_clamp = R::kQuant != Quantizer::kSglang224 &&
+                          (!R::kHadamard || !(amax <= 3.40282347e38f) || !(x[0][0] == x[0][0]));
 #pragma unroll
   for (int c = 0; c < C; ++c)
 #pragma unroll

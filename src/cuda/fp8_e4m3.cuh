@@ -87,6 +87,41 @@ __device__ __forceinline__ std::uint32_t quantize4_e4m3_ue8m0(float a, float b, 
   return r;
 }
 
+// 1 / q_scale for a power-of-two scale q_scale = 2^k (exponent byte qe = 127 + k, 1..253) or
+// +Inf (qe = 255): bits((254 - qe) << 23) = 2^-k (normal), or 0 for +Inf (qe = 254 would give
+// 0 too, not 2^-127: no caller's scale reaches 2^127). x * 2^-k is x / q_scale exactly (the one
+// rounding of the same real number, subnormal results included), and x * 0 is x / Inf (+-0 for
+// a finite x, NaN for +-Inf and NaN).
+__host__ __device__ __forceinline__ float pow2_scale_inverse(float q_scale) {
+  const std::uint32_t qe = f32_bits(q_scale) >> 23;
+  return qe >= 255u ? 0.0f : f32_from_bits((254u - qe) << 23);
+}
+
+// vLLM's ROCm conversion (Quantizer::kVllmFnuz224, row.h's fnuz224_code of a quotient v = x / scale
+// already computed): the e4m3fnuz code of v is the e4m3fn code of 2v (the doubling is exact),
+// which the satfinite conversion gives for every non-NaN v (|2v| <= 448 (1 + 2^-22) for a finite
+// row; anything larger saturates to 448 as e4m3fn_encode does; no clamp precedes it in the
+// reference either); then byte 0x80 (-0: a -0 or a negative v rounding to zero) becomes 0x00 (as
+// fnuz_from_fn4), and every NaN v gives 0x80 (e4m3fnuz's NaN) whatever its sign, written here
+// rather than taken from the hardware (or from the software encoder below sm_89).
+__device__ __forceinline__ std::uint32_t quantize4_e4m3_fnuz224(float a, float b, float c, float d) {
+  std::uint32_t r = quantize4_e4m3_sat(__fmul_rn(a, 2.0f), __fmul_rn(b, 2.0f), __fmul_rn(c, 2.0f), __fmul_rn(d, 2.0f));
+  r &= ((r & 0x7f7f7f7fu) + 0x7f7f7f7fu) | 0x7f7f7f7fu;  // 0x80 -> 0x00, every other byte kept
+  if (a != a) r = (r & 0xffffff00u) | 0x00000080u;
+  if (b != b) r = (r & 0xffff00ffu) | 0x00008000u;
+  if (c != c) r = (r & 0xff00ffffu) | 0x00800000u;
+  if (d != d) r = (r & 0x00ffffffu) | 0x80000000u;
+  return r;
+}
+
+// SGLang's gfx942 conversion (Quantizer::kSglang224, row.h's quantize_value(y * inv, ., 224)):
+// the product clamped to [-224, 224] (fminf first: NaN -> +224 = 0x76), then the conversion of
+// a value inside e4m3fn's range (no saturation involved, on either path).
+__device__ __forceinline__ std::uint32_t quantize4_e4m3_224(float a, float b, float c, float d) {
+  return quantize4_e4m3_sat(fmaxf(fminf(a, 224.0f), -224.0f), fmaxf(fminf(b, 224.0f), -224.0f),
+                            fmaxf(fminf(c, 224.0f), -224.0f), fmaxf(fminf(d, 224.0f), -224.0f));
+}
+
 __device__ __forceinline__ std::uint32_t quantize4_e4m3(float a, float b, float c, float d) {
   return quantize4_e4m3_sat(fminf(a, kFp8Max), fminf(b, kFp8Max), fminf(c, kFp8Max), fminf(d, kFp8Max));
 }
