@@ -42,6 +42,12 @@
 //   vllm_v32   q_scale = pow2ceil(fmax(amax, 1e-10) * fl(1/448)), codes of y / q_scale, NaN -> 0x7e.
 //   sglang_ue8m0  q_scale = pow2ceil(fmax(amax, 1e-4) * fl(1/448)), codes of y / q_scale (IEEE
 //              division), NaN -> 0xfe (-448).
+//   sglang_224 (gfx942)  as sglang with 224 in place of 448: scale = fmax(1e-4, amax) / 224,
+//              codes of fmax(fmin(y * inv, 224), -224) (NaN -> +224, code 0x76), e4m3fn.
+//   vllm_fnuz224  q_scale = pow2ceil(fmax(amax, 1e-4) / 224) (true division); the e4m3fnuz code
+//              of v = y / q_scale is the e4m3fn code of 2v (exact; |2v| <= 448 for a finite row,
+//              and the +-448 saturation covers the rest), 0x80 (-0) -> 0x00, NaN v -> 0x80;
+//              weights_out NOT doubled (only SGLang's FNUZ recipes double it).
 //  scale_out: the FP8 row scale (q_scale) also written, as float32 into q_sf ((B, H, 1) or
 //  (B, H)); +0 for a row whose position is out of range, as the CUDA backend.
 //  FP4 (e2m1 + one UE8M0 byte per 32 values; the magnitude = a count of thresholds below
@@ -197,6 +203,9 @@ void composed_forward(const TorchArgs& a) {
   const Recipe& rec = recipe(a.recipe);
   const bool fp4 = rec.format == OutFormat::kE2M1;
   const bool fnuz = rec.format == OutFormat::kE4M3FNUZ;
+  const bool sglang224 = rec.quant == Quantizer::kSglang224;
+  // SGLang's FNUZ recipes: the FN result re-encoded, weights_out doubled (vllm_fnuz224: neither)
+  const bool sglang_fnuz = fnuz && rec.quant == Quantizer::kSglang;
   const bool has_rope = recipe_has_rope(rec);
   const bool has_weights = recipe_has_weights(rec);
   const std::int64_t B = args.q_input.sizes[0];
@@ -289,7 +298,7 @@ void composed_forward(const TorchArgs& a) {
       case WeightFold::kNoScaleBf16: folded = round_bf16(mul(w, ws), k); break;
       case WeightFold::kNoWeights: return;
     }
-    if (fnuz) folded = mul(folded, k.f(2.0));  // exact
+    if (sglang_fnuz) folded = mul(folded, k.f(2.0));  // exact; SGLang's FNUZ recipes only
     const auto wo_sizes = a.weights_out.sizes();
     const Shape wo_shape(wo_sizes.begin(), wo_sizes.end());
     copy_into(a.weights_out, reshape(where(valid_rows, folded, nan), wo_shape));
@@ -415,17 +424,35 @@ void composed_forward(const TorchArgs& a) {
       write_scale(q_scale);
       return;
     }
-    default: break;  // SGLang's
+    case Quantizer::kVllmFnuz224: {
+      // q_scale = pow2ceil(fmax(amax, 1e-4) / 224) (true division); the e4m3fnuz code of
+      // v = y / q_scale is the e4m3fn code of 2v (exact), -0 (0x80) written as 0x00, NaN v -> 0x80
+      const Tensor quotient = div(fmax(k.filled(bh1, double(1e-4f), F), amax), k.filled(bh1, 224.0, F));
+      const Tensor q_scale = float_with_exponent(exponent_rounded_up(quotient, k), k);
+      const Tensor v = div(y, q_scale);
+      const Tensor two_v = fmax(fmin(mul(v, k.f(2.0)), f448), neg(f448));
+      Tensor bytes = view_as_dtype(to_dtype(two_v, ScalarType::Float8_e4m3fn), U8);
+      bytes = where(eq(bytes, k.scalar(128.0, U8)), k.scalar(0.0, U8), bytes);  // -0 -> +0
+      bytes = where(isnan(v), k.scalar(128.0, U8), bytes);                     // NaN -> 0x80
+      write_bytes(a.q_out, where(valid_rows, bytes, k.scalar(0.0, U8)));
+      write_weights(&q_scale);  // no x2: vLLM's ROCm kernel folds q_scale as it is
+      write_scale(q_scale);
+      return;
+    }
+    default: break;  // SGLang's (sglang, sglang_224)
   }
 
-  // 6-7. scale = fmax(1e-4, amax) / 448, inv = 1 / scale: true divisions by full-shape tensors
-  const Tensor scale = div(fmax(k.filled(bh1, double(1e-4f), F), amax), k.filled(bh1, 448.0, F));
+  // 6-7. scale = fmax(1e-4, amax) / lim, inv = 1 / scale: true divisions by full-shape tensors
+  // (lim = 448, or 224 for sglang_224)
+  const double lim_v = sglang224 ? 224.0 : 448.0;
+  const Tensor lim = k.f(lim_v);
+  const Tensor scale = div(fmax(k.filled(bh1, double(1e-4f), F), amax), k.filled(bh1, lim_v, F));
   const Tensor inv = div(k.filled(bh1, 1.0, F), scale);
-  // 8. clamp with fmin / fmax (NaN -> +448), 9. encode
-  const Tensor clamped = fmax(fmin(mul(y, inv), f448), neg(f448));
+  // 8. clamp with fmin / fmax (NaN -> +lim), 9. encode
+  const Tensor clamped = fmax(fmin(mul(y, inv), lim), neg(lim));
   const Tensor vals = where(valid_rows, clamped, k.f(0.0));  // +0 -> code 0x00
   Tensor bytes = view_as_dtype(to_dtype(vals, ScalarType::Float8_e4m3fn), U8);
-  if (fnuz) bytes = where(eq(bytes, k.scalar(128.0, U8)), k.scalar(0.0, U8), bytes);  // -0 -> +0
+  if (sglang_fnuz) bytes = where(eq(bytes, k.scalar(128.0, U8)), k.scalar(0.0, U8), bytes);  // -0 -> +0
   write_bytes(a.q_out, bytes);
   // 10. fold the scale into the head weight
   write_weights(&scale);

@@ -20,7 +20,11 @@ cos_sin_cache, weights, softmax_scale, head_scale, is_neox)`` the recipes
 (``sgl_v41_fp4_rope_pack``) and ``quantize_fp4_indexer_tensor(x, rne=True)``
 (``sgl_v41_fp4_quant_rne``). SGLang's V3.2 unfused query path (RoPE, Hadamard, act_quant and the
 head-gate weights) is ``dsa_indexer_q_unfused(q, positions, cos_sin_cache, weights,
-softmax_scale, head_scale)`` (``sgl_v32_unfused_neox_hadamard_ue8m0``).
+softmax_scale, head_scale)`` (``sgl_v32_unfused_neox_hadamard_ue8m0``). The AMD gfx942 forms
+(source only, no golden data): sgl-kernel's in-place HIP call
+``dsv4_fused_q_indexer_rope_hadamard_quant(q_input, q_fp8, weight, weights_out, weight_scale,
+freqs_real, positions, gfx942=True)`` (``sglang_v4_fp8_gfx942``) and vLLM's ROCm call
+``fused_indexer_q_rope_quant(..., out_dtype=torch.float8_e4m3fnuz)`` (``vllm_v4_fp8_fnuz224``).
 """
 
 from ._ops import (
@@ -30,6 +34,7 @@ from ._ops import (
     composed_fused_q_indexer_rope_hadamard_quant,
     composed_quant_q,
     dsa_indexer_q_unfused,
+    dsv4_fused_q_indexer_rope_hadamard_quant,
     fused_indexer_q_rope_quant,
     fused_indexer_q_rope_quant_cutedsl,
     fused_indexer_q_rope_quant_v32,
@@ -58,6 +63,7 @@ __all__ = [
     "composed_fused_q_indexer_rope_hadamard_quant",
     "composed_quant_q",
     "dsa_indexer_q_unfused",
+    "dsv4_fused_q_indexer_rope_hadamard_quant",
     "fused_indexer_q_rope_quant",
     "fused_indexer_q_rope_quant_cutedsl",
     "fused_indexer_q_rope_quant_v32",

@@ -119,7 +119,7 @@ class RecipeInfo(_RecipeInfoBase):
     ("x0_s", "x1_c": the second rotated value is fma(x0, s, x1*c) or fma(x1, c, x0*s)),
     freqs_layout ("interleaved", "halves"), hadamard, bf16_after_rope, bf16_after_hadamard
     (bools), format ("e4m3fn", "e4m3fnuz", "e2m1"), quant ("sglang", "vllm", "vllm_cute",
-    "vllm_v32", "sglang_ue8m0", "fp4_rne", "fp4_two_stage"), fold ("times_scale", "no_scale",
+    "vllm_v32", "sglang_ue8m0", "sglang_224", "vllm_fnuz224", "fp4_rne", "fp4_two_stage"), fold ("times_scale", "no_scale",
     "scale_then_two_factors", "two_factors", "head_scale_first", "no_scale_bf16", "none"),
     scale_out (bool: the FP8 row scale is also written, as q_scale)."""
 
@@ -132,7 +132,8 @@ class RecipeInfo(_RecipeInfoBase):
 
     @property
     def vllm(self) -> bool:
-        """One of vLLM's forms (its quantizers: "vllm", "vllm_cute", "vllm_v32")."""
+        """One of vLLM's forms (its quantizers: "vllm", "vllm_cute", "vllm_v32", and the ROCm
+        form's "vllm_fnuz224")."""
         return self.quant.startswith("vllm")
 
     @property
@@ -153,9 +154,10 @@ class RecipeInfo(_RecipeInfoBase):
 
     @property
     def weights_2d(self) -> bool:
-        """The engine's weights_out shape is (B, H) (every engine but SGLang's V4 forms and
-        its V3.2 unfused path, which allocate (B, H, 1)): what quant_q allocates."""
-        return self.weights and self.quant not in ("sglang", "sglang_ue8m0")
+        """The engine's weights_out shape is (B, H) (every engine but SGLang's V4 forms, its
+        gfx942 form and its V3.2 unfused path, which allocate (B, H, 1)): what quant_q
+        allocates."""
+        return self.weights and self.quant not in ("sglang", "sglang_224", "sglang_ue8m0")
 
     @property
     def q_scale_out(self) -> bool:
@@ -185,10 +187,15 @@ RECIPES: Tuple[str, ...] = tuple(_RECIPES)
 
 
 def _fnuz_twin(info: RecipeInfo) -> Optional[str]:
-    """The recipe computing the same form with e4m3fnuz output, if the library has one."""
+    """The recipe computing the same form with e4m3fnuz output, if the library has one. Only
+    SGLang's quantizer has such twins (the FN result with -0 written as +0, weights_out doubled);
+    an e4m3fnuz recipe of another quantizer (vLLM's ROCm form, ``vllm_v4_fp8_fnuz224``) is a form
+    of its own, never the twin of an FN recipe."""
+    if info.quant != "sglang":
+        return None
     for other in _RECIPES.values():
-        if other.format == "e4m3fnuz" and other._replace(name="", format="") == info._replace(
-                name="", format=""):
+        if (other.format == "e4m3fnuz" and other.quant == "sglang"
+                and other._replace(name="", format="") == info._replace(name="", format="")):
             return other.name
     return None
 
@@ -220,14 +227,22 @@ def _check_recipe(recipe) -> str:
 def resolve_recipe(recipe: str, out_dtype: Optional[torch.dtype] = None) -> str:
     """The recipe that writes ``out_dtype``: an e4m3fn FP8 recipe with
     ``out_dtype=torch.float8_e4m3fnuz`` becomes its ``<recipe>_fnuz`` twin (ValueError naming
-    out_dtype when the library has none, as for the ``vllm_*`` recipes); otherwise the recipe
-    itself (uint8 / int8 outputs take the recipe's raw codes)."""
+    out_dtype when the library has none, as for the ``vllm_*`` recipes and
+    ``sglang_v4_fp8_gfx942``); otherwise the recipe itself (uint8 / int8 outputs take the
+    recipe's raw codes). Twins exist for SGLang's quantizer only: vLLM's ROCm form
+    ``vllm_v4_fp8_fnuz224`` (different arithmetic, not a re-encoding of ``vllm_v4_fp8``) is
+    selected by its name, or by ``fused_indexer_q_rope_quant(..., out_dtype=float8_e4m3fnuz)``."""
     recipe = _check_recipe(recipe)
     if out_dtype == torch.float8_e4m3fnuz and _RECIPES[recipe].format == "e4m3fn":
         if recipe not in _FNUZ_OF:  # e.g. vLLM's forms: the library has no FNUZ twin of them
+            others = sorted(n for n, i in _RECIPES.items()
+                            if i.format == "e4m3fnuz" and n not in _FNUZ_OF.values())
+            hint = (f"; its other e4m3fnuz recipes ({', '.join(others)}) are forms of their own, "
+                    "selected by name") if others else ""
             raise ValueError(
                 f"indexer_q: out_dtype: recipe {recipe} has no float8_e4m3fnuz form in the "
-                f"library (its FNUZ recipes: {', '.join(sorted(_FNUZ_OF.values())) or 'none'})")
+                f"library (its FNUZ recipes: {', '.join(sorted(_FNUZ_OF.values())) or 'none'})"
+                + hint)
         return _FNUZ_OF[recipe]
     return recipe
 
@@ -310,6 +325,43 @@ def composed_fused_q_indexer_rope_hadamard_quant(
         positions,
     )
     return q_fp8, weights_out
+
+
+def dsv4_fused_q_indexer_rope_hadamard_quant(
+    q_input: torch.Tensor,
+    q_fp8: torch.Tensor,
+    weight: torch.Tensor,
+    weights_out: torch.Tensor,
+    weight_scale: float,
+    freqs_real: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    gfx942: bool = False,
+    enable_pdl: bool = True,
+) -> None:
+    """sgl-kernel's ahead-of-time op ``torch.ops.sgl_kernel.dsv4_fused_q_indexer_rope_hadamard_quant
+    (q_input, q_fp8, weight, weights_out, weight_scale, freqs_real, positions)``, same arguments,
+    in place (returns None): q_fp8 (B, H, 128) and weights_out (B, H, 1) (or (B, H)) are written.
+
+    ``gfx942=False``: the CUDA build's numerics (recipe ``v4_fp8``; a float8_e4m3fnuz q_fp8
+    selects ``v4_fp8_fnuz``). ``gfx942=True``: the HIP build for AMD gfx942 (MI300), recipe
+    ``sglang_v4_fp8_gfx942`` (**source only: no golden data**): 224 in place of 448, scale =
+    fmax(1e-4, amax) / 224, codes e4m3fn of clamp(y * (1 / scale), -224, 224) (NaN -> 224, code
+    0x76), weights_out = (w * weight_scale) * scale; q_fp8 is float8_e4m3fn (or uint8 / int8 raw
+    codes), as the engine allocates it. freqs_real: the interleaved (max_pos, 64) float32 table
+    (the complex64 (max_pos, 32) freqs_cis is accepted too)."""
+    if not isinstance(q_fp8, torch.Tensor):
+        raise TypeError(f"indexer_q: q_fp8: expected a tensor, got {type(q_fp8).__name__}")
+    recipe = "v4_fp8"
+    if gfx942:
+        if q_fp8.dtype == torch.float8_e4m3fnuz:
+            raise ValueError(
+                "indexer_q: q_fp8: the gfx942 form (recipe sglang_v4_fp8_gfx942) writes "
+                "float8_e4m3fn codes (or uint8 / int8 raw codes), got torch.float8_e4m3fnuz")
+        recipe = "sglang_v4_fp8_gfx942"
+    quant_q(recipe, q_input, weight, weight_scale, freqs_real, positions, q_out=q_fp8,
+            weights_out=weights_out, enable_pdl=enable_pdl)
+    return None
 
 
 QOut = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]
@@ -503,11 +555,20 @@ def fused_indexer_q_rope_quant(
     head_scale: float,
     use_fp4: bool = False,
     *,
+    out_dtype: Optional[torch.dtype] = None,
     enable_pdl: bool = True,
 ) -> Tuple[QOut, torch.Tensor]:
     """vLLM's call (``vllm/models/deepseek_v4/common/ops/fused_indexer_q.py``), same arguments,
     same results, same bytes (docs/SPEC-vllm.md): recipe ``vllm_v4_fp8``, or ``vllm_v4_mxfp4``
     with ``use_fp4=True``.
+
+    ``out_dtype=torch.float8_e4m3fnuz``: vLLM's ROCm path on gfx942 (the same call, whose q_fp8
+    is the platform's e4m3fnuz): recipe ``vllm_v4_fp8_fnuz224`` (**source only: no golden
+    data**), a form of its own, not ``vllm_v4_fp8`` re-encoded: RoPE second value
+    ``fma(x1, c, x0 * s)``, q_scale = pow2ceil(fmax(amax, 1e-4) / 224), e4m3fnuz codes of
+    x / q_scale (-0 -> 0x00, NaN -> 0x80), weights_out (T, H) = ((w * q_scale) * softmax_scale)
+    * head_scale (no factor 2). FP8 only (with ``use_fp4=True``: ValueError). Other out_dtypes
+    (float8_e4m3fn, uint8 / int8 raw codes) go to ``vllm_v4_fp8``.
 
     positions (T,) int64 / int32; index_q (T, H, 128) bf16 (fp16 / fp32 work too), RoPE on dims
     64..127 (interleaved pairs); cos_sin_cache (max_pos, 64) float32 in halves
@@ -522,9 +583,15 @@ def fused_indexer_q_rope_quant(
     float32 = ``(w * softmax_scale) * head_scale``. For CUDA graphs / torch.compile with
     preallocated buffers call ``torch.ops.indexer_q.quant_q`` directly (docs/TORCH.md).
     """
+    if out_dtype == torch.float8_e4m3fnuz:  # the ROCm form, chosen here by name (no FNUZ twin)
+        if use_fp4:
+            raise ValueError("indexer_q: out_dtype: float8_e4m3fnuz is an FP8 output; vLLM's "
+                             "MXFP4 form (use_fp4=True) has no ROCm FNUZ recipe")
+        return quant_q("vllm_v4_fp8_fnuz224", index_q, index_weights, softmax_scale,
+                       cos_sin_cache, positions, head_scale=head_scale, enable_pdl=enable_pdl)
     recipe = "vllm_v4_mxfp4" if use_fp4 else "vllm_v4_fp8"
     return quant_q(recipe, index_q, index_weights, softmax_scale, cos_sin_cache, positions,
-                   head_scale=head_scale, enable_pdl=enable_pdl)
+                   out_dtype=out_dtype, head_scale=head_scale, enable_pdl=enable_pdl)
 
 
 def fused_indexer_q_rope_quant_v32(

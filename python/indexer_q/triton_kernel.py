@@ -56,8 +56,8 @@ _ROPE_FMA_X1C = {"x0_s": False, "x1_c": True}
 _FREQS = {"interleaved": 1, "halves": 0}
 # the quantizers; which format each serves (row.h's static_asserts)
 _QUANT = {"sglang": 0, "vllm": 1, "vllm_cute": 2, "vllm_v32": 3, "fp4_rne": 4, "fp4_two_stage": 5,
-          "sglang_ue8m0": 6}
-_QUANT_FORMATS = {0: (0, 1, 2), 1: (0, 2), 2: (0,), 3: (0,), 4: (2,), 5: (2,), 6: (0,)}
+          "sglang_ue8m0": 6, "sglang_224": 7, "vllm_fnuz224": 8}
+_QUANT_FORMATS = {0: (0, 1, 2), 1: (0, 2), 2: (0,), 3: (0,), 4: (2,), 5: (2,), 6: (0,), 7: (0,), 8: (1,)}
 _IN_KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 
 
@@ -71,9 +71,9 @@ def recipe_constants(info) -> dict:
     if fmt == 2 and fold in (0, 2, 6):
         raise KeyError("FP4 has one scale per 32 values: it cannot be folded into weights_out")
     scale_out = bool(info.scale_out)
-    if scale_out and (fmt == 2 or quant == 0):  # row.h's static_asserts
+    if scale_out and (fmt == 2 or quant in (0, 7)):  # row.h's static_asserts
         raise KeyError("scale_out is the row scale of a power-of-two FP8 quantizer")
-    if fmt != 2 and quant == 0 and info.bf16_after_hadamard:
+    if fmt != 2 and quant in (0, 7) and info.bf16_after_hadamard:
         raise KeyError("SGLang's FP8 quantizer has no bf16 point after the Hadamard")
     return dict(
         ROPE=info.rope_dims != "none",
@@ -484,12 +484,30 @@ def quant_q_kernel(
             inv = tl.math.div_rn(1.0, scale)
             v = y * inv[:, None]
             code = tl.where(v != v, 0x7F, _e4m3fn(v, False))
+        elif QUANT == 8:
+            # vLLM's ROCm quantizer (vllm_fnuz224): q_scale = pow2ceil(fmax(amax, 1e-4) / 224);
+            # the e4m3fnuz code of v = x / q_scale is the e4m3fn code of 2v (exact: a power-of-two
+            # product), -0 (0x80, e4m3fnuz's NaN) written as 0x00, NaN v -> 0x80 (row.h
+            # fnuz224_code); x * (1 / q_scale) is x / q_scale, as in the vllm case below
+            qs = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 224.0)
+            scale = _f32((((_bits(qs) + 0x7FFFFF) >> 23) & 0xFF) << 23)  # pow2_ceil
+            inv = tl.math.div_rn(1.0, scale)
+            v = y * inv[:, None]
+            code = _e4m3fn(v * 2.0, False)
+            code = tl.where(code == 0x80, 0, code)
+            code = tl.where(v != v, 0x80, code)
         else:
-            scale = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 448.0)
+            # SGLang's: scale = fmax(1e-4, amax) / LIM, codes of clamp(y * (1 / scale), -LIM, LIM)
+            # with LIM = 448, or 224 for the gfx942 form (sglang_224, row.h sglang_fp8_max)
+            if QUANT == 7:
+                lim = 224.0
+            else:
+                lim = 448.0
+            scale = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), lim)
             inv = tl.math.div_rn(1.0, scale)
             t = y * inv[:, None]
-            t = tl.where(t < 448.0, t, 448.0)  # fminf(t, 448): NaN -> 448
-            t = tl.where(t > -448.0, t, -448.0)
+            t = tl.where(t < lim, t, lim)  # fminf(t, lim): NaN -> lim
+            t = tl.where(t > -lim, t, -lim)
             code = _e4m3fn(t, True)
             if FMT == 1:
                 code = tl.where(code == 0x80, 0, code)
@@ -510,7 +528,7 @@ def quant_q_kernel(
                 wo = ((w * hs) * scale) * ws
             else:
                 wo = (w * ws) * hs
-            if FMT == 1:
+            if FMT == 1 and QUANT != 8:  # SGLang's FNUZ recipes double it; vLLM's ROCm form not
                 wo = wo * 2.0
             wo = tl.where(valid, wo, nan_w)
             tl.store(wout_ptr + rows, wo, mask=rmask)

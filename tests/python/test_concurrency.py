@@ -16,7 +16,6 @@ import pytest
 import torch
 
 from conftest import (QUANT, QUANT_COMPOSED, RECIPES, absent_args, assert_same_outputs,  # noqa: E501
-                      native_cpu_runs,
                       new_recipe_outputs)
 from test_composed_vs_native import make_case
 
@@ -32,8 +31,6 @@ def _cases():
     dtypes = [torch.bfloat16, torch.float16, torch.float32]
     cases = []
     for i, recipe in enumerate(RECIPES):
-        if not native_cpu_runs(recipe):  # this build's CPU backend lacks it: nothing to compare
-            continue
         for j in range(2):
             k = 2 * i + j
             B, H = shapes[(k + k // 5) % len(shapes)]

@@ -68,8 +68,7 @@ def test_golden_as_fp32_inputs(name, impl, device):
 
 # ---- every golden file of every form (SPEC-more-forms.md's included) through quant_q -------------
 from conftest import (QUANT_OPS, QUANT_REFERENCE, absent_args, assert_same_outputs,  # noqa: E402
-                      golden_more_files, golden_recipe_cases, load_golden, new_recipe_outputs,
-                      require_native_cpu)
+                      golden_more_files, golden_recipe_cases, load_golden, new_recipe_outputs)
 
 _CASES = golden_recipe_cases()
 
@@ -89,8 +88,6 @@ def test_golden_more_forms_present():
                                                      for f, r in _CASES])
 def test_golden_every_form(rel, recipe, impl):
     x, ws, hs, want = load_golden(rel, recipe)
-    if impl == "native":
-        require_native_cpu(recipe)
     op = QUANT_REFERENCE if impl == "reference" else QUANT_OPS[impl]
     # outputs in the file's shapes (weights_out / q_scale (B, H) or (B, H, 1)); q_scale (scale_out)
     # is compared as its float32 bits, like the FP4 q_sf

@@ -32,8 +32,9 @@ if not _CUDA and not triton_kernel.interpreting():  # imported earlier without t
 import triton.language as tl  # noqa: E402
 
 import indexer_q  # noqa: E402
-from conftest import (GOLDEN_DIR, QUANT, QUANT_REFERENCE, RECIPES, absent_args,  # noqa: E402
-                      assert_same_outputs, golden_recipe_cases, load_golden, new_recipe_outputs)
+from conftest import (GOLDEN_DIR, QUANT, QUANT_REFERENCE, RECIPES, SOURCE_ONLY_RECIPES,  # noqa: E402
+                      absent_args, assert_same_outputs, golden_recipe_cases, load_golden,
+                      new_recipe_outputs)
 
 DEV = "cuda" if _CUDA else "cpu"
 # numpy's notes on Inf / NaN arithmetic inside the interpreter (the kernel computes on edge rows
@@ -208,6 +209,24 @@ def test_python_api_backend_triton(recipe):
         indexer_q.quant_q(recipe, q, w, 0.5, freqs, pos, backend="cuda")
 
 
+@needs_exact_fma
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("recipe", SOURCE_ONLY_RECIPES)
+def test_gfx942_edges(recipe, dtype):
+    # the AMD gfx942 forms (no golden data, so not in the known-answer check): test_gfx942.py's
+    # rows at and around 224, e4m3fnuz subnormals and ties, -0, NaN / Inf, the 1e-4 floor,
+    # against the library's scalar reference
+    from test_gfx942 import edge_case
+
+    x, ws, hs = edge_case(recipe, dtype, seed=3)
+    for w2d in (False, True):
+        want = _run_reference(recipe, x["q_input"], x["weight"], ws, x["freqs"], x["positions"],
+                              hs, w2d=w2d)
+        got = _run_triton(recipe, x["q_input"].to(DEV), x["weight"].to(DEV), ws,
+                          x["freqs"].to(DEV), x["positions"].to(DEV), hs, w2d=w2d)
+        assert_same_outputs(got, want, f"{recipe} triton {DEV} edges {dtype}")
+
+
 # ---- the bit-level encoders against torch's conversions, on a sweep of float32 bit patterns ------
 @triton.jit
 def _encoders_probe(x_ptr, e4_ptr, e4_sat_ptr, bf_ptr, f4_ptr, mx_ptr, n, BLOCK: tl.constexpr):
@@ -328,7 +347,9 @@ def test_selfcheck_data_matches_golden_files():
         "python/indexer_q/triton_selfcheck.bin is stale: regenerate it with "
         "`python -m indexer_q.triton_selfcheck --write tests/data/golden`")
     cases = triton_selfcheck.load()
-    assert {c["recipe"] for c in cases} >= {r for r in RECIPES if not r.endswith("_fnuz")}
+    # every recipe with golden data (the source-only gfx942 forms have none: test_gfx942_edges)
+    assert {c["recipe"] for c in cases} >= {r for r in RECIPES if not r.endswith("_fnuz")
+                                           and r not in SOURCE_ONLY_RECIPES}
 
 
 @needs_exact_fma
@@ -420,7 +441,7 @@ def test_available_backends_names_each_path():
 # ---- what the compiler made of it (NVIDIA PTX) ---------------------------------------------------
 _PTX_RECIPES = list(RECIPES) if _CUDA else [
     "v4_fp8", "v4_fp4", "vllm_v4_fp8", "vllm_v4_mxfp4", "vllm_v32_fp8_neox", "vllm_v4_fp8_cutedsl",
-    "sgl_v41_fp4_rope_pack", "sgl_v41_fp4_quant_rne"]
+    "sgl_v41_fp4_rope_pack", "sgl_v41_fp4_quant_rne", "sglang_v4_fp8_gfx942", "vllm_v4_fp8_fnuz224"]
 
 
 def _ptx_all():

@@ -12,8 +12,7 @@ import torch
 
 import indexer_q
 from conftest import (DEVICES, GOLDEN_DIR, QUANT, QUANT_COMPOSED, QUANT_REFERENCE,
-                      assert_same_outputs, load_golden, new_recipe_outputs, read_safetensors,
-                      require_native_cpu)
+                      assert_same_outputs, load_golden, new_recipe_outputs, read_safetensors)
 
 RECIPE = "sgl_v32_unfused_neox_hadamard_ue8m0"
 DIR = "sgl_v32_unfused"
@@ -41,8 +40,6 @@ def test_descriptor_and_files():
 @pytest.mark.parametrize("rel", FILES, ids=[os.path.basename(f)[:-12] for f in FILES])
 def test_golden_operator(rel, impl, sf2d):
     x, ws, hs, want = load_golden(rel, RECIPE)
-    if impl == "native":
-        require_native_cpu(RECIPE)
     assert want[1].dtype == torch.float32 and want[1].shape[-1] == 1
     for dt in (torch.bfloat16, torch.float32):  # bf16 -> fp32 exact: the same bytes
         q = x["q_input"].to(dt)
@@ -78,9 +75,7 @@ def test_wrapper_golden_bytes(rel, backend, monkeypatch):
     # the engine's shapes, the golden bytes. backend: the quant_q path it runs on (None: the
     # dispatcher's native CPU kernel)
     x, ws, hs, want = _golden(rel)
-    if backend is None:
-        require_native_cpu(RECIPE)
-    else:
+    if backend is not None:
         monkeypatch.setattr(indexer_q._ops, "quant_q",
                             functools.partial(indexer_q._ops.quant_q, backend=backend))
     T, H = x["q_input"].shape[:2]
@@ -107,7 +102,6 @@ def test_wrapper_shapes_and_dtypes(device):
         assert tuple(t.shape) == shape and t.dtype == dt
     if device == "meta":
         return
-    require_native_cpu(RECIPE, device)
     # q_scale is a power of two; weights_out = ((w * head_scale) * q_scale) * softmax_scale
     bits = q_scale.cpu().view(torch.int32)
     assert bool(((bits & 0x7FFFFF) == 0).all())
