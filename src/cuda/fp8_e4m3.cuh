@@ -55,36 +55,30 @@ __device__ __forceinline__ std::uint32_t quantize4_e4m3_sat(float a, float b, fl
 // its power-of-two scale): e4m3fn nearest even, saturating to +-448 (Inf too), the sign of zero
 // kept, and any NaN -> 0x7f whatever its sign. The satfinite conversion gives every non-NaN
 // byte (its sign included: tests/test_cuda.cu checks -0 and the negative values that round to
-// zero); a NaN byte is written here rather than taken from the hardware.
-__device__ __forceinline__ std::uint32_t quantize4_e4m3_vllm(float a, float b, float c, float d) {
-  std::uint32_t r = quantize4_e4m3_sat(a, b, c, d);
-  if (a != a) r = (r & 0xffffff00u) | 0x0000007fu;
-  if (b != b) r = (r & 0xffff00ffu) | 0x00007f00u;
-  if (c != c) r = (r & 0xff00ffffu) | 0x007f0000u;
-  if (d != d) r = (r & 0x00ffffffu) | 0x7f000000u;
+// zero); a NaN byte is written here rather than taken from the hardware (nan_bytes_to: byte k of
+// r becomes nan_byte where lane k's value is NaN; each quantizer below picks its NaN code).
+__device__ __forceinline__ std::uint32_t nan_bytes_to(std::uint32_t r, std::uint32_t nan_byte, float a, float b,
+                                                      float c, float d) {
+  if (a != a) r = (r & 0xffffff00u) | nan_byte;
+  if (b != b) r = (r & 0xffff00ffu) | (nan_byte << 8);
+  if (c != c) r = (r & 0xff00ffffu) | (nan_byte << 16);
+  if (d != d) r = (r & 0x00ffffffu) | (nan_byte << 24);
   return r;
+}
+__device__ __forceinline__ std::uint32_t quantize4_e4m3_vllm(float a, float b, float c, float d) {
+  return nan_bytes_to(quantize4_e4m3_sat(a, b, c, d), 0x7fu, a, b, c, d);
 }
 
 // vLLM's V3.2 conversion (Quantizer::kVllmV32, row.h's v32_fp8_code of a quotient x / scale
 // already computed): the same bytes as quantize4_e4m3_vllm except that every NaN gives 0x7e.
 __device__ __forceinline__ std::uint32_t quantize4_e4m3_v32(float a, float b, float c, float d) {
-  std::uint32_t r = quantize4_e4m3_sat(a, b, c, d);
-  if (a != a) r = (r & 0xffffff00u) | 0x0000007eu;
-  if (b != b) r = (r & 0xffff00ffu) | 0x00007e00u;
-  if (c != c) r = (r & 0xff00ffffu) | 0x007e0000u;
-  if (d != d) r = (r & 0x00ffffffu) | 0x7e000000u;
-  return r;
+  return nan_bytes_to(quantize4_e4m3_sat(a, b, c, d), 0x7eu, a, b, c, d);
 }
 
 // SGLang's V3.2 act_quant conversion (Quantizer::kSglangUe8m0, row.h's ue8m0_fp8_code of a
 // quotient x / scale already computed): the same bytes except that every NaN gives 0xfe (-448).
 __device__ __forceinline__ std::uint32_t quantize4_e4m3_ue8m0(float a, float b, float c, float d) {
-  std::uint32_t r = quantize4_e4m3_sat(a, b, c, d);
-  if (a != a) r = (r & 0xffffff00u) | 0x000000feu;
-  if (b != b) r = (r & 0xffff00ffu) | 0x0000fe00u;
-  if (c != c) r = (r & 0xff00ffffu) | 0x00fe0000u;
-  if (d != d) r = (r & 0x00ffffffu) | 0xfe000000u;
-  return r;
+  return nan_bytes_to(quantize4_e4m3_sat(a, b, c, d), 0xfeu, a, b, c, d);
 }
 
 // 1 / q_scale for a power-of-two scale q_scale = 2^k (exponent byte qe = 127 + k, 1..253) or
@@ -107,11 +101,7 @@ __host__ __device__ __forceinline__ float pow2_scale_inverse(float q_scale) {
 __device__ __forceinline__ std::uint32_t quantize4_e4m3_fnuz224(float a, float b, float c, float d) {
   std::uint32_t r = quantize4_e4m3_sat(__fmul_rn(a, 2.0f), __fmul_rn(b, 2.0f), __fmul_rn(c, 2.0f), __fmul_rn(d, 2.0f));
   r &= ((r & 0x7f7f7f7fu) + 0x7f7f7f7fu) | 0x7f7f7f7fu;  // 0x80 -> 0x00, every other byte kept
-  if (a != a) r = (r & 0xffffff00u) | 0x00000080u;
-  if (b != b) r = (r & 0xffff00ffu) | 0x00008000u;
-  if (c != c) r = (r & 0xff00ffffu) | 0x00800000u;
-  if (d != d) r = (r & 0x00ffffffu) | 0x80000000u;
-  return r;
+  return nan_bytes_to(r, 0x80u, a, b, c, d);
 }
 
 // SGLang's gfx942 conversion (Quantizer::kSglang224, row.h's quantize_value(y * inv, ., 224)):
