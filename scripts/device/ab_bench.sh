@@ -63,5 +63,5 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
 done
 say "total $(( $(date +%s) - t0 )) s"
 # one archive (the device tool brings back at most 8 files); the summary stays beside it
-tar czf "$OUT/ab_logs.tgz" -C "$OUT" --exclude ab_logs.tgz --exclude summary.txt . &&
+tar czf /tmp/ab_logs.tgz -C "$OUT" --exclude summary.txt . && mv /tmp/ab_logs.tgz "$OUT/" &&
   find "$OUT" -maxdepth 1 -type f ! -name ab_logs.tgz ! -name summary.txt -delete
