@@ -247,14 +247,17 @@ struct Options {
 //   q_input     (B, H, 128)  bf16|fp16|fp32, contiguous
 //   q_out       FP8 recipes: (B, H, 128) fp8_e4m3fn (kE4M3FN) or fp8_e4m3fnuz (kE4M3FNUZ),
 //               uint8 or int8 taken as raw codes; FP4: (B, H, 64) uint8|int8; contiguous [written]
-//   q_scale     FP4 only: (B, H) int32, contiguous                                  [written]
-//               FP8 recipes: must be empty (ndim 0, no data)
+//   q_scale     FP4: (B, H) int32, contiguous (four UE8M0 bytes per row)          [written]
+//               FP8 with scale_out: (B, H, 1) or (B, H) fp32, contiguous (the row scale) [written]
+//               other FP8 recipes: must be empty (ndim 0, no data)
 //   weight      (B, H)       bf16|fp16|fp32 (any, whatever q_input's), stride(1) = 1, stride(0) >= H
 //   weights_out (B, H, 1) or (B, H)  fp32, contiguous                              [written]
+//               (a recipe without weights, fold none: both must be empty views)
 //   weight_scale, head_scale  float32 factors of weights_out as the recipe's fold says (head_scale
-//               is used by the two-factor folds of the vllm_* recipes: softmax_scale = weight_scale)
+//               is used by the folds with two factors: softmax_scale = weight_scale)
 //   freqs       (max_pos, 64) fp32, contiguous, laid out as the recipe says
 //   positions   (B,)         int32|int64, contiguous, values in [0, max_pos)
+//               (a recipe without RoPE, rope_dims none: both must be empty views)
 struct OpArgs {
   RecipeId recipe = RecipeId::kV4Fp8;
   TensorView q_input;
