@@ -1,5 +1,5 @@
 // The composed implementation: the arithmetic of every recipe (SPEC.md, SPEC-variants.md,
-// SPEC-vllm.md, SPEC-more-forms.md; the executable spec is src/common/row.h process_row<R>) as a
+// docs/RECIPES.md; the executable spec is src/common/row.h process_row<R>) as a
 // sequence of ATen operations, so the operators run on any device torch supports (XPU, and
 // whatever else reaches the CompositeExplicitAutograd fallback). It must give the same bytes as the
 // native kernels. The per-recipe choices (which 64 dims are rotated, if any, and how they pair,

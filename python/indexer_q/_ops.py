@@ -607,7 +607,7 @@ def fused_indexer_q_rope_quant_v32(
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """vLLM's DeepSeek-V3.2 call (``vllm/model_executor/layers/sparse_attn_indexer.py``
     ``fused_indexer_q_rope_quant(positions, q, cos_sin_cache, weights, softmax_scale, head_scale,
-    is_neox)``), same arguments, same results, same bytes (SPEC-more-forms.md 1a): recipe
+    is_neox)``), same arguments, same results, same bytes (docs/RECIPES.md step 9): recipe
     ``vllm_v32_fp8_neox`` (``is_neox=True``, pairs (j, j + 32)) or ``vllm_v32_fp8_gptj`` (pairs
     (2j, 2j + 1)); RoPE on dims 0..63 with the (max_pos, 64) float32 cos_sin_cache in halves, bf16
     after RoPE, q_scale = pow2ceil(fmax(amax, 1e-10) * fl(1/448)).
@@ -633,7 +633,7 @@ def fused_indexer_q_rope_quant_cutedsl(
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """vLLM's V4 call :func:`fused_indexer_q_rope_quant` with the numerics of its CuTe DSL kernel
     (``IndexerQFp8Kernel``, vLLM's default CUDA path when the CuTe DSL is importable; recipe
-    ``vllm_v4_fp8_cutedsl``, SPEC-more-forms.md 2): same arguments and result shapes; the kernel
+    ``vllm_v4_fp8_cutedsl``, docs/RECIPES.md step 10): same arguments and result shapes; the kernel
     gets ONE factor ``S = float32(softmax_scale * head_scale)``, the product formed in double
     (Python) and rounded once; weights_out (T, H) = ``(w * S) * q_scale``. Only FP8:
     ``use_fp4=True`` (the CuTe MXFP4 kernel, never captured) raises ValueError."""
@@ -656,7 +656,7 @@ def index_q_rope_pack_weights(
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """SGLang's DeepSeek-V4.1 call (``kernels/ops/attention/dsv4/fp4_indexer_rope.py``
     ``index_q_rope_pack_weights(input, freqs_cis, positions, head_weights, weight_scale)``),
-    same arguments, same results, same bytes (SPEC-more-forms.md 3a): recipe
+    same arguments, same results, same bytes (docs/RECIPES.md step 12): recipe
     ``sgl_v41_fp4_rope_pack``. input (T, H, 128) bf16 (fp16 / fp32 work too); freqs_cis the
     interleaved (max_pos, 64) float32 table (or the complex64 (max_pos, 32) one); positions (T,)
     int32 / int64; head_weights (T, H); weight_scale a Python float (rounded to float32 once).
@@ -678,7 +678,7 @@ def quantize_fp4_indexer_tensor(
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """SGLang's DeepSeek-V4.1 FP4 packer (``kernels/ops/quantization/fp4_indexer_quant.py``
     ``quantize_fp4_indexer_tensor(x, rne=True)``), same results, same bytes
-    (SPEC-more-forms.md 3b): recipe ``sgl_v41_fp4_quant_rne`` (no RoPE, no Hadamard, no
+    (docs/RECIPES.md step 11): recipe ``sgl_v41_fp4_quant_rne`` (no RoPE, no Hadamard, no
     weights). x (N, 128) bf16 / fp16 / fp32, already rotated. Returns ``(q_fp4, q_sf)``: (N, 64)
     int8 (two e2m1 codes per byte, low nibble = even dim) and (N,) int32 (four UE8M0 bytes,
     block 0 lowest). ``rne=False`` (not captured from the engine) raises ValueError."""

@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 GOLDEN_DIR = os.path.join(ROOT, "tests", "data", "golden")
 GOLDEN_VARIANTS_DIR = os.path.join(GOLDEN_DIR, "variants")
 GOLDEN_VLLM_DIR = os.path.join(GOLDEN_DIR, "vllm")  # from vLLM's own kernels (SPEC-vllm.md)
-# more engines' forms (SPEC-more-forms.md): vLLM V3.2 and CuTe DSL, SGLang V4.1 FP4, SGLang's
+# more engines' forms (docs/RECIPES.md steps 9-14): vLLM V3.2 and CuTe DSL, SGLang V4.1 FP4, SGLang's
 # V3.2 unfused query path (docs/RECIPES.md 13)
 GOLDEN_MORE_DIRS = ("vllm_v32", "vllm_cutedsl", "sgl_v41_fp4_rope_pack", "sgl_v41_fp4_quant",
                     "sgl_v32_unfused")
@@ -93,7 +93,7 @@ def golden_vllm_files():
 
 
 def golden_more_files():
-    """Paths relative to GOLDEN_DIR of the golden files of SPEC-more-forms.md's forms."""
+    """Paths relative to GOLDEN_DIR of the golden files of the forms added through the recipe columns."""
     out = []
     for d in GOLDEN_MORE_DIRS:
         full = os.path.join(GOLDEN_DIR, d)

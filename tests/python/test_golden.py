@@ -66,7 +66,7 @@ def test_golden_as_fp32_inputs(name, impl, device):
     assert_same_f32(w_out, want_w, f"{name} fp32 {impl}")
 
 
-# ---- every golden file of every form (SPEC-more-forms.md's included) through quant_q -------------
+# ---- every golden file of every form (the later engine forms included) through quant_q -------------
 from conftest import (QUANT_OPS, QUANT_REFERENCE, absent_args, assert_same_outputs,  # noqa: E402
                       golden_more_files, golden_recipe_cases, load_golden, new_recipe_outputs)
 
@@ -74,7 +74,7 @@ _CASES = golden_recipe_cases()
 
 
 def test_golden_more_forms_present():
-    # the engines' forms of SPEC-more-forms.md: each file's metadata names its recipe
+    # the later engine forms: each file's metadata names its recipe
     rels = golden_more_files()
     assert len(rels) >= 18, rels
     recipes = {r for f, r in _CASES if f in rels}

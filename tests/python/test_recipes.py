@@ -78,7 +78,7 @@ def test_recipe_descriptors():
     assert vf4 == vf8._replace(name="vllm_v4_mxfp4", format="e2m1", fold="two_factors")
     assert vf8.vllm and vf4.vllm and vf4.fp4 and not v4.vllm
     assert vf8.weights_2d and vf8.two_factors and not v4.weights_2d and not v4.two_factors
-    # the forms of SPEC-more-forms.md
+    # the forms added through the recipe columns (docs/RECIPES.md)
     neox, gptj, cute, pack, rne = (indexer_q.recipe_info(r) for r in (
         "vllm_v32_fp8_neox", "vllm_v32_fp8_gptj", "vllm_v4_fp8_cutedsl", "sgl_v41_fp4_rope_pack",
         "sgl_v41_fp4_quant_rne"))
