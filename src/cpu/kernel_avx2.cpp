@@ -390,21 +390,6 @@ struct Avx2 {
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         __m256 e = E[k], o = O[k];
-        if constexpr (R::kRope && !R::kNeox && R::kRopeFma == RopeFma::kFmaX1C) {
-          // Step 2, adjacent pairs with RopeFma::kFmaX1C: x' = fma(xr, c, -(xi*s)),
-          // x'' = fma(xi, c, xr*s).
-          if (k >= kRope0 && k < kRope0 + 4) {
-            const __m256 C = fq.C[k - kRope0], S = fq.S[k - kRope0];
-            const __m256 xis = _mm256_mul_ps(o, S);
-            const __m256 xrs = _mm256_mul_ps(e, S);
-            e = _mm256_fmsub_ps(e, C, xis);
-            o = _mm256_fmadd_ps(o, C, xrs);
-            if (R::kBf16AfterRope) {
-              e = round_bf16<kDt>(e, c);
-              o = round_bf16<kDt>(o, c);
-            }
-          }
-        } else  // RopeFma::kFmaX0S:
         if (R::kRope && !R::kNeox && k >= kRope0 && k < kRope0 + 4) {
           // Step 2: RoPE, x' = fma(xr, c, -(xi*s)), x'' = fma(xr, s, xi*c) (or fma(xi, c, xr*s)).
           const __m256 C = fq.C[k - kRope0], S = fq.S[k - kRope0];

@@ -286,25 +286,6 @@ struct Avx512 {
     // fma(xi, c, xr*s) (kFmaX1C); the bf16 rounding.
     // Adjacent pairs: (E, O) of each rotated block; NeoX pairs (j, j + 32): E (then O) of the
     // first rotated block with the same register of the second. No RoPE: nothing (fq unused).
-    if constexpr (R::kRope && !R::kNeox && R::kRopeFma == RopeFma::kFmaX1C) {
-      // Adjacent pairs with RopeFma::kFmaX1C: x'' = fma(xi, c, xr*s).
-#pragma GCC unroll 2
-      for (int n = 0; n < kRows; ++n)
-#pragma GCC unroll 2
-        for (int m = 0; m < 2; ++m) {
-          const __m512 xr = E[n][kRope0 + m], xi = O[n][kRope0 + m];
-          const __m512 xis = _mm512_mul_ps(xi, fq.S[m]);
-          const __m512 xrs = _mm512_mul_ps(xr, fq.S[m]);
-          __m512 e = _mm512_fmsub_ps(xr, fq.C[m], xis);
-          __m512 o = _mm512_fmadd_ps(xi, fq.C[m], xrs);
-          if (R::kBf16AfterRope) {
-            e = round_bf16<kDt>(e, c);
-            o = round_bf16<kDt>(o, c);
-          }
-          E[n][kRope0 + m] = e;
-          O[n][kRope0 + m] = o;
-        }
-    } else  // RopeFma::kFmaX0S:
     if constexpr (R::kRope) {
 #pragma GCC unroll 2
       for (int n = 0; n < kRows; ++n)
