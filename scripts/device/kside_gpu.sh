@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check of the key side (issue 13; SPEC-kside.md) on a CUDA machine, e.g. the team's H200:
+# GPU check of the key side (issue 13; docs/KSIDE-SPEC.md) on a CUDA machine, e.g. the team's H200:
 #   1. builds (unless SKIP_BUILD=1) the test binary, the key-side benchmark and the CLI with CUDA
 #      in BUILD_DIR (default build-kside-gpu), sm_90a by default (CUDA_ARCHS=... to change);
 #   2. runs the key-side CUDA tests (CudaKside.*: golden files every byte through every launch
