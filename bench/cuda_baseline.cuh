@@ -1,6 +1,6 @@
 // The comparison point for the CUDA backend's benchmarks: the one-warp-per-row design of the
 // engines' own CUDA kernel for this op (SGLang's V4 FP8 indexer kernel, whose measured figures
-// are in ../shared/PERF-NOTES.md), written here from its published design facts only:
+// are in docs/PERFORMANCE.md), written here from its published design facts only:
 //   - one warp per row, 4 rows per 128-thread block, 4 contiguous values per lane (one 8-byte
 //     load for bf16 / fp16);
 //   - weight in the input dtype, int64 (or int32) positions, the freqs row read by the lanes of

@@ -1,4 +1,4 @@
-// Standalone CUDA benchmark of the key side (SPEC-kside.md; src/cuda/kside.cu), both recipes.
+// Standalone CUDA benchmark of the key side (docs/KSIDE-SPEC.md; src/cuda/kside.cu), both recipes.
 // For each token count it
 //   - fills device inputs with random data (per-row magnitudes over decades, weight 1 + N(0, 1)/4,
 //     a 4096-row (cos, sin) table, random positions, distinct random slots of a paged cache with
@@ -43,7 +43,7 @@ namespace {
 
 // ---------------------------------------------------------------------------------------
 // The baseline: SGLang's launch design (one warp per token, 4 dims per lane, 8 tokens per
-// block), our arithmetic (SPEC-kside.md section 2), PDL when asked. Written for this benchmark.
+// block), our arithmetic (docs/KSIDE-SPEC.md section 2), PDL when asked. Written for this benchmark.
 // ---------------------------------------------------------------------------------------
 template <bool FP4, int DT>
 __global__ void __launch_bounds__(256) baseline_warp_kernel(const detail::KProblem p) {

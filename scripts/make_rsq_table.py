@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Builds src/common/data/rsq_sm90_delta2.bin, the MUFU.RSQ table the host model embeds.
 
-Input: the golden table tests/data/golden/kside/mufu_rsq_sm90.safetensors (SPEC-kside.md section 5):
+Input: the golden table tests/data/golden/kside/mufu_rsq_sm90.safetensors (docs/KSIDE-SPEC.md section 5):
 `delta4`, 2^23 bytes of 4-bit two's-complement nibbles, entry i in byte i >> 1 (low nibble for even
 i), with T[i] = bits(fl32(1.0 / sqrt((double)x_i))) + delta_i for the 2^24 floats x_i of [1, 4);
 `exceptions` lists (i, delta) pairs for nibble -8 (the handed-out file has none: only the

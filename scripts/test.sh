@@ -11,12 +11,15 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 
-echo "== C++ example: install, find_package(indexer_q), build and run examples/cpp"
+echo "== C++ example: install, find_package(indexer_q), build and run examples/cpp; CPU-only package"
 scripts/example.sh build
 
-echo "== Python: build the operator package and run pytest"
+echo "== Python: build the wheel, check what it holds, install it and run pytest"
 PY=${PYTHON:-python3}
-"$PY" -m pip install -q --no-build-isolation --no-deps .
+rm -rf build/dist
+"$PY" -m pip wheel -q --no-build-isolation --no-deps -w build/dist .
+"$PY" scripts/check_wheel.py build/dist/indexer_q-*.whl
+"$PY" -m pip install -q --no-deps --force-reinstall build/dist/indexer_q-*.whl
 "$PY" -m pytest tests/python -q
 
 # Sanitizers (ASan + UBSan suite, TSan concurrency) and fuzzing; each part prints its time.

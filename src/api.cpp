@@ -87,7 +87,7 @@ Status run(const OpArgs& args, const Options& options) {
   return dispatch(p, options);
 }
 
-// The key side: the same dispatch for a validated KStoreArgs (SPEC-kside.md).
+// The key side: the same dispatch for a validated KStoreArgs (docs/KSIDE-SPEC.md).
 Status run(const KStoreArgs& args, const Options& options) {
   detail::KProblem p;
   Status s = detail::validate_kstore(args, options, &p);

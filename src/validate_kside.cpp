@@ -1,4 +1,4 @@
-// The key side's one validator (SPEC-kside.md): KStoreArgs -> detail::KProblem, or a Status
+// The key side's one validator (docs/KSIDE-SPEC.md): KStoreArgs -> detail::KProblem, or a Status
 // naming the offending argument. Nothing is written by a rejected call.
 #include <cstdint>
 #include <limits>

@@ -178,7 +178,7 @@ TEST(AllocFree, ValidateOfAnAcceptedCallAllocatesNothing) {
   }
 }
 
-// The key side (SPEC-kside.md): a store of N tokens into a paged cache, every buffer owned here.
+// The key side (docs/KSIDE-SPEC.md): a store of N tokens into a paged cache, every buffer owned here.
 struct KsideCall {
   std::vector<std::uint8_t> input, weight, cache;
   std::vector<float> freqs;

@@ -250,7 +250,7 @@ TEST(Api, RecipeNamesRoundTrip) {
 }
 
 TEST(Api, RecipeDescriptors) {
-  // The form of each recipe (SPEC.md / SPEC-variants.md); the reference model test checks every
+  // The form of each recipe (SPEC.md / docs/RECIPES.md); the reference model test checks every
   // column against its own table too.
   const Recipe& v4 = recipe(RecipeId::kV4Fp8);
   EXPECT_EQ(v4.rope_dims, RopeDims::kLast64);

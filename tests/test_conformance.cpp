@@ -274,7 +274,7 @@ TEST(ConformanceHarness, EmptyBatchOnEveryBackendAndRecipe) {
 }
 
 // ---------------------------------------------------------------------------------------
-// vLLM's forms (SPEC-vllm.md): edge rows whose expected bytes are written out here, through
+// vLLM's forms (docs/RECIPES.md): edge rows whose expected bytes are written out here, through
 // every backend, and compared with the reference as well (bytes the spec leaves open).
 // One token at position 0 (cos 1, sin 0: RoPE changes no nonzero value), fp32 inputs so that the
 // values are exact; dims 0..63 pass through unrounded, dims 64..127 are rounded to bf16.
@@ -356,7 +356,7 @@ TEST(VllmEdgeRows, Fp8PowerOfTwoScaleSatfiniteAndSigns) {
 }
 
 TEST(VllmEdgeRows, Mxfp4TiesFloorScalesAndSigns) {
-  // e2m1 ties to even (SPEC-vllm.md step 4), then values just off the ties, signs on zero codes
+  // e2m1 ties to even (docs/RECIPES.md step 8), then values just off the ties, signs on zero codes
   const float P[16] = {6, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5, -0.25f, -0.75f, -1.25f, -1.75f, -2.5f, -3.5f, -5, -0.125f};
   const int PC[16] = {7, 0, 2, 2, 4, 4, 6, 6, 8, 0xa, 0xa, 0xc, 0xc, 0xe, 0xe, 8};
   const float e = 0x1p-10f;

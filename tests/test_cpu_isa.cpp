@@ -554,7 +554,7 @@ TEST(CpuIsaRecipes, Fp4EncoderSweepMatchesRowH) {
   }
 }
 
-// ---- vLLM's quantizer (Quantizer::kVllm, SPEC-vllm.md) ----
+// ---- vLLM's quantizer (Quantizer::kVllm, docs/RECIPES.md) ----
 
 // Edge rows of the vLLM forms, every ISA (scalar included) byte for byte against the reference,
 // with a few bytes checked against values written out by hand (independent of row.h). Position 0

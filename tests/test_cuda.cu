@@ -426,7 +426,7 @@ TEST(Cuda, VllmEncodersMatchScalarForEveryFloat) {
     EXPECT_EQ(mismatches[k], 0ull) << names[k] << ": first differing input bits 0x" << std::hex << first[k];
 }
 
-// What the hardware gives for the inputs whose handling SPEC-vllm.md fixes: raw satfinite
+// What the hardware gives for the inputs whose handling docs/RECIPES.md fixes: raw satfinite
 // conversion of NaN, -NaN, -0, a negative value rounding to zero, +-Inf; and the NaN a GPU
 // multiply makes (from a negative NaN, and Inf * 0). Printed; the -0 / negative-tiny bytes
 // and quantize4_e4m3_vllm's NaN bytes are asserted.

@@ -1,6 +1,6 @@
 // Tests of the CUDA key-side kernel (src/cuda/kside.cu; skipped when no CUDA device is usable):
 //  - the golden files of tests/data/golden/kside (SGLang's kernel on an H200): positions and slots
-//    derived from each file's plan / out_loc / mode / compress_ratio as SPEC-kside.md section 1
+//    derived from each file's plan / out_loc / mode / compress_ratio as docs/KSIDE-SPEC.md section 1
 //    says, the cache pre-filled with 0xA5, every byte of the cache compared, through every launch
 //    shape (4 / 8 / 16 / 32 lanes per token at several block sizes, the one-thread-per-token
 //    fallback) and through the public API run(KStoreArgs);
@@ -369,7 +369,7 @@ std::uint32_t u32_at(const std::uint8_t* p) {
   return std::uint32_t(p[0]) | std::uint32_t(p[1]) << 8 | std::uint32_t(p[2]) << 16 | std::uint32_t(p[3]) << 24;
 }
 
-// A golden file as a KCase (positions / slots from the plan, SPEC-kside.md section 1) and the
+// A golden file as a KCase (positions / slots from the plan, docs/KSIDE-SPEC.md section 1) and the
 // expected cache. False + *err if the file is not a key-side case.
 bool golden_case(const std::string& path, KCase* c, std::vector<std::uint8_t>* want, std::string* err) {
   io::StFile f;

@@ -1,9 +1,9 @@
 // Golden conformance, per recipe: every tests/data/golden/*.safetensors (v4_fp8),
 // tests/data/golden/variants/*.safetensors (metadata "variant": v32_fp8, rope_first_fp8, v4_fp4),
 // produced by the reference CUDA kernels on an H200, and tests/data/golden/vllm/*.safetensors
-// (vllm_v4_fp8, vllm_v4_mxfp4: vLLM's own Triton kernels on an H200, SPEC-vllm.md; metadata
+// (vllm_v4_fp8, vllm_v4_mxfp4: vLLM's own Triton kernels on an H200, docs/RECIPES.md; metadata
 // softmax_scale and head_scale, weights_out stored (B, H)), plus the FNUZ case derived from each FN file
-// (SPEC-variants.md: same bytes except 0x80 -> 0x00, weights_out times 2), through every backend
+// (docs/RECIPES.md: same bytes except 0x80 -> 0x00, weights_out times 2), through every backend
 // this build and machine can run: the reference, the CPU backend for each supported ISA with 1, 2
 // and many threads, and CUDA when a device is usable. Every byte is compared: q_out codes, q_sf
 // block-scale bytes (FP4) and weights_out bits (NaN == NaN), over two poison patterns.

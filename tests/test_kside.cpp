@@ -1,4 +1,4 @@
-// Key side (SPEC-kside.md) on fresh inputs: every host backend (cpu for each supported ISA and
+// Key side (docs/KSIDE-SPEC.md) on fresh inputs: every host backend (cpu for each supported ISA and
 // 1, 2, 3 threads) gives the reference's bytes over the whole cache (N = 0, 1, 7, 333; fp32, bf16,
 // fp16; int32 / int64 positions; both recipes; page sizes 1, 16, 64; strided input rows); skipped
 // tokens (slot < 0) write nothing; every byte outside the written rows is untouched; invalid
@@ -532,7 +532,7 @@ TEST(Kside, Names) {
   EXPECT_EQ(all_krecipes().size(), 2u);
 }
 
-// SGLang's plan convention (SPEC-kside.md section 1).
+// SGLang's plan convention (docs/KSIDE-SPEC.md section 1).
 TEST(Kside, PlanConvention) {
   std::vector<std::uint8_t> plan(16 * 4, 0);
   auto put32 = [&](int t, int off, std::uint32_t v) { std::memcpy(plan.data() + 16 * t + off, &v, 4); };

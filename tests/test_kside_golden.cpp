@@ -1,4 +1,4 @@
-// Key side (SPEC-kside.md) against the golden files tests/data/golden/kside/kside_*.safetensors
+// Key side (docs/KSIDE-SPEC.md) against the golden files tests/data/golden/kside/kside_*.safetensors
 // (SGLang's CUDA kernel on an H200): every host backend (reference, cpu for each supported ISA
 // and 1, 2, 3 threads) reproduces each file's whole kvcache byte for byte, with the cache filled
 // with the file's 0xA5 before the call, and again with another fill (then only the written rows

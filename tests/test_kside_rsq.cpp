@@ -1,4 +1,4 @@
-// The host model of MUFU.RSQ (src/common/rsq_sm90.*, SPEC-kside.md step 5): the embedded 2-bit
+// The host model of MUFU.RSQ (src/common/rsq_sm90.*, docs/KSIDE-SPEC.md section 2 step 5): the embedded 2-bit
 // table reproduces every one of the 2^24 entries of the golden table
 // tests/data/golden/kside/mufu_rsq_sm90.safetensors, the scaling follows the spec's rules, and the
 // special values and the spec's stated values come out.

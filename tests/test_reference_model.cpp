@@ -331,7 +331,7 @@ TEST(ReferenceModelCheck, CatchesAWrongRope) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Every recipe: an exact scalar model written from SPEC.md, SPEC-variants.md and SPEC-vllm.md's
+// Every recipe: an exact scalar model written from SPEC.md, docs/RECIPES.md and docs/RECIPES.md's
 // text, with its own table of the forms (not recipes.inc, not src/common/row.h), compared with the
 // reference byte for byte. The model's float32 steps are the spec's (explicit fma, ordinary products,
 // butterflies in the stated order); the codecs are written differently from row.h: the bf16
@@ -348,14 +348,14 @@ struct SpecForm {
   bool hadamard;
   bool fp4;
   bool fnuz;
-  bool vllm;          // SPEC-vllm.md: bf16 after RoPE, pow2 FP8 scale / MX FP4, two weight factors
+  bool vllm;          // docs/RECIPES.md: bf16 after RoPE, pow2 FP8 scale / MX FP4, two weight factors
   // The forms added later (docs/RECIPES.md), each its own quantization; kSame: the flags above say it.
   enum Q { kSame, kCute, kV32, kRne, kTwoStage, kUe8m0, kSgl224, kFnuz224 } q = kSame;
   bool neox = false;     // RoPE pairs (j, j + 32) of the rotated 64
   bool no_rope = false;  // no RoPE at all
   bool x1c = false;      // the second value of a pair as fma(x1, c, x0 * s)
 };
-// SPEC.md (v4_fp8), SPEC-variants.md and SPEC-vllm.md, one line per form.
+// SPEC.md (v4_fp8), docs/RECIPES.md and docs/RECIPES.md, one line per form.
 const SpecForm kSpecForms[] = {
     {"v4_fp8", false, false, true, false, false, false},
     {"v32_fp8", true, true, false, false, false, false},
@@ -423,7 +423,7 @@ int model_e2m1(float v) {
   return (v < 0.0f && code != 0) ? code | 8 : code;
 }
 
-// ---- SPEC-vllm.md's codecs ----
+// ---- docs/RECIPES.md's vLLM codecs (steps 6, 8) ----
 // FP8 step 5: s rounded up to a power of two (the smallest 2^p >= s); +Inf stays +Inf.
 float model_pow2_ceil(float s) {
   if (std::isinf(s)) return INFINITY;
@@ -447,7 +447,7 @@ int model_mx_ue8m0(float amax) {
 }
 // MXFP4 step 4: the nearest of the eight e2m1 magnitudes, ties to the even code, |v| > 6 -> 6;
 // bit 3 = the sign bit of v always. NaN -> 0x7 (+6) whatever its sign bit (the library's choice,
-// docs/RECIPES.md: SPEC-vllm.md leaves it open, and devices disagree on NaN signs).
+// docs/RECIPES.md: vLLM's kernel leaves it open, and devices disagree on NaN signs).
 int model_mx_e2m1(float v) {
   static const double mag[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
   if (std::isnan(v)) return 7;
@@ -660,7 +660,7 @@ iqtest::Outputs model_outputs(const HostCase& c, Perturb perturb = Perturb::kNon
         later_form_row(F, x, w, ws, hs, r, o, perturb);
         continue;
       }
-      if (F.vllm && F.fp4) {  // SPEC-vllm.md, MXFP4 form: no Hadamard, no second bf16 rounding
+      if (F.vllm && F.fp4) {  // docs/RECIPES.md, MXFP4 form: no Hadamard, no second bf16 rounding
         std::uint32_t sf = 0;
         for (int blk = 0; blk < 4; ++blk) {
           float amax = 0.0f;
@@ -681,7 +681,7 @@ iqtest::Outputs model_outputs(const HostCase& c, Perturb perturb = Perturb::kNon
         o.weights_out[std::size_t(r)] = perturb == Perturb::kOneHeadFactor ? w * (ws * hs) : (w * ws) * hs;
         continue;
       }
-      if (F.vllm) {  // SPEC-vllm.md, FP8 form
+      if (F.vllm) {  // docs/RECIPES.md, FP8 form
         float amax = 0.0f;
         for (int i = 0; i < 128; ++i)
           if (!std::isnan(x[i])) amax = std::max(amax, std::fabs(x[i]));
@@ -772,7 +772,7 @@ TEST(RecipeModelCodecs, E2m1AndUe8m0) {
   EXPECT_EQ(model_inv(253), 0x1p-126f);
 }
 
-// SPEC-vllm.md's codecs in the model, against the spec's own examples and bit rules.
+// docs/RECIPES.md's vLLM codecs (steps 6, 8) in the model, against the spec's own examples and bit rules.
 TEST(RecipeModelCodecs, VllmPow2ScaleAndFp8Codes) {
   EXPECT_EQ(model_pow2_ceil(0.125f), 0.125f);  // a power of two stays
   EXPECT_EQ(model_pow2_ceil(std::nextafter(0.125f, 1.0f)), 0.25f);
@@ -797,7 +797,7 @@ TEST(RecipeModelCodecs, VllmPow2ScaleAndFp8Codes) {
 }
 
 TEST(RecipeModelCodecs, VllmMxE2m1AndUe8m0) {
-  // SPEC-vllm.md step 4's examples: ties to even
+  // docs/RECIPES.md step 8's examples: ties to even
   const float ties[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
   const int want[7] = {0, 2, 2, 4, 4, 6, 6};  // codes of 0, 1, 1, 2, 2, 4, 4
   for (int i = 0; i < 7; ++i) {

@@ -1,4 +1,4 @@
-// The key side in the indexer-q commands (SPEC-kside.md): verify of key-side golden files and
+// The key side in the indexer-q commands (docs/KSIDE-SPEC.md): verify of key-side golden files and
 // 'run' / 'bench' with a key-side recipe. The op is called through the public API only
 // (run(KStoreArgs)); buffers live in the target's runtime (host or CUDA device memory).
 #include <algorithm>
@@ -39,7 +39,7 @@ std::string krecipe_names() {
 }
 
 std::string kside_recipes_help() {
-  return "key-side recipes (SPEC-kside.md; 'run' and 'bench' take them with --recipe, 'verify' reads their\n"
+  return "key-side recipes (docs/KSIDE-SPEC.md; 'run' and 'bench' take them with --recipe, 'verify' reads their\n"
          "golden files): RMSNorm (MUFU.RSQ model), RoPE on dims 64..127, Hadamard, stored in a paged cache:\n"
          "  v4_k_fp8              e4m3fn codes + fp32 scale per token (132 bytes)\n"
          "  v4_k_fp4              e2m1 code pairs + 4 UE8M0 block scales per token (68 bytes)\n";
@@ -337,7 +337,7 @@ const char* kKsideWorkload =
     "once.";
 
 // A key-side file of case k with the expected cache `cache` (fill 0xA5), in SGLang's plan
-// convention (SPEC-kside.md section 1): extend mode, ratio 4, seq_len = position + 4, ragged_id =
+// convention (docs/KSIDE-SPEC.md section 1): extend mode, ratio 4, seq_len = position + 4, ragged_id =
 // token, out_loc = the slots (a skipped token: seq_len 0xFFFFFFFF).
 bool save_kside_file(const std::string& path, const io::KsideCase& k, const std::vector<std::uint8_t>& cache,
                      const std::string& producer, std::string* err) {

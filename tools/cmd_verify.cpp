@@ -69,7 +69,7 @@ const char* kVerifyDescription =
     "q_fp4 (B,H,64), q_sf (B,H) and weights_out for FP4 recipes (v4_fp4, vllm_v4_mxfp4);\n"
     "weights_out may be stored (B,H,1) or (B,H). Every FP8 e4m3fn file of a recipe with an\n"
     "e4m3fnuz twin is also checked as that recipe (<variant>_fnuz), with the expected outputs\n"
-    "derived as SPEC-variants.md says (code 0x80 -> 0x00, weights_out x 2); vllm_v4_fp8 has none.\n"
+    "derived as docs/RECIPES.md says (code 0x80 -> 0x00, weights_out x 2); vllm_v4_fp8 has none.\n"
     "Outputs are poisoned before each run (once with 0xff, once with 0x00), so a byte the backend\n"
     "does not write is always caught. A malformed, truncated or inconsistent file, or one whose\n"
     "variant is not a recipe of this library, is reported as such and the other files still run.\n"
@@ -77,7 +77,7 @@ const char* kVerifyDescription =
     "(FP4) and weights_out values and, if any, the first few differing indices; then a summary\n"
     "line. A directory stands for the *.safetensors files under it (recursively); other files not\n"
     "named *.safetensors are skipped with a note (so a shell glob may match a README).\n"
-    "Key-side files (variant v4_k_fp8 | v4_k_fp4, SPEC-kside.md, docs/KSIDE.md): positions and slots\n"
+    "Key-side files (variant v4_k_fp8 | v4_k_fp4, docs/KSIDE-SPEC.md, docs/KSIDE.md): positions and slots\n"
     "come from the file's plan, out_loc, mode and compress_ratio; the cache is filled with the file's\n"
     "cache_fill (then its complement) before each run and every byte of it is compared.\n"
     "Exit status: 0 if every file was read and every run is exact, 1 otherwise (a backend that\n"
@@ -209,7 +209,7 @@ int cmd_verify(int argc, char** argv) {
       ++bad_files;
       continue;
     }
-    if (io::is_kside_file(st)) {  // a key-side file (SPEC-kside.md): the whole cache is compared
+    if (io::is_kside_file(st)) {  // a key-side file (docs/KSIDE-SPEC.md): the whole cache is compared
       if (!kside_verify_file(path, st, targets, &exact_runs, &differ_runs, &failed_runs)) ++bad_files;
       continue;
     }

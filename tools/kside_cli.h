@@ -1,4 +1,4 @@
-// The key side (SPEC-kside.md) in the indexer-q commands: verify of key-side golden files, and
+// The key side (docs/KSIDE-SPEC.md) in the indexer-q commands: verify of key-side golden files, and
 // 'run' / 'bench' with --recipe v4_k_fp8 | v4_k_fp4 (tools/cmd_kside.cpp).
 #pragma once
 

@@ -1,4 +1,4 @@
-// The composed implementation: the arithmetic of every recipe (SPEC.md, SPEC-variants.md,
+// The composed implementation: the arithmetic of every recipe (SPEC.md, docs/RECIPES.md,
 // docs/RECIPES.md; the executable spec is src/common/row.h process_row<R>) as a
 // sequence of ATen operations, so the operators run on any device torch supports (XPU, and
 // whatever else reaches the CompositeExplicitAutograd fallback). It must give the same bytes as the

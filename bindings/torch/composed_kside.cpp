@@ -1,4 +1,4 @@
-// The key side (SPEC-kside.md section 2) as ATen operations, for devices without a native
+// The key side (docs/KSIDE-SPEC.md section 2) as ATen operations, for devices without a native
 // kernel (XPU and whatever reaches CompositeExplicitAutograd) and as kside_store_composed on any
 // device. It must give the native kernels' bytes, and it uses no float64 (devices such as many
 // XPUs have none): float32, int32 / int64 and bool tensors only.
@@ -21,7 +21,7 @@
 //    small integers in float32 (exact below 2^24). An exactly zero sum is +0, or -0 when both
 //    addends are -0 (IEEE). Operands with an Inf or NaN take a * b + c in float32, which gives
 //    fmaf's Inf / NaN results (the sign of a NaN does not reach any byte here).
-//  - the reciprocal square root is the library's MUFU.RSQ model (SPEC-kside.md step 5): its 2^24
+//  - the reciprocal square root is the library's MUFU.RSQ model (docs/KSIDE-SPEC.md section 2 step 5): its 2^24
 //    table entries (indexer_q::detail::rsq_sm90_table) as an int32 tensor on the device (built
 //    and uploaded once per device, 64 MiB), gathered by index_select; the even power of two is
 //    applied by an exact float32 multiply (the results are normal for every argument).
@@ -31,7 +31,7 @@
 //    e4m3fn conversion (round to nearest even; |v| <= 448), e2m1 codes by counting thresholds.
 //  - tokens: a token is written when slot >= 0, slot < num_pages * page_size and position in
 //    [0, max_pos) (on the CPU the validator has already rejected every other non-negative slot);
-//    its 132 / 68 bytes are index_copy_'d into the flat cache at SPEC-kside.md section 3's place.
+//    its 132 / 68 bytes are index_copy_'d into the flat cache at docs/KSIDE-SPEC.md section 3's place.
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -84,7 +84,7 @@ const Tensor& rsq_table_on(const torch::stable::Device& dev) {
   return *t;
 }
 
-// rsq_mufu(t) of SPEC-kside.md step 5, element-wise.
+// rsq_mufu(t) of docs/KSIDE-SPEC.md section 2 step 5, element-wise.
 Tensor rsq_model(const Tensor& t, const Consts& k) {
   const Tensor b = band(to_dtype(view_as_dtype(t, I32), L), k.li(0xffffffffLL));
   const Tensor subn = land(lt(b, k.li(0x00800000)), ne(b, k.li(0)));
@@ -194,7 +194,7 @@ void kside_composed_forward(const KTorchArgs& a) {
     scale_bytes = to_dtype(view(e, Shape{K, 4}), U8);
   }
 
-  // SPEC-kside.md section 3: flat byte offsets of each token's code and scale bytes
+  // docs/KSIDE-SPEC.md section 3: flat byte offsets of each token's code and scale bytes
   const Tensor page = shr(tok_slot, k.li(log2_ps)), row = band(tok_slot, k.li(ps - 1));
   const Tensor base = mul(page, k.li(page_bytes));
   const Tensor code0 = iadd(base, mul(row, k.li(CB)));

@@ -1,4 +1,4 @@
-// The key side's PyTorch operators (SPEC-kside.md, docs/TORCH.md "The key side"):
+// The key side's PyTorch operators (docs/KSIDE-SPEC.md, docs/TORCH.md "The key side"):
 //
 //   indexer_q::kside_store(str recipe, Tensor input, Tensor weight, float eps, Tensor freqs,
 //                          Tensor positions, Tensor slots, Tensor(a!) kvcache, int page_size,

@@ -32,7 +32,7 @@ KRecipeId krecipe_or_throw(const std::string& name);
 // that index, so the validator checks shapes, dtypes and strides without reading positions/slots.
 KStoreArgs make_kargs(const KTorchArgs& a);
 
-// The composed ATen implementation (composed_kside.cpp): validates, then computes SPEC-kside.md
+// The composed ATen implementation (composed_kside.cpp): validates, then computes docs/KSIDE-SPEC.md
 // section 2 with ATen operations on the tensors' device and writes the valid tokens' cache rows.
 void kside_composed_forward(const KTorchArgs& a);
 

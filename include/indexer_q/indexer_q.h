@@ -301,7 +301,7 @@ Status fused_q_indexer_rope_hadamard_quant(const TensorView& q_input, const Tens
                                            const Options& options = Options{});
 
 // ---------------------------------------------------------------------------------------
-// The key side (SPEC-kside.md, docs/KSIDE.md)
+// The key side (docs/KSIDE-SPEC.md, docs/KSIDE.md)
 // ---------------------------------------------------------------------------------------
 // Each key token (128 values) is normalized (RMSNorm with the GPU's MUFU.RSQ reciprocal square
 // root, modelled exactly on the host), rotated (RoPE on dims 64..127, interleaved freqs), spread
@@ -358,7 +358,7 @@ OutFormat krecipe_format(KRecipeId id) noexcept;
 std::int64_t kside_token_bytes(KRecipeId id) noexcept;
 
 namespace detail {
-// The table of the host's MUFU.RSQ model (SPEC-kside.md step 5; src/common/rsq_sm90.h): the bits
+// The table of the host's MUFU.RSQ model (docs/KSIDE-SPEC.md section 2 step 5; src/common/rsq_sm90.h): the bits
 // of MUFU.RSQ(x_i) for i < 2^24, x_i = 2^(i >> 23) * (1 + (i & 0x7fffff) * 2^-23). For code that
 // computes the key side outside the library's backends (the torch binding's composed path gathers
 // from it on the tensors' device). Not a stable API.

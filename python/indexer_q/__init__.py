@@ -27,6 +27,10 @@ freqs_real, positions, gfx942=True)`` (``sglang_v4_fp8_gfx942``) and vLLM's ROCm
 ``fused_indexer_q_rope_quant(..., out_dtype=torch.float8_e4m3fnuz)`` (``vllm_v4_fp8_fnuz224``).
 """
 
+# The package version; CMakeLists.txt's project(VERSION) is the same number (checked by
+# tests/python/test_docs_examples.py), and pyproject.toml reads it from here.
+__version__ = "0.1.0"
+
 from ._ops import (
     RECIPES,
     RecipeInfo,
@@ -57,6 +61,7 @@ from .kside import (
 )
 
 __all__ = [
+    "__version__",
     "RECIPES",
     "RecipeInfo",
     "available_backends",
@@ -82,3 +87,35 @@ __all__ = [
     "kside_store",
     "plan_positions_slots",
 ]
+
+
+def _cuda_backend_warning(torch_cuda, cuda_takes_python_path):
+    """The warning for a build without the CUDA backend under a torch with CUDA, else None."""
+    if not torch_cuda or not cuda_takes_python_path:
+        return None
+    return (
+        f"indexer_q {__version__} was built without its CUDA backend (no nvcc, or against a "
+        f"CPU-only torch), but this torch has CUDA {torch_cuda}: CUDA tensors take the Triton "
+        "kernel (or the composed ATen path), not the native CUDA kernel. For the native kernel, "
+        "rebuild against this torch where nvcc is installed: "
+        "`pip install --no-build-isolation --no-deps --force-reinstall .` "
+        "(set INDEXER_Q_NO_CUDA_OK=1 to silence this warning)"
+    )
+
+
+def _warn_cuda_backend():
+    import os
+    import warnings
+
+    import torch
+
+    from . import triton_dispatch
+
+    if os.environ.get("INDEXER_Q_NO_CUDA_OK"):
+        return
+    msg = _cuda_backend_warning(torch.version.cuda, "CUDA" in triton_dispatch.AUTO_KEYS)
+    if msg:
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+_warn_cuda_backend()

@@ -559,7 +559,7 @@ def fused_indexer_q_rope_quant(
     enable_pdl: bool = True,
 ) -> Tuple[QOut, torch.Tensor]:
     """vLLM's call (``vllm/models/deepseek_v4/common/ops/fused_indexer_q.py``), same arguments,
-    same results, same bytes (docs/SPEC-vllm.md): recipe ``vllm_v4_fp8``, or ``vllm_v4_mxfp4``
+    same results, same bytes (docs/RECIPES.md): recipe ``vllm_v4_fp8``, or ``vllm_v4_mxfp4``
     with ``use_fp4=True``.
 
     ``out_dtype=torch.float8_e4m3fnuz``: vLLM's ROCm path on gfx942 (the same call, whose q_fp8

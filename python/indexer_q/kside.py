@@ -1,4 +1,4 @@
-"""The indexer's key side (SPEC-kside.md): RMSNorm, RoPE on dims 64..127, the 128-point Hadamard
+"""The indexer's key side (docs/KSIDE-SPEC.md): RMSNorm, RoPE on dims 64..127, the 128-point Hadamard
 transform and FP8 / FP4 quantization of compressed key tokens, stored into a paged cache.
 
 ``torch.ops.indexer_q.kside_store(recipe, input, weight, eps, freqs, positions, slots, kvcache,
@@ -27,7 +27,7 @@ def _err(arg: str, what: str) -> ValueError:
 
 def plan_positions_slots(plan: torch.Tensor, out_loc: torch.Tensor, *, is_decode: bool,
                          compress_ratio: int = 4) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(positions, slots), both int64 (N,), from SGLang's plan (SPEC-kside.md section 1).
+    """(positions, slots), both int64 (N,), from SGLang's plan (docs/KSIDE-SPEC.md section 1).
 
     plan: (N, 16) uint8, one little-endian struct per token. Extend: {u32 seq_len, u16 ragged_id,
     ...}; seq_len 0xFFFFFFFF, or ragged_id >= len(out_loc), skips the token; slot =

@@ -13,7 +13,7 @@ equals what this produces):
     PYTHONPATH=python python -m indexer_q.triton_selfcheck --write tests/data/golden
 
 The check runs each case's recipe (and the FNUZ twin of an FP8 case, expected bytes derived as
-SPEC-variants.md says) with bf16 and with float32 inputs (the same values) and compares bytes.
+docs/RECIPES.md says) with bf16 and with float32 inputs (the same values) and compares bytes.
 """
 
 from __future__ import annotations

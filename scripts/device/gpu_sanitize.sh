@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # compute-sanitizer over the CUDA tests (issue 11), for the GPU machine. Expects a CUDA build in
-# BUILD_DIR (default build-gpu; e.g. made by scripts/gpu_check.sh or `cmake -DINDEXER_Q_CUDA=ON`)
+# BUILD_DIR (default build-gpu; e.g. made by `STEPS=build scripts/device/all_gpu.sh` or `cmake -DINDEXER_Q_CUDA=ON`)
 # holding tests/indexer_q_tests. Runs, each under a time limit:
 #   memcheck   every Cuda.* / CudaKside.* test except the exhaustive encoder sweeps (2^32 inputs,
 #              pure arithmetic with no memory access of interest) and the PDL timing test (the

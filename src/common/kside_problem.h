@@ -1,4 +1,4 @@
-// The key side (SPEC-kside.md): compile-time key recipes, the validated problem every backend
+// The key side (docs/KSIDE-SPEC.md): compile-time key recipes, the validated problem every backend
 // receives, and the backends' entry points. Backends include this header and
 // src/common/kside_row.h only; they never include each other.
 #pragma once

@@ -1,4 +1,4 @@
-// The key side's scalar steps (SPEC-kside.md section 2), shared by host and device code, and
+// The key side's scalar steps (docs/KSIDE-SPEC.md section 2), shared by host and device code, and
 // the cache placement of section 3. kside_row<KR> composed from these steps IS the reference:
 // every backend reproduces its bytes. Steps that are the query side's arithmetic exactly (RoPE
 // on dims 64..127 with the interleaved table, the Hadamard butterflies, the 1/sqrt(128)
@@ -56,7 +56,7 @@ IQ_HD float kside_norm(float x, float nf, float w) { return (x * nf) * w; }
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 // The device's reciprocal square root: rsqrtf is MUFU.RSQ on sm_90 without fast-math (the model
-// the host follows is src/common/rsq_sm90.h; SPEC-kside.md section 7 for other GPUs).
+// the host follows is src/common/rsq_sm90.h; docs/KSIDE-SPEC.md section 7 for other GPUs).
 struct RsqHw {
   __device__ __forceinline__ float operator()(float x) const { return rsqrtf(x); }
 };

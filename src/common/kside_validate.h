@@ -7,7 +7,7 @@
 namespace indexer_q {
 namespace detail {
 
-// Checks args against SPEC-kside.md's contract; on success fills *out (if not null). Reads no
+// Checks args against docs/KSIDE-SPEC.md's contract; on success fills *out (if not null). Reads no
 // data except positions and slots when they live on the host (range check of every token with
 // a slot >= 0).
 Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem* out);

@@ -1,5 +1,5 @@
 // Scalar math shared by host and device code: the element codecs (bf16, fp16, fp8 e4m3fn,
-// e2m1 + ue8m0) and the row pipeline of SPEC.md / SPEC-variants.md, step by step, composed
+// e2m1 + ue8m0) and the row pipeline of SPEC.md / docs/RECIPES.md, step by step, composed
 // from a recipe (src/common/recipe.h). Every backend reproduces exactly what
 // these functions compute; the scalar reference *is* these functions.
 //
@@ -123,7 +123,7 @@ IQ_HD float round_bf16(float f) {
   return f32_from_bits((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
 }
 
-// ---- fp4 e2m1 (SPEC-variants.md, v4_fp4) ----
+// ---- fp4 e2m1 (docs/RECIPES.md, v4_fp4) ----
 constexpr float kFp4Max = 6.0f;
 // UE8M0 exponent byte of a block: s = fmax(1e-4, amax) / 6 rounded up to a power of two.
 IQ_HD std::uint8_t ue8m0_of_amax(float amax) {
@@ -210,7 +210,7 @@ IQ_HD std::uint8_t quantize_value(float y, float inv, float lim = kFp8Max) {
 // The e4m3fnuz code of the same value (OutFormat::kE4M3FNUZ): -0 becomes +0.
 IQ_HD std::uint8_t fnuz_from_fn(std::uint8_t c) { return c == 0x80u ? std::uint8_t(0) : c; }
 
-// ---- vLLM's quantizer (Quantizer::kVllm, SPEC-vllm.md) ----
+// ---- vLLM's quantizer (Quantizer::kVllm, docs/RECIPES.md) ----
 // A positive float rounded up to a power of two, from its bits: finite s -> 2^ceil(log2 s)
 // (exponent byte ((bits + 0x7fffff) >> 23) & 0xff), +Inf stays +Inf.
 IQ_HD float pow2_ceil(float s) { return f32_from_bits((((f32_bits(s) + 0x7fffffu) >> 23) & 0xffu) << 23); }

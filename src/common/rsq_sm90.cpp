@@ -1,4 +1,4 @@
-// Host model of MUFU.RSQ on sm_90 (SPEC-kside.md section 2 step 5): a table of the 2^24 results
+// Host model of MUFU.RSQ on sm_90 (docs/KSIDE-SPEC.md section 2 step 5): a table of the 2^24 results
 // for x in [1, 4), each stored as a 2-bit delta (-2..+1) against fl32(1 / sqrt((double)x)), and
 // the exact even-power-of-two scaling that maps every other float onto that range.
 #include "common/rsq_sm90.h"

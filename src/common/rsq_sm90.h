@@ -1,5 +1,5 @@
 // Host only: an exact model of the NVIDIA sm_90 MUFU.RSQ instruction (rsqrtf without fast-math),
-// SPEC-kside.md section 2 step 5. MUFU.RSQ is not correctly rounded; its result for every x in
+// docs/KSIDE-SPEC.md section 2 step 5. MUFU.RSQ is not correctly rounded; its result for every x in
 // [1, 4) is tabulated (2^24 entries, stored as 2-bit deltas against fl32(1 / sqrt((double)x)) in
 // src/common/data/rsq_sm90_delta2.bin, embedded in the library at build time), and every other
 // float maps onto that range by an even power of two. Verified entry by entry against the golden

@@ -635,5 +635,5 @@ void encode_mxfp4_avx2(const float* y, float inv, std::uint8_t* out, std::int64_
 }  // namespace detail
 }  // namespace indexer_q
 
-// The key side's kernel on this file's encoders (SPEC-kside.md, src/cpu/kside_body.h).
+// The key side's kernel on this file's encoders (docs/KSIDE-SPEC.md, src/cpu/kside_body.h).
 #include "cpu/kside_avx2.inc"

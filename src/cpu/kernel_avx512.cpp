@@ -470,5 +470,5 @@ void encode_mxfp4_avx512(const float* y, float inv, std::uint8_t* out, std::int6
 }  // namespace detail
 }  // namespace indexer_q
 
-// The key side's kernel on this file's encoders (SPEC-kside.md, src/cpu/kside_body.h).
+// The key side's kernel on this file's encoders (docs/KSIDE-SPEC.md, src/cpu/kside_body.h).
 #include "cpu/kside_avx512.inc"

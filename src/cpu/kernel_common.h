@@ -24,12 +24,12 @@ namespace detail {
 namespace cpu {
 namespace {
 
-// ---- constants of SPEC.md / SPEC-variants.md (the same values as src/common/row.h) ----
+// ---- constants of SPEC.md / docs/RECIPES.md (the same values as src/common/row.h) ----
 constexpr float kHadamardK = 0x1.6a09e6p-4f;  // bits 0x3db504f3
 constexpr float kFp8MaxK = 448.0f;
 constexpr float kFp4MaxK = 6.0f;
 constexpr float kScaleFloorK = 1e-4f;
-// vLLM's MXFP4 (SPEC-vllm.md): the block amax floor 6 * 2^-126 and fl(1/6).
+// vLLM's MXFP4 (docs/RECIPES.md): the block amax floor 6 * 2^-126 and fl(1/6).
 constexpr float kMxAmaxFloorK = 0x1.8p-124f;  // bits 0x01c00000
 constexpr float kMxSixthK = 0x1.555556p-3f;
 // vLLM's CuTe and V3.2 quantizers: fl(1/448) and V3.2's amax floor.

@@ -1,4 +1,4 @@
-// The key side's one SIMD body (SPEC-kside.md section 2), included by each ISA translation unit
+// The key side's one SIMD body (docs/KSIDE-SPEC.md section 2), included by each ISA translation unit
 // (src/cpu/kside_avx2.inc at the end of kernel_avx2.cpp, src/cpu/kside_avx512.inc at the end of
 // kernel_avx512.cpp) and compiled there with that TU's flags; everything has internal linkage
 // (see cpu_internal.h). It is instantiated per ISA policy P and per key recipe KR.

@@ -1,4 +1,4 @@
-// The key side of the CPU backend (SPEC-kside.md): one kernel per ISA variant of
+// The key side of the CPU backend (docs/KSIDE-SPEC.md): one kernel per ISA variant of
 // src/cpu/isa_list.inc, each the generic body of src/cpu/kside_body.h instantiated per key
 // recipe (kside_kernel_scalar: src/common/kside_row.h as is).
 #pragma once

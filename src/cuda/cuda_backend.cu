@@ -607,7 +607,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   }
 
   if (R::kVllm) {
-    // ---- FP8, vLLM's quantizer (SPEC-vllm.md steps 4..7; no Hadamard) ----
+    // ---- FP8, vLLM's quantizer (docs/RECIPES.md step 6; no Hadamard) ----
     float amax = 0.0f;
 #pragma unroll
     for (int c = 0; c < C; ++c)

@@ -1,4 +1,4 @@
-// The FP4 steps of SPEC-variants.md (v4_fp4) and the FNUZ re-encoding on the GPU, shared by the
+// The FP4 steps of docs/RECIPES.md (v4_fp4) and the FNUZ re-encoding on the GPU, shared by the
 // kernels and tests/test_cuda.cu (which checks each one against the scalar functions of
 // src/common/row.h for every float32 bit pattern).
 #pragma once

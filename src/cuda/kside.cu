@@ -1,4 +1,4 @@
-// The CUDA backend of the key side (SPEC-kside.md: RMSNorm, RoPE on dims 64..127, Hadamard,
+// The CUDA backend of the key side (docs/KSIDE-SPEC.md: RMSNorm, RoPE on dims 64..127, Hadamard,
 // FP8 / FP4 quantization, store into a paged cache), both key recipes of
 // include/indexer_q/kside_recipes.inc from one kernel body (kside_kernel<KR, LANES, ...>,
 // KR = KRecipeT<Id> of src/common/kside_problem.h; the host picks it through with_krecipe).
@@ -29,13 +29,13 @@
 //    checked for every input); a chunk's 4 codes are one 2-byte store, the 4 scale bytes one
 //    4-byte store by lane 0.
 // The reciprocal square root of step 5 is the hardware's (RsqHw of kside_row.h: rsqrtf, i.e.
-// rsqrt.approx.f32 = MUFU.RSQ on sm_90, which the host's table model reproduces; SPEC-kside.md
+// rsqrt.approx.f32 = MUFU.RSQ on sm_90, which the host's table model reproduces; docs/KSIDE-SPEC.md
 // section 7 leaves other GPUs open: the golden tests on such a device tell).
 // LANES = 32 is SGLang's lane layout (4 dims per lane); fewer lanes per token do the
 // per-token work (divisions, reciprocal square root, index math) once for more values:
 // kside_choose_variant holds the shape measured fastest on an H200 (bench/cuda_kside_bench.cu).
 //
-// Bounds (SPEC-kside.md section 1). Positions and slots live in device memory and are not
+// Bounds (docs/KSIDE-SPEC.md section 1). Positions and slots live in device memory and are not
 // checked on the host. A token with a negative slot, a slot >= num_pages * page_size, or a
 // position outside [0, max_pos) writes nothing; every lane of it still computes (on freqs row
 // 0, always in bounds) so that the shuffles have the whole warp. Lanes past the last token

@@ -1,4 +1,4 @@
-// The key side's scalar reference: SPEC-kside.md step by step (src/common/kside_row.h with the
+// The key side's scalar reference: docs/KSIDE-SPEC.md step by step (src/common/kside_row.h with the
 // host's MUFU.RSQ model), one token at a time, one thread. The executable spec every other
 // backend is compared against.
 #include <cstdint>

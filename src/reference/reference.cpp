@@ -1,4 +1,4 @@
-// The scalar reference: SPEC.md / SPEC-variants.md step by step (src/common/row.h composed
+// The scalar reference: SPEC.md / docs/RECIPES.md step by step (src/common/row.h composed
 // from the recipe), one row at a time, one thread.
 // It is the executable spec that every other backend is compared against.
 #include <cstdint>

@@ -4,7 +4,7 @@
 
 CUDA: median of CUDA-graph replays of 20 calls each (launch overhead amortized, as engines run
 it), plus the eager per-call time (dispatcher + binding + launch). CPU: median wall time of calls.
-Bytes per call as in PERF-NOTES.md: per row 256 read + 2 weight + 128 fp8 + 4 weights_out, per
+Bytes per call as in docs/PERFORMANCE.md: per row 256 read + 2 weight + 128 fp8 + 4 weights_out, per
 token 8 + 256 (position, freqs row), for bf16 input.
 """
 

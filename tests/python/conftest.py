@@ -18,7 +18,7 @@ import indexer_q  # noqa: F401  (loads the operator library)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLDEN_DIR = os.path.join(ROOT, "tests", "data", "golden")
 GOLDEN_VARIANTS_DIR = os.path.join(GOLDEN_DIR, "variants")
-GOLDEN_VLLM_DIR = os.path.join(GOLDEN_DIR, "vllm")  # from vLLM's own kernels (SPEC-vllm.md)
+GOLDEN_VLLM_DIR = os.path.join(GOLDEN_DIR, "vllm")  # from vLLM's own kernels (docs/RECIPES.md)
 # more engines' forms (docs/RECIPES.md steps 9-14): vLLM V3.2 and CuTe DSL, SGLang V4.1 FP4, SGLang's
 # V3.2 unfused query path (docs/RECIPES.md 13)
 GOLDEN_MORE_DIRS = ("vllm_v32", "vllm_cutedsl", "sgl_v41_fp4_rope_pack", "sgl_v41_fp4_quant",
@@ -128,7 +128,7 @@ def fnuz_twin(recipe):
 def golden_recipe_cases():
     """(path relative to GOLDEN_DIR, recipe) for every golden file of every recipe: the file's own
     recipe (metadata `variant`, v4_fp8 when absent) and, for FP8 files, the recipe's FNUZ twin
-    where the library has one (expected outputs derived from the FN ones, SPEC-variants.md)."""
+    where the library has one (expected outputs derived from the FN ones, docs/RECIPES.md)."""
     cases = []
     for rel in (golden_files() + [os.path.join("variants", f) for f in golden_variant_files()]
                 + [os.path.join("vllm", f) for f in golden_vllm_files()] + golden_more_files()):
@@ -187,7 +187,7 @@ def load_golden(rel, recipe, device="cpu"):
                                 t["q_sf"].reshape(b, h), w_want)
     q = t["q_fp8"].view(torch.uint8)
     w = t["weights_out"]
-    if info.format == "e4m3fnuz":  # SPEC-variants.md: same bytes except 0x80 -> 0x00, w * 2
+    if info.format == "e4m3fnuz":  # docs/RECIPES.md: same bytes except 0x80 -> 0x00, w * 2
         q = torch.where(q == 0x80, torch.zeros_like(q), q)
         w = w * 2.0
     return inputs, ws, hs, (q, t["q_scale"] if info.scale_out else None, w)

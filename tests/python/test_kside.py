@@ -1,4 +1,4 @@
-"""The key side through torch (SPEC-kside.md): indexer_q::kside_store (native CPU / CUDA and the
+"""The key side through torch (docs/KSIDE-SPEC.md): indexer_q::kside_store (native CPU / CUDA and the
 composed ATen path) and indexer_q.compress_norm_rope_store (SGLang's plan-driven call).
 
 - every golden file of tests/data/golden/kside (SGLang's kernel on an H200), every cache byte

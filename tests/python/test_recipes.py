@@ -263,7 +263,7 @@ def test_golden_python_api(rel, recipe, device):
 
 
 def test_fnuz_dequant_equals_fn_dequant():
-    # SPEC-variants.md: dequant(q_fnuz) * w_fnuz == dequant(q_fn) * w_fn, exactly
+    # docs/RECIPES.md: dequant(q_fnuz) * w_fnuz == dequant(q_fn) * w_fn, exactly
     rel = "b64_h64_i64_outliers.safetensors"
     x, ws, _, _ = load_golden(rel, "v4_fp8")
     args = (x["q_input"], x["weight"], ws, x["freqs"], x["positions"])
@@ -760,7 +760,7 @@ def test_general_op_equals_legacy_op():
     assert_same_outputs((q8, None, wo), (args[2], None, args[5]), "legacy vs quant_q")
 
 
-# ---- vLLM's forms (SPEC-vllm.md): hand-made edges, the two weight factors, (T, H) weights_out ----
+# ---- vLLM's forms (docs/RECIPES.md): hand-made edges, the two weight factors, (T, H) weights_out ----
 VLLM_RECIPES = [r for r in RECIPES if indexer_q.recipe_info(r).vllm]
 NAN = float("nan")
 INF = float("inf")
@@ -780,7 +780,7 @@ def test_vllm_recipes_listed():
 
 
 def pow2_ceil_f32(amax):
-    """q_scale of SPEC-vllm.md step 5 for float32 amax values (a tensor): fmax(amax, 1e-4) / 448
+    """q_scale of docs/RECIPES.md step 6 for float32 amax values (a tensor): fmax(amax, 1e-4) / 448
     rounded up to a power of two from the bits; +Inf stays +Inf."""
     s = torch.fmax(amax.float(), torch.tensor(1e-4, dtype=torch.float32)) / 448.0
     b = s.view(torch.int32).long()

@@ -1,4 +1,4 @@
-// Key-side golden files (SPEC-kside.md section 5) as host cases: the inputs, the positions and
+// Key-side golden files (docs/KSIDE-SPEC.md section 5) as host cases: the inputs, the positions and
 // slots derived from SGLang's plan / out_loc / mode / compress_ratio (section 1), and the
 // expected cache. Used by the indexer-q CLI and by the tests. Host-only.
 #pragma once
@@ -39,13 +39,13 @@ struct KsideCase {
 
 // True if the file's metadata "variant" names a key-side recipe (v4_k_fp8, v4_k_fp4).
 bool is_kside_file(const StFile& file);
-// True for the MUFU.RSQ table file (metadata "variant" = "mufu_rsq_table", SPEC-kside.md section 5).
+// True for the MUFU.RSQ table file (metadata "variant" = "mufu_rsq_table", docs/KSIDE-SPEC.md section 5).
 bool is_rsq_table_file(const StFile& file);
 // Parses a key-side golden file; false + *error (naming the tensor or metadata key) when it is
 // not one or is inconsistent (a plan row whose ragged_id is past out_loc included).
 bool load_kside_case(const StFile& file, KsideCase* out, std::string* error);
 
-// Positions and slots of N tokens from SGLang's plan convention (SPEC-kside.md section 1):
+// Positions and slots of N tokens from SGLang's plan convention (docs/KSIDE-SPEC.md section 1):
 // plan (N, 16) bytes, out_loc (M,), mode "extend" | "decode", ratio > 0. Skipped tokens get slot
 // -1 and position 0. False + *error for a ragged_id >= M (extend) or M != N (decode).
 bool kside_slots_from_plan(const std::uint8_t* plan, std::int64_t N, const std::int64_t* out_loc, std::int64_t M,

@@ -64,7 +64,7 @@ struct ConformanceCase {
 bool load_case(const StFile& file, ConformanceCase* out, std::string* error);
 bool load_case_file(const std::string& path, ConformanceCase* out, std::string* error);
 
-// The FNUZ case of an FN case (SPEC-variants.md: same bytes except 0x80 -> 0x00, weights_out
+// The FNUZ case of an FN case (docs/RECIPES.md: same bytes except 0x80 -> 0x00, weights_out
 // times 2; recipe <name> -> <name>_fnuz). False if the case's recipe has no FNUZ form.
 bool derive_fnuz_case(const ConformanceCase& fn, ConformanceCase* out);
 
