@@ -236,6 +236,7 @@ _VLLM_RUNTIME = (
     "vllm.utils.torch_utils", "vllm.v1.attention.backends.mla.indexer",
     "vllm.v1.attention.ops.common", "vllm.v1.attention.ops.pcp", "vllm.v1.worker.workspace",
     "vllm.model_executor.warmup.jit_warmup",
+    "vllm.transformers_utils.deepseek_v4_utils",  # imported by the V4 ops package's cache_utils
 )
 
 
@@ -259,5 +260,18 @@ def load_vllm():
     ns = types.SimpleNamespace()
     ns.fused_indexer_q = import_real(root, "vllm.models.deepseek_v4.common.ops.fused_indexer_q")
     ns.sparse_attn_indexer = import_real(root, "vllm.model_executor.layers.sparse_attn_indexer")
+    _packages(root, "vllm.models.deepseek_v41.common.ops.x")
     ns.root = root
     return ns
+
+
+def run_package_init(name):
+    """Runs the real ``__init__.py`` of the engine package ``name`` (loaded without it so far), as
+    a later import of the package would: its ``from .x import f`` re-exports bind then."""
+    pkg = sys.modules[name]
+    path = os.path.join(pkg.__path__[0], "__init__.py")
+    pkg.__package__ = name
+    pkg.__file__ = path
+    with open(path) as f:
+        exec(compile(f.read(), path, "exec"), pkg.__dict__)
+    return pkg

@@ -61,6 +61,19 @@ def test_install_routes_every_target(sg):
     assert set(route_sglang.routed().values()) == {f"{m}.{a}" for m, a, _ in route_sglang.TARGETS}
 
 
+def test_package_imported_later_gets_the_routed_functions(sg):
+    """SGLang's own package __init__ (its re-exports, as srt/layers/attention/dsv4/indexer.py
+    imports them), run after install(), binds the routed functions."""
+    pkg = _engines.run_package_init("sglang.kernels.ops.attention.dsv4")
+    for name in ("fused_q_indexer_rope_hadamard_quant", "fused_q_indexer_rope_hadamard_fp4_quant",
+                 "compress_norm_rope_store"):
+        assert getattr(pkg, name).__indexer_q_original__ is not None, name
+    q, w, fc, pos = q_inputs(4, 9, seed=77)
+    got = pkg.fused_q_indexer_rope_hadamard_quant(q, w, 0.3, fc, pos)
+    want = indexer_q.quant_q("v4_fp8", q, w, 0.3, real_table(fc), pos)
+    assert_same_fp8(got[0], want[0], "q_fp8 via the package")
+
+
 @pytest.mark.parametrize("branch", ["cuda", "xpu", "cpu"])
 @pytest.mark.parametrize("b,h,dtype", [(7, 5, torch.bfloat16), (1, 64, torch.bfloat16),
                                        (3, 13, torch.float32), (0, 4, torch.bfloat16)])

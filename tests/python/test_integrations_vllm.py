@@ -62,6 +62,29 @@ def same(got, want, what):
         assert_same_f32(got[1], want[1], f"{what} weights_out")
 
 
+def test_reexports_loaded_before_install_are_routed(vl):
+    """vLLM's V4 and V4.1 ops packages re-export fused_indexer_q_rope_quant (V4.1's attention and
+    specialized decode import it from there): loaded before install(), they are rebound by it,
+    and restored by uninstall()."""
+    route_vllm.uninstall()
+    original = vl.fused_indexer_q.fused_indexer_q_rope_quant
+    assert not hasattr(original, "__indexer_q_original__")
+    p4 = _engines.run_package_init("vllm.models.deepseek_v4.common.ops")
+    p41 = _engines.run_package_init("vllm.models.deepseek_v41.common.ops")
+    assert p41.fused_indexer_q_rope_quant is original
+    route_vllm.install()
+    for pkg in (p4, p41):
+        assert pkg.fused_indexer_q_rope_quant.__indexer_q_original__ is original
+    assert {"vllm.models.deepseek_v41.common.ops.fused_indexer_q_rope_quant"} <= set(
+        route_vllm.routed())
+    pos, q, cache, w = inputs(3, 10, seed=8)
+    got = p41.fused_indexer_q_rope_quant(pos, q, cache, w, SM, HS, use_fp4=True)
+    same(got, indexer_q.quant_q("vllm_v4_mxfp4", q, w, SM, cache, pos, head_scale=HS), "v4.1")
+    route_vllm.uninstall()
+    assert p41.fused_indexer_q_rope_quant is original
+    route_vllm.install()
+
+
 @pytest.mark.parametrize("branch", ["triton", "xpu", "cpu"])
 @pytest.mark.parametrize("t,h", [(7, 5), (1, 64), (0, 3), (33, 16)])
 @pytest.mark.parametrize("table_dtype", [torch.float32, torch.bfloat16])
