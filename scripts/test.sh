@@ -18,7 +18,7 @@ echo "== Python: build the operator package and run pytest"
 PY=${PYTHON:-python3}
 "$PY" -m pip install -q --no-build-isolation --no-deps .
 # the integration tests import SGLang's and vLLM's own modules from their pinned PyPI wheels
-# (scripts/fetch_engines.sh: cached; about a minute and 360 MB of downloads on a cold cache)
+# (scripts/fetch_engines.sh: cached; 375 MB of wheels and 20-50 s on a cold cache)
 scripts/fetch_engines.sh
 INDEXER_Q_REQUIRE_ENGINES=1 "$PY" -m pytest tests/python -q
 

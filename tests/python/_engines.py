@@ -26,18 +26,28 @@ _CACHE = os.environ.get("INDEXER_Q_ENGINE_CACHE",
 _ROOTS = {}
 
 
+_FAILED = []
+
+
+def _give_up(msg):
+    if os.environ.get("INDEXER_Q_REQUIRE_ENGINES") == "1":
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
 def engine_root(name: str) -> str:
     """The extracted engine (fetching it on first use); skips the test when pip cannot fetch it
     (no network) unless INDEXER_Q_REQUIRE_ENGINES=1 (CI), which makes that a failure."""
+    if _FAILED:
+        _give_up(_FAILED[0])
     if not _ROOTS:
         res = subprocess.run([os.path.join(ROOT, "scripts", "fetch_engines.sh"), _CACHE],
                              capture_output=True, text=True)
         if res.returncode != 0:
             msg = ("the engine wheels could not be fetched from PyPI (scripts/fetch_engines.sh: "
                    + (res.stderr.strip().splitlines() or ["no output"])[-1] + ")")
-            if os.environ.get("INDEXER_Q_REQUIRE_ENGINES") == "1":
-                pytest.fail(msg)
-            pytest.skip(msg)
+            _FAILED.append(msg)
+            _give_up(msg)
         for line in res.stdout.split():
             k, v = line.split("=", 1)
             _ROOTS[k] = v
