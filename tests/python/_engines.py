@@ -247,6 +247,11 @@ _VLLM_RUNTIME = (
     "vllm.v1.attention.ops.common", "vllm.v1.attention.ops.pcp", "vllm.v1.worker.workspace",
     "vllm.model_executor.warmup.jit_warmup",
     "vllm.transformers_utils.deepseek_v4_utils",  # imported by the V4 ops package's cache_utils
+    # what cpu_sparse.py imports besides its CPU kernel wrapper: the model and attention backends
+    "vllm.model_executor.utils", "vllm.models.deepseek_v4.attention",
+    "vllm.models.deepseek_v4.cpu.cpu_compressor", "vllm.models.deepseek_v4.cpu.cpu_mla",
+    "vllm.models.deepseek_v4.cpu.cpu_utils", "vllm.models.deepseek_v4.sparse_mla",
+    "vllm.v1.attention.backend", "vllm.v1.attention.backends.mla.sparse_swa",
 )
 
 
@@ -270,6 +275,7 @@ def load_vllm():
     ns = types.SimpleNamespace()
     ns.fused_indexer_q = import_real(root, "vllm.models.deepseek_v4.common.ops.fused_indexer_q")
     ns.sparse_attn_indexer = import_real(root, "vllm.model_executor.layers.sparse_attn_indexer")
+    ns.cpu_sparse = import_real(root, "vllm.models.deepseek_v4.cpu.cpu_sparse")
     _packages(root, "vllm.models.deepseek_v41.common.ops.x")
     ns.root = root
     return ns

@@ -23,9 +23,7 @@ from indexer_q.integrations import vllm as route_vllm
 def vl():
     ns = _engines.load_vllm()
     report = route_vllm.install()
-    routed = {k for k, v in report.items() if v is None}
-    # cpu_sparse.py needs vLLM's whole CPU attention backend: the one target not imported here
-    assert routed == {f"{m}.{a}" for m, a, _ in route_vllm.TARGETS if "cpu_sparse" not in m}
+    assert report == {f"{m}.{a}": None for m, a, _ in route_vllm.TARGETS}
     yield ns
     route_vllm.uninstall()
 
@@ -100,6 +98,18 @@ def test_v4_fp8(vl, branch, t, h, table_dtype):
     assert got[0].dtype == torch.float8_e4m3fn and tuple(got[1].shape) == (t, h)
     same(got, want, "fp8")
     assert _engines.FakeKernel.launches == []
+
+
+@pytest.mark.parametrize("t,h", [(7, 5), (1, 64), (0, 3)])
+def test_v4_cpu_backend_function(vl, t, h):
+    """vLLM's CPU attention backend calls its own FP8 wrapper (cpu_sparse.py) directly."""
+    _engines.VFlags.cpu = True
+    pos, q, cache, w = inputs(t, h, seed=t + 40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HandBackWarning)
+        got = vl.cpu_sparse._fused_indexer_q_rope_quant_cpu(pos, q, cache, w, SM, HS)
+    same(got, indexer_q.quant_q("vllm_v4_fp8", q, w, SM, cache, pos, head_scale=HS), "cpu")
+    assert got[0].dtype == torch.float8_e4m3fn and tuple(got[1].shape) == (t, h)
 
 
 @pytest.mark.parametrize("t,h", [(7, 5), (2, 64), (0, 8)])
