@@ -141,3 +141,33 @@ def test_fp4_quant_takes_any_leading_dims():
     q, sf = indexer_q.quantize_fp4_indexer_tensor(x)
     q2, sf2 = indexer_q.quantize_fp4_indexer_tensor(x.reshape(15, 128))
     assert tuple(q.shape) == (15, 64) and torch.equal(q, q2) and torch.equal(sf, sf2)
+
+
+def test_sgl_kernel_xpu_entry_points():
+    """sgl-kernel-xpu's signatures (positional, plan tensor, int32 out_loc, preshuffle_size and
+    use_bf16_store keywords) give the bytes of the library's call."""
+    from indexer_q.integrations import sgl_kernel_xpu as xpu
+    kv, w, fc, plan, out_loc = kside_case(seed=6)
+    real = torch.view_as_real(fc).flatten(-2)
+    got, want = (torch.full((2, 132 * 64), 0xA5, dtype=torch.uint8) for _ in range(2))
+    xpu.compress_norm_rope_store(kv, plan, w, 1e-6, real, out_loc.to(torch.int32), got, True, 4,
+                                 64, False, preshuffle_size=0, use_bf16_store=False)
+    indexer_q.compress_norm_rope_store(kv, plan, norm_weight=w, norm_eps=1e-6, freq_cis=fc,
+                                       out_loc=out_loc, kvcache=want, page_size=64,
+                                       is_decode=True, compress_ratio=4)
+    assert torch.equal(got, want)
+    for kwargs, arg in (({"preshuffle_size": 16}, "preshuffle_size"),
+                        ({"use_bf16_store": True}, "use_bf16_store")):
+        with pytest.raises(ValueError, match=arg):
+            xpu.compress_norm_rope_store(kv, plan, w, 1e-6, real, out_loc, got, True, 4, 64,
+                                         False, **kwargs)
+    with pytest.raises(ValueError, match="FlashMLA"):
+        xpu.compress_norm_rope_store(torch.zeros(3, 512), plan[:3], torch.ones(512), 1e-6, real,
+                                     out_loc[:3], got, True, 4, 64, False)
+    pos, q, _, qw = vllm_case(seed=12)
+    q8 = torch.empty(q.shape, dtype=torch.float8_e4m3fn)
+    wo = torch.empty((*q.shape[:-1], 1), dtype=torch.float32)
+    xpu.fused_q_indexer_rope_hadamard_quant(q, q8, qw, wo, 0.5, real, pos.to(torch.int32) % 40)
+    want_q, want_w = indexer_q.quant_q("v4_fp8", q, qw, 0.5, real, pos % 40)
+    assert torch.equal(q8.view(torch.uint8), want_q.view(torch.uint8))
+    assert torch.equal(wo, want_w)
