@@ -539,28 +539,87 @@ def fused_q_indexer_rope_hadamard_fp4_quant(
     *,
     enable_pdl: bool = True,
 ) -> Tuple[Tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The FP4 form (recipe ``v4_fp4``): RoPE on dims 64..127, Hadamard, E2M1 codes with one
-    UE8M0 scale per 32 values. Returns ``((q_fp4, q_sf), weights_out)``: q_fp4 (B, H, 64)
-    uint8, q_sf (B, H) int32, weights_out (B, H, 1) float32 = weight * weight_scale."""
-    return quant_q("v4_fp4", q_input, weight, weight_scale, freqs_cis, positions,
+    """SGLang's FP4 call (``kernels/ops/attention/dsv4/norm_rope.py``
+    ``fused_q_indexer_rope_hadamard_fp4_quant``), recipe ``v4_fp4``: RoPE on dims 64..127,
+    Hadamard, E2M1 codes with one UE8M0 scale per 32 values. Returns ``((q_fp4, q_sf),
+    weights_out)`` as SGLang allocates them: q_fp4 (B, H, 64) **int8** (two e2m1 codes per byte,
+    low nibble = even dim; ``quant_q("v4_fp4", ...)`` gives the same bytes as uint8), q_sf (B, H)
+    int32, weights_out (B, H, 1) float32 = weight * weight_scale."""
+    if not isinstance(q_input, torch.Tensor) or q_input.dim() != 3:
+        raise ValueError("indexer_q: q_input: expected a (B, H, 128) tensor")
+    b, h = q_input.shape[0], q_input.shape[1]
+    q_fp4 = torch.empty((b, h, 64), dtype=torch.int8, device=q_input.device)
+    return quant_q("v4_fp4", q_input, weight, weight_scale, freqs_cis, positions, q_out=q_fp4,
                    enable_pdl=enable_pdl)
+
+
+_VLLM_V4_ALIASES = {"cos_sin_cache": "index_q_cos_sin_cache",
+                    "softmax_scale": "index_weights_softmax_scale",
+                    "head_scale": "index_weights_head_scale"}
+
+
+def _vllm_table(cos_sin_cache: torch.Tensor) -> torch.Tensor:
+    """vLLM's kernels load the (max_pos, 64) [cos x32 | sin x32] table in any float dtype and
+    widen each value to float32 (``.to(tl.float32)``): a bf16 / fp16 table is converted here,
+    exactly (the widening is exact), so the library gets float32."""
+    if (isinstance(cos_sin_cache, torch.Tensor)
+            and cos_sin_cache.dtype in (torch.bfloat16, torch.float16)):
+        return cos_sin_cache.to(torch.float32)
+    return cos_sin_cache
+
+
+def _vllm_weights_out(weights_out: torch.Tensor, weights_out_dtype) -> torch.Tensor:
+    """``weights_out_dtype=torch.bfloat16``: vLLM's MXFP4 kernels store the float32 weight
+    product into a bf16 tensor (Triton's float32 -> bf16 store, round to nearest even): the
+    library's float32 result rounded the same way."""
+    if weights_out_dtype in (None, torch.float32):
+        return weights_out
+    return weights_out.to(weights_out_dtype)
+
+
+def _vllm_v4_args(fn, table, weights, softmax_scale, head_scale, aliases):
+    """vLLM's V4 arguments by its keyword names or the short ones (``cos_sin_cache``,
+    ``softmax_scale``, ``head_scale``); the table widened to float32 (:func:`_vllm_table`)."""
+    given = {"index_q_cos_sin_cache": table, "index_weights_softmax_scale": softmax_scale,
+             "index_weights_head_scale": head_scale}
+    for short, val in aliases.items():
+        if short not in _VLLM_V4_ALIASES:
+            raise TypeError(f"indexer_q: {fn}() got an unexpected keyword argument {short!r}")
+        long = _VLLM_V4_ALIASES[short]
+        if given[long] is not None:
+            raise TypeError(f"indexer_q: {short}: given twice (also as {long})")
+        given[long] = val
+    for name, what in (("index_q_cos_sin_cache", "a (max_pos, 64) tensor"),
+                       ("index_weights_softmax_scale", "a float"),
+                       ("index_weights_head_scale", "a float")):
+        if given[name] is None:
+            raise TypeError(f"indexer_q: {name}: missing (expected {what})")
+    if weights is None:
+        raise TypeError("indexer_q: index_weights: missing (expected a (T, H) tensor)")
+    return (_vllm_table(given["index_q_cos_sin_cache"]), weights,
+            given["index_weights_softmax_scale"], given["index_weights_head_scale"])
 
 
 def fused_indexer_q_rope_quant(
     positions: torch.Tensor,
     index_q: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-    index_weights: torch.Tensor,
-    softmax_scale: float,
-    head_scale: float,
+    index_q_cos_sin_cache: Optional[torch.Tensor] = None,
+    index_weights: Optional[torch.Tensor] = None,
+    index_weights_softmax_scale: Optional[float] = None,
+    index_weights_head_scale: Optional[float] = None,
     use_fp4: bool = False,
+    weights_out_dtype: torch.dtype = torch.float32,
     *,
     out_dtype: Optional[torch.dtype] = None,
     enable_pdl: bool = True,
+    **aliases,
 ) -> Tuple[QOut, torch.Tensor]:
-    """vLLM's call (``vllm/models/deepseek_v4/common/ops/fused_indexer_q.py``), same arguments,
-    same results, same bytes (docs/RECIPES.md): recipe ``vllm_v4_fp8``, or ``vllm_v4_mxfp4``
-    with ``use_fp4=True``.
+    """vLLM's call (``vllm/models/deepseek_v4/common/ops/fused_indexer_q.py``), same arguments
+    (positional, or by vLLM's keyword names ``index_q_cos_sin_cache``, ``index_weights``,
+    ``index_weights_softmax_scale``, ``index_weights_head_scale``, ``use_fp4``,
+    ``weights_out_dtype``; the short names ``cos_sin_cache``, ``softmax_scale``, ``head_scale``
+    are accepted too), same results, same bytes (docs/RECIPES.md): recipe ``vllm_v4_fp8``, or
+    ``vllm_v4_mxfp4`` with ``use_fp4=True``.
 
     ``out_dtype=torch.float8_e4m3fnuz``: vLLM's ROCm path on gfx942 (the same call, whose q_fp8
     is the platform's e4m3fnuz): recipe ``vllm_v4_fp8_fnuz224`` (**source only: no golden
@@ -571,18 +630,33 @@ def fused_indexer_q_rope_quant(
     (float8_e4m3fn, uint8 / int8 raw codes) go to ``vllm_v4_fp8``.
 
     positions (T,) int64 / int32; index_q (T, H, 128) bf16 (fp16 / fp32 work too), RoPE on dims
-    64..127 (interleaved pairs); cos_sin_cache (max_pos, 64) float32 in halves
-    [cos x32 | sin x32]; index_weights (T, H), index_q's dtype; softmax_scale, head_scale Python
-    floats, each rounded to float32 once and applied as two separate multiplies
-    (``fl(softmax_scale * head_scale)`` would be a different number).
+    64..127 (interleaved pairs); index_q_cos_sin_cache (max_pos, 64) in halves
+    [cos x32 | sin x32], float32, or bf16 / fp16 (widened to float32 exactly, as vLLM's kernels
+    load it); index_weights (T, H), index_q's dtype; the two scales Python floats, each rounded
+    to float32 once and applied as two separate multiplies (``fl(softmax_scale * head_scale)``
+    would be a different number). ``weights_out_dtype``: float32 (default), or with
+    ``use_fp4=True`` torch.bfloat16 (V4.1's decode path: the float32 weights rounded to
+    nearest even bf16, as vLLM's kernel stores them); vLLM's FP8 path allows float32 only
+    (ValueError otherwise).
 
     Returns ``(q_fp8, weights_out)``: q_fp8 (T, H, 128) float8_e4m3fn, weights_out (T, H)
     float32 = ``((w * q_scale) * softmax_scale) * head_scale``; with ``use_fp4=True``
     ``((q_fp4, q_sf), weights_out)``: q_fp4 (T, H, 64) uint8 (two e2m1 codes per byte, low
     nibble = even dim), q_sf (T, H) int32 (four UE8M0 bytes, little-endian), weights_out (T, H)
-    float32 = ``(w * softmax_scale) * head_scale``. For CUDA graphs / torch.compile with
-    preallocated buffers call ``torch.ops.indexer_q.quant_q`` directly (docs/TORCH.md).
+    ``weights_out_dtype`` = ``(w * softmax_scale) * head_scale``. For CUDA graphs /
+    torch.compile with preallocated buffers call ``torch.ops.indexer_q.quant_q`` directly
+    (docs/TORCH.md).
     """
+    cos_sin_cache, index_weights, softmax_scale, head_scale = _vllm_v4_args(
+        "fused_indexer_q_rope_quant", index_q_cos_sin_cache, index_weights,
+        index_weights_softmax_scale, index_weights_head_scale, aliases)
+    if weights_out_dtype not in (None, torch.float32):
+        if weights_out_dtype != torch.bfloat16:
+            raise ValueError(f"indexer_q: weights_out_dtype: expected torch.float32 or "
+                             f"torch.bfloat16, got {weights_out_dtype}")
+        if not use_fp4:
+            raise ValueError("indexer_q: weights_out_dtype: vLLM's FP8 path writes float32 "
+                             "weights only; torch.bfloat16 needs use_fp4=True")
     if out_dtype == torch.float8_e4m3fnuz:  # the ROCm form, chosen here by name (no FNUZ twin)
         if use_fp4:
             raise ValueError("indexer_q: out_dtype: float8_e4m3fnuz is an FP8 output; vLLM's "
@@ -590,8 +664,9 @@ def fused_indexer_q_rope_quant(
         return quant_q("vllm_v4_fp8_fnuz224", index_q, index_weights, softmax_scale,
                        cos_sin_cache, positions, head_scale=head_scale, enable_pdl=enable_pdl)
     recipe = "vllm_v4_mxfp4" if use_fp4 else "vllm_v4_fp8"
-    return quant_q(recipe, index_q, index_weights, softmax_scale, cos_sin_cache, positions,
+    q, w = quant_q(recipe, index_q, index_weights, softmax_scale, cos_sin_cache, positions,
                    out_dtype=out_dtype, head_scale=head_scale, enable_pdl=enable_pdl)
+    return q, _vllm_weights_out(w, weights_out_dtype)
 
 
 def fused_indexer_q_rope_quant_v32(
@@ -623,23 +698,33 @@ def fused_indexer_q_rope_quant_v32(
 def fused_indexer_q_rope_quant_cutedsl(
     positions: torch.Tensor,
     index_q: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-    index_weights: torch.Tensor,
-    softmax_scale: float,
-    head_scale: float,
+    index_q_cos_sin_cache: Optional[torch.Tensor] = None,
+    index_weights: Optional[torch.Tensor] = None,
+    index_weights_softmax_scale: Optional[float] = None,
+    index_weights_head_scale: Optional[float] = None,
     use_fp4: bool = False,
+    weights_out_dtype: torch.dtype = torch.float32,
     *,
     enable_pdl: bool = True,
+    **aliases,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """vLLM's V4 call :func:`fused_indexer_q_rope_quant` with the numerics of its CuTe DSL kernel
     (``IndexerQFp8Kernel``, vLLM's default CUDA path when the CuTe DSL is importable; recipe
-    ``vllm_v4_fp8_cutedsl``, docs/RECIPES.md step 10): same arguments and result shapes; the kernel
+    ``vllm_v4_fp8_cutedsl``, docs/RECIPES.md step 10): same arguments (vLLM's keyword names or
+    the short ones, a bf16 / fp16 table widened to float32) and result shapes; the kernel
     gets ONE factor ``S = float32(softmax_scale * head_scale)``, the product formed in double
-    (Python) and rounded once; weights_out (T, H) = ``(w * S) * q_scale``. Only FP8:
-    ``use_fp4=True`` (the CuTe MXFP4 kernel, never captured) raises ValueError."""
+    (Python) and rounded once; weights_out (T, H) = ``(w * S) * q_scale``. Only FP8 with float32
+    weights: ``use_fp4=True`` (the CuTe MXFP4 kernel, never captured) and another
+    ``weights_out_dtype`` raise ValueError."""
+    cos_sin_cache, index_weights, softmax_scale, head_scale = _vllm_v4_args(
+        "fused_indexer_q_rope_quant_cutedsl", index_q_cos_sin_cache, index_weights,
+        index_weights_softmax_scale, index_weights_head_scale, aliases)
     if use_fp4:
         raise ValueError("indexer_q: use_fp4: the CuTe DSL MXFP4 kernel is not a recipe of the "
                          "library (no golden data); use fused_indexer_q_rope_quant(use_fp4=True)")
+    if weights_out_dtype not in (None, torch.float32):
+        raise ValueError(f"indexer_q: weights_out_dtype: vLLM's FP8 path writes float32 weights "
+                         f"only, got {weights_out_dtype}")
     scale = float(softmax_scale) * float(head_scale)  # in double, as vLLM's host code
     return quant_q("vllm_v4_fp8_cutedsl", index_q, index_weights, scale, cos_sin_cache,
                    positions, enable_pdl=enable_pdl)
@@ -679,7 +764,8 @@ def quantize_fp4_indexer_tensor(
     """SGLang's DeepSeek-V4.1 FP4 packer (``kernels/ops/quantization/fp4_indexer_quant.py``
     ``quantize_fp4_indexer_tensor(x, rne=True)``), same results, same bytes
     (docs/RECIPES.md step 11): recipe ``sgl_v41_fp4_quant_rne`` (no RoPE, no Hadamard, no
-    weights). x (N, 128) bf16 / fp16 / fp32, already rotated. Returns ``(q_fp4, q_sf)``: (N, 64)
+    weights). x (N, 128) (or any (..., 128), flattened to rows as SGLang does) bf16 / fp16 / fp32,
+    already rotated. Returns ``(q_fp4, q_sf)``: (N, 64)
     int8 (two e2m1 codes per byte, low nibble = even dim) and (N,) int32 (four UE8M0 bytes,
     block 0 lowest). ``rne=False`` (not captured from the engine) raises ValueError."""
     if not rne:
@@ -687,8 +773,9 @@ def quantize_fp4_indexer_tensor(
                          "recipe of the library")
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"indexer_q: q_input: expected a tensor, got {type(x).__name__}")
-    if x.dim() != 2 or x.shape[1] != 128:
-        raise ValueError(f"indexer_q: q_input: expected (N, 128), got {tuple(x.shape)}")
+    if x.dim() < 1 or x.shape[-1] != 128:
+        raise ValueError(f"indexer_q: q_input: expected (..., 128), got {tuple(x.shape)}")
+    x = x.reshape(-1, 128)  # SGLang flattens the leading dims the same way
     n = x.shape[0]
     payload = torch.empty((n, 1, 64), dtype=torch.int8, device=x.device)
     (q, sf), _ = quant_q("sgl_v41_fp4_quant_rne", x.reshape(n, 1, 128), None, 1.0, None, None,

@@ -10,7 +10,7 @@ device, without a host synchronization).
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -29,7 +29,8 @@ def plan_positions_slots(plan: torch.Tensor, out_loc: torch.Tensor, *, is_decode
                          compress_ratio: int = 4) -> Tuple[torch.Tensor, torch.Tensor]:
     """(positions, slots), both int64 (N,), from SGLang's plan (docs/KSIDE-SPEC.md section 1).
 
-    plan: (N, 16) uint8, one little-endian struct per token. Extend: {u32 seq_len, u16 ragged_id,
+    plan: (N, 16) uint8, one little-endian struct per token. out_loc: (M,) of any integer dtype
+    (int64 in SGLang's CUDA kernel; int32 and others converted exactly, as sgl-kernel-xpu does). Extend: {u32 seq_len, u16 ragged_id,
     ...}; seq_len 0xFFFFFFFF, or ragged_id >= len(out_loc), skips the token; slot =
     out_loc[ragged_id]. Decode: {u32 seq_len, ...}; the token is skipped unless seq_len %
     compress_ratio == 0; slot = out_loc[t]. position = int32(seq_len - compress_ratio) (32-bit
@@ -40,8 +41,11 @@ def plan_positions_slots(plan: torch.Tensor, out_loc: torch.Tensor, *, is_decode
         raise TypeError("indexer_q: plan: expected a uint8 tensor of shape (N, 16)")
     if plan.dim() != 2 or plan.shape[1] != 16:
         raise _err("plan", f"expected shape (N, 16), got {tuple(plan.shape)}")
-    if not isinstance(out_loc, torch.Tensor) or out_loc.dtype != torch.int64 or out_loc.dim() != 1:
-        raise TypeError("indexer_q: out_loc: expected a 1-D int64 tensor")
+    if (not isinstance(out_loc, torch.Tensor) or out_loc.dim() != 1
+            or out_loc.dtype.is_floating_point or out_loc.dtype.is_complex
+            or out_loc.dtype == torch.bool):
+        raise TypeError("indexer_q: out_loc: expected a 1-D integer tensor (int64, int32, ...)")
+    out_loc = out_loc.to(torch.int64)  # exact for every integer dtype (sgl-kernel-xpu's rule)
     if out_loc.device != plan.device:
         raise _err("out_loc", f"expected the device of plan ({plan.device}), got {out_loc.device}")
     ratio = int(compress_ratio)
@@ -79,17 +83,64 @@ def kside_store(recipe: str, input: torch.Tensor, weight: torch.Tensor, eps: flo
        int(page_size), bool(enable_pdl))
 
 
-def compress_norm_rope_store(kv: torch.Tensor, plan: torch.Tensor, *, norm_weight: torch.Tensor,
+def _plan_tensor(plan, is_decode, compress_ratio):
+    """SGLang passes its plan object (``CompressorDecodePlan(compress_ratio, plan_d)`` /
+    ``CompressorPrefillPlan(compress_ratio, plan_c, plan_w, ...)``: ``plan[1]`` the (N, 16)
+    uint8 tensor, ``plan.is_decode`` the mode); the kernels take ``plan[1]``, ``is_decode`` and
+    ``compress_ratio``. Returns (tensor, is_decode, compress_ratio)."""
+    if isinstance(plan, torch.Tensor):
+        return (plan, False if is_decode is None else bool(is_decode),
+                4 if compress_ratio is None else compress_ratio)
+    try:
+        tensor, obj_ratio = plan[1], plan.compress_ratio
+        obj_decode = plan.is_decode if hasattr(plan, "is_decode") else len(plan) == 2
+    except (AttributeError, IndexError, TypeError, KeyError):
+        raise TypeError("indexer_q: plan: expected a (N, 16) uint8 tensor or SGLang's plan object "
+                        f"(plan[1] the tensor, .compress_ratio), got {type(plan).__name__}"
+                        ) from None
+    if is_decode is not None and bool(is_decode) != bool(obj_decode):
+        raise ValueError(f"indexer_q: is_decode: {is_decode} contradicts the plan object "
+                         f"({type(plan).__name__}, is_decode {obj_decode})")
+    if compress_ratio is not None and int(compress_ratio) != int(obj_ratio):
+        raise ValueError(f"indexer_q: compress_ratio: {compress_ratio} contradicts the plan "
+                         f"object's {obj_ratio}")
+    return tensor, bool(obj_decode), int(obj_ratio)
+
+
+def compress_norm_rope_store(kv: torch.Tensor, plan, *, norm_weight: torch.Tensor,
                              norm_eps: float, freq_cis: torch.Tensor, out_loc: torch.Tensor,
                              kvcache: torch.Tensor, page_size: int, use_fp4: bool = False,
-                             is_decode: bool = False, compress_ratio: int = 4,
-                             enable_pdl: bool = True) -> None:
+                             is_decode: Optional[bool] = None,
+                             compress_ratio: Optional[int] = None, enable_pdl: bool = True,
+                             preshuffle_size: int = 0, use_bf16_store: bool = False,
+                             bf16_store: bool = False) -> None:
     """SGLang's call of the key side: normalizes, rotates, transforms and quantizes the compressed
     key tokens kv (N, 128) and stores each into its row of the paged cache kvcache
     (num_pages, page_bytes) uint8: 132 bytes a token (FP8) or 68 (use_fp4). Positions and slots
     come from plan / out_loc / is_decode / compress_ratio (plan_positions_slots); freq_cis is the
     complex64 (max_pos, 32) table or its (max_pos, 64) float32 view. Tokens the plan skips, and on
-    a GPU tokens whose position or slot is out of range, write nothing."""
+    a GPU tokens whose position or slot is out of range, write nothing.
+
+    The engines' call shapes: ``plan`` the (N, 16) uint8 tensor (then ``is_decode`` defaults to
+    False and ``compress_ratio`` to 4) or SGLang's plan object (``plan[1]`` the tensor, its
+    ``is_decode`` and ``compress_ratio`` used; explicit values must agree); ``out_loc`` of any
+    integer dtype (converted to int64 exactly); ``norm_weight`` of another dtype than ``kv`` is
+    converted to kv's dtype first (``norm_weight.to(kv.dtype)``, SGLang's CUDA branch: an fp32
+    weight with bf16 kv is rounded to bf16). sgl-kernel-xpu's ``preshuffle_size`` (0: the plain
+    layout) and ``use_bf16_store`` / SGLang's ``bf16_store`` (False) are accepted at those values;
+    the tiled FP8 layout (preshuffle_size > 0) and the bf16 store are not forms of the library
+    (ValueError naming the argument)."""
+    if int(preshuffle_size) != 0:
+        raise _err("preshuffle_size", f"expected 0 (the plain cache layout); the tiled layout "
+                   f"({preshuffle_size}) is not a form of the library")
+    if use_bf16_store or bf16_store:
+        raise _err("use_bf16_store" if use_bf16_store else "bf16_store",
+                   "expected False; the bf16 store is not a form of the library")
+    plan, is_decode, compress_ratio = _plan_tensor(plan, is_decode, compress_ratio)
+    if (isinstance(norm_weight, torch.Tensor) and isinstance(kv, torch.Tensor)
+            and norm_weight.dtype != kv.dtype and norm_weight.dtype.is_floating_point
+            and kv.dtype in (torch.float32, torch.bfloat16, torch.float16)):
+        norm_weight = norm_weight.to(dtype=kv.dtype)
     positions, slots = plan_positions_slots(plan, out_loc, is_decode=is_decode,
                                             compress_ratio=compress_ratio)
     kside_store("v4_k_fp4" if use_fp4 else "v4_k_fp8", kv, norm_weight, norm_eps, freq_cis,

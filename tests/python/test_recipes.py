@@ -250,9 +250,13 @@ def test_golden_python_api(rel, recipe, device):
         assert tuple(res[1].shape) == tuple(x["weight"].shape)  # weights_out (T, H)
         check(res, "vllm api")
     elif base == "v4_fp4":
-        check(indexer_q.fused_q_indexer_rope_hadamard_fp4_quant(*args), "fp4 api")
+        def as_u8(res):  # SGLang's wrapper returns int8 codes (the same bytes)
+            assert res[0][0].dtype == torch.int8
+            return (res[0][0].view(torch.uint8), res[0][1]), res[1]
+        check(as_u8(indexer_q.fused_q_indexer_rope_hadamard_fp4_quant(*args)), "fp4 api")
         freqs_cis = torch.view_as_complex(x["freqs"].view(-1, 32, 2))
-        check(indexer_q.fused_q_indexer_rope_hadamard_fp4_quant(*args[:3], freqs_cis, args[4]),
+        check(as_u8(indexer_q.fused_q_indexer_rope_hadamard_fp4_quant(*args[:3], freqs_cis,
+                                                                      args[4])),
               "fp4 api freqs_cis")
     # a passed-in q_fp8 of dtype float8_e4m3fnuz selects the FNUZ twin
     if info.format == "e4m3fnuz":
