@@ -3,8 +3,10 @@
 ``import indexer_q`` loads the compiled extension, which registers
 ``torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant`` (RoPE on the last 64 of 128
 dims, a 128-point Hadamard transform, FP8 E4M3 quantization with the per-row scale folded
-into the head weight). The dispatcher routes it by device: native kernels on CPU (and CUDA
-when built with it), a composed ATen implementation everywhere else. All give the same bytes.
+into the head weight). The dispatcher routes every op by device as the table of routing.py says
+(``indexer_q.routing_table()``): native kernels on CPU (and CUDA when built with it), the Triton
+kernel on other GPUs where it serves them, a composed ATen implementation everywhere else. All
+give the same bytes.
 
 Every form of the op (a recipe of the library, listed in ``indexer_q.RECIPES``) is
 ``torch.ops.indexer_q.quant_q(recipe, ...)``; the Python functions ``quant_q``,
@@ -30,7 +32,6 @@ freqs_real, positions, gfx942=True)`` (``sglang_v4_fp8_gfx942``) and vLLM's ROCm
 from ._ops import (
     RECIPES,
     RecipeInfo,
-    available_backends,
     composed_fused_q_indexer_rope_hadamard_quant,
     composed_quant_q,
     dsa_indexer_q_unfused,
@@ -55,6 +56,8 @@ from .kside import (
     kside_store,
     plan_positions_slots,
 )
+from .routing import available_backends, route
+from .routing import table as routing_table
 
 __all__ = [
     "RECIPES",
@@ -81,4 +84,6 @@ __all__ = [
     "compress_norm_rope_store",
     "kside_store",
     "plan_positions_slots",
+    "route",
+    "routing_table",
 ]
