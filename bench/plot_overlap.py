@@ -53,8 +53,8 @@ def main():
                 mism = any(r.mismatch for r in rows if r.q_recipe == q and r.k_recipe == kr)
                 ax.plot(*zip(*pts), "o--" if mism else "o-",
                         label=f"{q} + {kr}" + (" (mismatched)" if mism else ""))
-        ax.plot(contexts, [min(1.0, k / c) for c in contexts], ":", color="gray",
-                label="chance (k / T)")
+        ax.plot([c for c in contexts if c >= k], [k / c for c in contexts if c >= k], ":",
+                color="gray", label="chance (k / T)")
         ax.set_xscale("log", base=2)
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("context length T (key tokens)")

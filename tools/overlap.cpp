@@ -326,7 +326,9 @@ bool run_case(const Case& c, RecipeId qr, KRecipeId kr, DType dt, std::int64_t p
     return false;
   }
   // Dequantized, as stored.
-  std::vector<double> qd(static_cast<std::size_t>(rows * 128)), wd(static_cast<std::size_t>(rows)), kd(static_cast<std::size_t>(T * 128));
+  const std::size_t nq = static_cast<std::size_t>(rows * 128), nw = static_cast<std::size_t>(rows),
+                    nk = static_cast<std::size_t>(T * 128);
+  std::vector<double> qd(nq), wd(nw), kd(nk);
   for (std::int64_t i = 0; i < rows; ++i) {
     double* y = qd.data() + i * 128;
     if (fp4) {
@@ -355,7 +357,7 @@ bool run_case(const Case& c, RecipeId qr, KRecipeId kr, DType dt, std::int64_t p
     }
   }
   // float64 reference of the inputs.
-  std::vector<double> q64(static_cast<std::size_t>(rows * 128)), w64(static_cast<std::size_t>(rows)), k64(static_cast<std::size_t>(T * 128));
+  std::vector<double> q64(nq), w64(nw), k64(nk);
   const bool two = recipe_uses_head_scale(r);
   for (std::int64_t i = 0; i < rows; ++i) {
     double* y = q64.data() + i * 128;

@@ -6,7 +6,8 @@ dims, a 128-point Hadamard transform, FP8 E4M3 quantization with the per-row sca
 into the head weight). The dispatcher routes every op by device as the table of routing.py says
 (``indexer_q.routing_table()``): native kernels on CPU (and CUDA when built with it), the Triton
 kernel on other GPUs where it serves them, a composed ATen implementation everywhere else. All
-give the same bytes.
+give the same bytes. ``indexer_q.topk_overlap`` measures what the indexer is for: the top-k
+overlap of the scores of a query / key recipe pair against float64 (docs/RECALL.md).
 
 Every form of the op (a recipe of the library, listed in ``indexer_q.RECIPES``) is
 ``torch.ops.indexer_q.quant_q(recipe, ...)``; the Python functions ``quant_q``,
@@ -56,6 +57,7 @@ from .kside import (
     kside_store,
     plan_positions_slots,
 )
+from .recall import RecipeMismatchWarning, overlap_vs_context, pair_mismatch, topk_overlap
 from .routing import available_backends, route
 from .routing import table as routing_table
 
@@ -86,4 +88,8 @@ __all__ = [
     "plan_positions_slots",
     "route",
     "routing_table",
+    "RecipeMismatchWarning",
+    "overlap_vs_context",
+    "pair_mismatch",
+    "topk_overlap",
 ]

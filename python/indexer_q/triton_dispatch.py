@@ -1,4 +1,4 @@
-"""The Triton implementation: the ``indexer_q::quant_q_triton`` operator and when it serves a device.
+"""The Triton implementation: the ``indexer_q::quant_q_triton`` operator, and when it serves.
 
 ``indexer_q::quant_q_triton`` (same schema as ``indexer_q::quant_q``, defined here) runs the
 Triton kernel of triton_kernel.py on any device Triton compiles for: CUDA (NVIDIA, and AMD

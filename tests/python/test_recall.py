@@ -1,6 +1,6 @@
-"""The indexer's purpose, measured (python/indexer_q/recall.py, docs/RECALL.md): the top-k overlap of
-the scores of the library's quantized query and key outputs against float64 scores of the inputs,
-and the warning for a query / key pair that does not transform alike."""
+"""The indexer's purpose, measured (python/indexer_q/recall.py, docs/RECALL.md): the top-k
+overlap of the scores of the library's quantized query and key outputs against float64 scores of
+the inputs, and the warning for a query / key pair that does not transform alike."""
 
 import math
 import warnings
@@ -110,6 +110,13 @@ def test_dequantized_outputs_are_the_transformed_inputs(case4096):
         want = _hadamard64(recall._rope64(x, cos, sin, "last64", "adjacent"))
         rel = float((kd - want).norm() / want.norm())
         assert rel < tol, (k_recipe, rel)
+
+
+def test_package_exports():
+    assert indexer_q.topk_overlap is recall.topk_overlap
+    assert indexer_q.pair_mismatch is recall.pair_mismatch
+    assert indexer_q.overlap_vs_context is recall.overlap_vs_context
+    assert issubclass(indexer_q.RecipeMismatchWarning, UserWarning)
 
 
 def test_overlap_of():

@@ -21,7 +21,8 @@ def _has(op, key):
 
 def test_table_covers_every_op_and_device():
     rows = routing.table()
-    assert {(r.op, r.device) for r in rows} == {(o, d) for o in routing.OPS for d in routing.DEVICES}
+    want = {(o, d) for o in routing.OPS for d in routing.DEVICES}
+    assert {(r.op, r.device) for r in rows} == want
     assert set(routing.OPS) == {"quant_q", "fused_q_indexer_rope_hadamard_quant", "kside_store"}
     for r in rows:
         assert r.impl in routing.IMPLEMENTATIONS and r.why, r
