@@ -12,6 +12,7 @@
 #include "common/problem.h"
 #include "common/row.h"
 #include "kside_cli.h"
+#include "overlap.h"
 #include "workload.h"
 
 namespace indexer_q {
@@ -39,6 +40,8 @@ std::vector<OptionSpec> run_options() {
                        "'indexer-q verify')"},
       {"warmup", "N", "untimed calls before timing, >= 0 (default 1)"},
       {"iters", "N", "timed samples; the median is reported, >= 1 (default 5)"},
+      {"key-recipe", "K", "instead: the top-k overlap of the scores of --recipe with key recipe K\n"
+                          "(see 'indexer-q run --key-recipe K --help')"},
   };
 }
 
@@ -222,6 +225,7 @@ std::string toggled_recipe_name(RecipeId id) { return recipe_with(id, true, fals
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
+  if (argv_asks_overlap(argc, argv)) return cmd_run_overlap(argc, argv);  // top-k overlap (overlap.cpp)
   if (argv_names_kside_recipe(argc, argv)) return cmd_run_kside(argc, argv);  // the key side
   Args a("run", run_options(), argc, argv);
   if (a.help()) {

@@ -300,6 +300,17 @@ std::vector<std::string> recipe_info_op(std::string name) {
   return out;
 }
 
+// The device types this build registers native kernels for, the same for every op of the
+// extension (op.cpp and kside.cpp register their CUDA kernels under the one INDEXER_Q_TORCH_CUDA):
+// python/indexer_q/routing.py builds its device -> implementation table from it.
+std::vector<std::string> native_devices_op() {
+  std::vector<std::string> out{"cpu"};
+#if defined(INDEXER_Q_TORCH_CUDA)
+  out.emplace_back("cuda");
+#endif
+  return out;
+}
+
 }  // namespace
 }  // namespace torch_binding
 }  // namespace indexer_q
@@ -328,6 +339,7 @@ STABLE_TORCH_LIBRARY(indexer_q, m) {
   m.def("quant_q_reference" IQ_QUANT_Q_ARGS);  // the scalar reference (CPU tensors)
   m.def("recipes() -> str[]");
   m.def("recipe_info(str recipe) -> str[]");
+  m.def("native_devices() -> str[]");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CPU, m) {
@@ -358,4 +370,5 @@ STABLE_TORCH_LIBRARY_IMPL(indexer_q, CompositeExplicitAutograd, m) {
   // No tensor arguments: the dispatcher takes the CompositeExplicitAutograd kernel.
   m.impl("recipes", TORCH_BOX(&indexer_q::torch_binding::recipes_op));
   m.impl("recipe_info", TORCH_BOX(&indexer_q::torch_binding::recipe_info_op));
+  m.impl("native_devices", TORCH_BOX(&indexer_q::torch_binding::native_devices_op));
 }

@@ -3,8 +3,11 @@
 ``import indexer_q`` loads the compiled extension, which registers
 ``torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant`` (RoPE on the last 64 of 128
 dims, a 128-point Hadamard transform, FP8 E4M3 quantization with the per-row scale folded
-into the head weight). The dispatcher routes it by device: native kernels on CPU (and CUDA
-when built with it), a composed ATen implementation everywhere else. All give the same bytes.
+into the head weight). The dispatcher routes every op by device as the table of routing.py says
+(``indexer_q.routing_table()``): native kernels on CPU (and CUDA when built with it), the Triton
+kernel on other GPUs where it serves them, a composed ATen implementation everywhere else. All
+give the same bytes. ``indexer_q.topk_overlap`` measures what the indexer is for: the top-k
+overlap of the scores of a query / key recipe pair against float64 (docs/RECALL.md).
 
 Every form of the op (a recipe of the library, listed in ``indexer_q.RECIPES``) is
 ``torch.ops.indexer_q.quant_q(recipe, ...)``; the Python functions ``quant_q``,
@@ -34,7 +37,6 @@ __version__ = "0.1.0"
 from ._ops import (
     RECIPES,
     RecipeInfo,
-    available_backends,
     composed_fused_q_indexer_rope_hadamard_quant,
     composed_quant_q,
     dsa_indexer_q_unfused,
@@ -59,6 +61,9 @@ from .kside import (
     kside_store,
     plan_positions_slots,
 )
+from .recall import RecipeMismatchWarning, overlap_vs_context, pair_mismatch, topk_overlap
+from .routing import available_backends, route
+from .routing import table as routing_table
 
 __all__ = [
     "__version__",
@@ -86,6 +91,12 @@ __all__ = [
     "compress_norm_rope_store",
     "kside_store",
     "plan_positions_slots",
+    "route",
+    "routing_table",
+    "RecipeMismatchWarning",
+    "overlap_vs_context",
+    "pair_mismatch",
+    "topk_overlap",
 ]
 
 

@@ -821,35 +821,3 @@ def dsa_indexer_q_unfused(
         "sgl_v32_unfused_neox_hadamard_ue8m0", q, weights, softmax_scale, cos_sin_cache,
         positions, head_scale=head_scale, enable_pdl=enable_pdl)
     return q_fp8, q_scale, weights_out
-
-
-def _has_kernel(key: str) -> Optional[bool]:
-    try:
-        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(_QUALNAME, key))
-    except Exception:  # private API: report "unknown" rather than guess
-        return None
-
-
-def available_backends() -> Dict[str, str]:
-    """Which implementation each device type gets from the dispatcher in this build.
-
-    "native": a kernel of the C++ library (CPU backend; CUDA backend when built with CUDA).
-    "triton": the Triton kernel (python/indexer_q/triton_kernel.py), for a device type without
-    a native kernel where Triton has a backend; its known-answer check runs at the first call
-    per device and a failure turns that device to "composed" (with one warning).
-    "composed": the composed ATen implementation (the CompositeExplicitAutograd fallback).
-    "other" stands for any device type not listed.
-    """
-    out: Dict[str, str] = {}
-    for device, key in (("cpu", "CPU"), ("cuda", "CUDA"), ("xpu", "XPU")):
-        if key in _triton_dispatch.AUTO_KEYS:
-            out[device] = _triton_dispatch.path_for(device)
-            continue
-        has = _has_kernel(key)
-        out[device] = "unknown" if has is None else ("native" if has else "composed")
-    out["other"] = "composed"
-    return out
-
-
-# indexer_q::quant_q_triton, and the Python kernel of devices without a native backend
-from . import triton_dispatch as _triton_dispatch  # noqa: E402

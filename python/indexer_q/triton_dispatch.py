@@ -1,4 +1,4 @@
-"""Which implementation a device without a native backend gets, and the Triton operator.
+"""The Triton implementation: the ``indexer_q::quant_q_triton`` operator, and when it serves.
 
 ``indexer_q::quant_q_triton`` (same schema as ``indexer_q::quant_q``, defined here) runs the
 Triton kernel of triton_kernel.py on any device Triton compiles for: CUDA (NVIDIA, and AMD
@@ -6,10 +6,8 @@ through ROCm's "cuda" device), XPU (Intel, with Intel's Triton), and the CPU whe
 interpreter is on (TRITON_INTERPRET=1 before the kernel module is imported). It checks its
 arguments with the library's one validator (``indexer_q::quant_q_check``) before launching.
 
-Automatic routing (``torch.ops.indexer_q.quant_q`` and ``fused_q_indexer_rope_hadamard_quant``):
-the C++ library registers native kernels for CPU (and CUDA when built with it); this module
-registers a Python kernel for the XPU key, and for the CUDA key when the build has no CUDA
-backend (a ROCm or CPU-only build). That kernel uses Triton when
+Which device gets which implementation is routing.py's table; for a device it routes to
+"triton" the kernel registered there is :func:`auto_quant_q`, which runs Triton when
 
 - the environment variable ``INDEXER_Q_TRITON`` is not ``0`` (``0`` forces the composed path),
 - triton imports and has a backend for the device (``nvidia`` / ``amd`` for "cuda", ``intel``
@@ -20,8 +18,8 @@ backend (a ROCm or CPU-only build). That kernel uses Triton when
   the device and the first differences, and that device gets the composed path from then on
   (silently);
 
-otherwise it calls ``indexer_q::quant_q_composed``. ``indexer_q.available_backends()`` reports
-the outcome; ``path_for(device)`` gives it per device.
+otherwise it calls ``indexer_q::quant_q_composed``. ``path_for(device_type)`` says which of the
+two a device type gets now, ``why_not(device_type)`` why not Triton.
 """
 
 from __future__ import annotations
@@ -32,6 +30,8 @@ import warnings
 from typing import Dict, Optional
 
 import torch
+
+from ._ops import _RECIPES, recipe_info, resolve_recipe
 
 _NS = "indexer_q"
 _lib = torch.library.Library(_NS, "FRAGMENT")  # kept alive: the registrations live with it
@@ -91,8 +91,6 @@ def _validate(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, f
 def run_triton(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
                enable_pdl=False, head_scale=1.0, *, validate=True):
     """The Triton kernel for `recipe` on the operator's arguments (q_out written as raw codes)."""
-    from ._ops import recipe_info
-
     if validate:
         _validate(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
                   positions, enable_pdl, head_scale)
@@ -129,8 +127,7 @@ def _fake_quant_q_check(recipe, q_input, q_out, q_sf, weight, weights_out, weigh
 # ---- the known-answer check and the per-device choice --------------------------------------
 def _self_check(device: torch.device) -> Optional[str]:
     """None if the Triton kernel reproduces the shipped golden rows on `device`, else why not."""
-    from . import triton_selfcheck
-    from ._ops import recipe_info, resolve_recipe
+    from . import triton_selfcheck  # its golden rows are read at the first check only
 
     def runner(recipe, *args):
         run_triton(recipe, *args[:8], False, args[8], validate=False)
@@ -173,15 +170,24 @@ def device_uses_triton(device: torch.device) -> bool:
         return _device_ok[key]
 
 
+def why_not(device_type: str) -> Optional[str]:
+    """None if a device of this type without a native kernel gets Triton (after its known-answer
+    check passes at the first call), else why it gets the composed path (one line)."""
+    if _env_disabled():
+        return "INDEXER_Q_TRITON=0 turns the Triton path off"
+    reason = triton_serves(device_type)
+    if reason is not None:
+        return reason
+    failed = [k for k, ok in _device_ok.items() if k.split(":")[0] == device_type and not ok]
+    if failed:
+        return f"the known-answer check failed on {failed[0]}: {_device_reason.get(failed[0], '?')}"
+    return None
+
+
 def path_for(device_type: str) -> str:
     """"triton" or "composed": what a device of this type without a native kernel gets
     ("triton" means: after its known-answer check passes at the first call)."""
-    if _env_disabled() or triton_serves(device_type) is not None:
-        return "composed"
-    checked = [ok for k, ok in _device_ok.items() if k.split(":")[0] == device_type]
-    if checked and not all(checked):
-        return "composed"
-    return "triton"
+    return "composed" if why_not(device_type) is not None else "triton"
 
 
 def reset_checks() -> None:
@@ -193,10 +199,9 @@ def reset_checks() -> None:
 
 def auto_quant_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
                  positions, enable_pdl=False, head_scale=1.0):
-    """The kernel registered for devices without a native backend."""
-    from . import _ops
-
-    info = _ops._RECIPES.get(recipe)  # an unknown name: the composed path reports it
+    """The kernel of ``indexer_q::quant_q`` on a device the routing table sends to Triton:
+    Triton where it serves the device and the recipe, else the composed path."""
+    info = _RECIPES.get(recipe)  # an unknown name: the composed path reports it
     if info is not None and device_uses_triton(q_input.device):
         try:
             _kernel_module().recipe_constants(info)
@@ -209,20 +214,22 @@ def auto_quant_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale
                                          weight_scale, freqs, positions, enable_pdl, head_scale)
 
 
-def _auto_v4(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions,
-             enable_pdl=False):
+def auto_v4(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions,
+            enable_pdl=False):
+    """The same for ``indexer_q::fused_q_indexer_rope_hadamard_quant`` (recipe v4_fp8)."""
     auto_quant_q("v4_fp8", q_input, q_fp8, None, weight, weights_out, weight_scale, freqs,
                  positions, enable_pdl, 1.0)
 
 
-def _has_native(key: str) -> bool:
-    try:
-        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(f"{_NS}::quant_q", key))
-    except Exception:
-        return True  # unknown: leave the C++ registrations alone
+_registered = set()
 
 
-AUTO_KEYS = tuple(k for k in ("XPU", "CUDA") if not _has_native(k))
-for _key in AUTO_KEYS:
-    _lib.impl("quant_q", auto_quant_q, _key)
-    _lib.impl("fused_q_indexer_rope_hadamard_quant", _auto_v4, _key)
+def register(op: str, dispatch_key: str) -> None:
+    """Registers the Triton-or-composed kernel of `op` ("quant_q" or
+    "fused_q_indexer_rope_hadamard_quant") for a dispatch key (routing.py calls it; once per
+    pair, however often it is called)."""
+    if (op, dispatch_key) in _registered:
+        return
+    _lib.impl(op, {"quant_q": auto_quant_q,
+                   "fused_q_indexer_rope_hadamard_quant": auto_v4}[op], dispatch_key)
+    _registered.add((op, dispatch_key))

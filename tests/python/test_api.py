@@ -27,13 +27,14 @@ def test_dispatch_registrations():
     assert has(name, "CompositeExplicitAutograd")
     b = indexer_q.available_backends()
     assert b["cpu"] == "native"
-    # XPU, and CUDA without the CUDA backend: the Python kernel of triton_dispatch.py (Triton
-    # where it serves the device, else composed; tests/python/test_triton.py)
-    from indexer_q import triton_dispatch
+    # XPU, and CUDA without the CUDA backend: the Python kernel registered from the routing table
+    # (Triton where it serves the device, else composed; tests/python/test_triton.py,
+    # tests/python/test_routing.py)
+    from indexer_q import routing, triton_dispatch
 
-    assert "XPU" in triton_dispatch.AUTO_KEYS
+    assert routing.ROUTES[("quant_q", "xpu")].impl == "triton"
     assert b["xpu"] == triton_dispatch.path_for("xpu")
-    if "CUDA" in triton_dispatch.AUTO_KEYS:
+    if "cuda" not in routing.native_devices():
         assert b["cuda"] == triton_dispatch.path_for("cuda")
     else:
         assert b["cuda"] == "native" and has(name, "CUDA")
