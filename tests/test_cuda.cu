@@ -224,11 +224,13 @@ TEST(Cuda, AutomaticShapeIsTheFirstCoveringListEntry) {
       EXPECT_EQ(v.block, s.block) << recipe_name(rid) << " rows " << rows;
       EXPECT_EQ(v.trigger, s.trigger) << recipe_name(rid) << " rows " << rows;
     }
-    // the classes: FP8 without the Hadamard, FP4 without it, the rest
+    // the classes: FP8 without the Hadamard, vLLM's FP4 without it, the rest
     const Recipe& r = recipe(rid);
     EXPECT_TRUE(detail::shape_covers(detail::kAnyRecipe, rid));
     EXPECT_EQ(detail::shape_covers(detail::kPlainFp8, rid), !r.hadamard && r.format != OutFormat::kE2M1) << recipe_name(rid);
-    EXPECT_EQ(detail::shape_covers(detail::kPlainFp4, rid), !r.hadamard && r.format == OutFormat::kE2M1) << recipe_name(rid);
+    EXPECT_EQ(detail::shape_covers(detail::kVllmFp4, rid),
+              !r.hadamard && r.format == OutFormat::kE2M1 && r.quant == Quantizer::kVllm)
+        << recipe_name(rid);
   }
 }
 

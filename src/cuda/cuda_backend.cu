@@ -1025,7 +1025,8 @@ bool shape_covers(int c, RecipeId r) {
   const Recipe& rec = recipe(r);
   if (c == kAnyRecipe) return true;
   if (rec.hadamard) return false;
-  return c == (rec.format == OutFormat::kE2M1 ? kPlainFp4 : kPlainFp8);
+  if (rec.format == OutFormat::kE2M1) return c == kVllmFp4 && rec.quant == Quantizer::kVllm;
+  return c == kPlainFp8;
 }
 
 Variant choose_variant(std::int64_t rows, RecipeId r) {

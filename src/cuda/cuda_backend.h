@@ -30,7 +30,7 @@ struct Variant {
 enum ShapeRecipes : int {
   kAnyRecipe = 0,
   kPlainFp8 = 1,  // FP8 recipes without the Hadamard
-  kPlainFp4 = 2,  // FP4 recipes without the Hadamard
+  kVllmFp4 = 2,   // FP4 recipes of vLLM's quantizer (MXFP4), without the Hadamard
 };
 // Does entry class `c` cover recipe `r`?
 bool shape_covers(int c, RecipeId r);
