@@ -1,15 +1,17 @@
 // The comparison point for the CUDA backend's benchmarks: the one-warp-per-row design of the
 // engines' own CUDA kernel for this op (SGLang's V4 FP8 indexer kernel, whose measured figures
-// are in docs/PERFORMANCE.md), written here from its published design facts only:
-//   - one warp per row, 4 rows per 128-thread block, 4 contiguous values per lane (one 8-byte
-//     load for bf16 / fp16);
+// are in docs/PERFORMANCE.md), written here from its published design facts only, in SGLang 0.5.23's
+// launch configuration:
+//   - one warp per row, 8 rows per 256-thread block (8 warps; 4 rows per 128-thread block
+//     before 0.5.23), 4 contiguous values per lane (one 8-byte load for bf16 / fp16);
 //   - weight in the input dtype, int64 (or int32) positions, the freqs row read by the lanes of
 //     the rotated half after the position load (the one dependent round trip);
 //   - Hadamard butterflies at strides 1 and 2 in registers, then 5 shuffle stages (strides
 //     4 .. 64), a warp-wide amax by 5 shuffles;
 //   - the clamp to [-448, 448] and then the hardware conversion cvt.rn.satfinite.e4m3x2.f32;
-//   - programmatic dependent launch (PDL) as a switch: griddepcontrol.wait before the first load,
-//     griddepcontrol.launch_dependents at the place `BaselinePdl` says.
+//   - programmatic dependent launch (PDL) as a switch: by default (kTriggerEarly) the position is
+//     read before griddepcontrol.wait (0.5.23 does so), everything else after it, and
+//     griddepcontrol.launch_dependents follows the RoPE; `BaselinePdl` names the other placements.
 // It computes the same bytes as the library's v4_fp8 (SPEC.md; cuda_bench compares every row it
 // times with the library's scalar kernel), so timings compare like with like. v4_fp8 only. It
 // takes the library's validated Problem (src/common/problem.h), the one model of the arguments.
@@ -30,7 +32,8 @@ namespace bench {
 // Where the baseline triggers its dependents when launched with PDL.
 enum class BaselinePdl : int {
   kOff = 0,          // plain launch (no PDL attribute; griddepcontrol.* are no-ops then)
-  kTriggerEarly = 1, // wait, then launch_dependents at once: the engines' placement
+  kTriggerEarly = 1, // SGLang 0.5.23's placement: the position before the wait, the other loads
+                     // after it, launch_dependents after the RoPE
   kTriggerLate = 2,  // wait first, launch_dependents after the stores
   // launch_dependents at once, the position, the freqs row it selects and the weight read BEFORE
   // griddepcontrol.wait, q_input after it: correct only when positions, freqs and weight are not
@@ -75,23 +78,29 @@ __device__ __forceinline__ float weight_at(const void* w, std::int64_t i) {
 }  // namespace detail_baseline
 
 // DT: 0 bf16, 1 fp16, 2 fp32.
+constexpr int kBaselineRowsPerBlock = 8;  // 8 warps per 256-thread block (SGLang 0.5.23)
+
 template <int DT, bool POS64>
-__global__ void __launch_bounds__(128) baseline_warp_kernel(const detail::Problem a, int pdl) {
+__global__ void __launch_bounds__(32 * kBaselineRowsPerBlock) baseline_warp_kernel(const detail::Problem a, int pdl) {
   using namespace indexer_q::detail;
   namespace db = detail_baseline;
-  const std::int64_t row = std::int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5);
+  const std::int64_t row = std::int64_t(blockIdx.x) * kBaselineRowsPerBlock + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   const bool early_loads = pdl == int(BaselinePdl::kLoadsBeforeWait);
+  const bool early_pos = pdl == int(BaselinePdl::kTriggerEarly);
   if (early_loads) db::grid_trigger();
-  if (!early_loads) {
-    db::grid_wait();
-    if (pdl == int(BaselinePdl::kTriggerEarly)) db::grid_trigger();
-  }
   if (row >= a.B * a.H) return;
   const std::int64_t b = row / a.H, h = row - b * a.H;
   std::int64_t p = 0;
   float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
   float w = 0.0f;
+  if (early_pos) {
+    p = POS64 ? static_cast<const std::int64_t*>(a.positions)[b]
+              : std::int64_t(static_cast<const std::int32_t*>(a.positions)[b]);
+    db::grid_wait();
+  } else if (!early_loads) {
+    db::grid_wait();
+  }
   if (early_loads) {
     p = POS64 ? static_cast<const std::int64_t*>(a.positions)[b]
               : std::int64_t(static_cast<const std::int32_t*>(a.positions)[b]);
@@ -110,7 +119,7 @@ __global__ void __launch_bounds__(128) baseline_warp_kernel(const detail::Proble
                                 std::uint16_t(u.y >> 16)};
     for (int k = 0; k < 4; ++k) x[k] = DT == 0 ? bf16_to_f32(e[k]) : f16_to_f32(e[k]);
   }
-  if (!early_loads)
+  if (!early_loads && !early_pos)
     p = POS64 ? static_cast<const std::int64_t*>(a.positions)[b]
               : std::int64_t(static_cast<const std::int32_t*>(a.positions)[b]);
   const bool valid = p >= 0 && p < a.max_pos;
@@ -123,6 +132,7 @@ __global__ void __launch_bounds__(128) baseline_warp_kernel(const detail::Proble
     x[2] = __fmaf_rn(xr1, f.z, -__fmul_rn(xi1, f.w));
     x[3] = __fmaf_rn(xr1, f.w, __fmul_rn(xi1, f.z));
   }
+  if (early_pos) db::grid_trigger();
   // strides 1, 2 in registers
   for (int s = 1; s < 4; s <<= 1)
     for (int k = 0; k < 4; ++k)
@@ -165,11 +175,11 @@ inline cudaError_t launch_baseline_warp(const detail::Problem& a, cudaStream_t s
   if (a.recipe != RecipeId::kV4Fp8) return cudaErrorInvalidValue;
   const int dtype = a.dtype == DType::kBFloat16 ? 0 : a.dtype == DType::kFloat16 ? 1 : 2;
   const bool pos64 = a.pos_dtype == DType::kInt64;
-  const unsigned grid = unsigned((a.rows() + 3) / 4);
+  const unsigned grid = unsigned((a.rows() + kBaselineRowsPerBlock - 1) / kBaselineRowsPerBlock);
   if (grid == 0) return cudaSuccess;
   const bool with_pdl = pdl != BaselinePdl::kOff;  // the launch attribute; `mode` places the trigger
   const int mode = int(pdl);
-  auto go = [&](auto kernel) { return launch_pdl(kernel, dim3(grid), dim3(128), stream, with_pdl, a, mode); };
+  auto go = [&](auto kernel) { return launch_pdl(kernel, dim3(grid), dim3(32 * kBaselineRowsPerBlock), stream, with_pdl, a, mode); };
   cudaError_t e;
   if (dtype == 0) e = pos64 ? go(baseline_warp_kernel<0, true>) : go(baseline_warp_kernel<0, false>);
   else if (dtype == 1) e = pos64 ? go(baseline_warp_kernel<1, true>) : go(baseline_warp_kernel<1, false>);

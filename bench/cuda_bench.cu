@@ -11,13 +11,15 @@
 //     the graph replayed, events around each replay, median replay / 20,
 //   - with PDL off and on (--pdl; a `pdl` column): each call of the captured graph is launched
 //     with programmatic stream serialization, so call n + 1 launches while call n runs (the
-//     engines launch this op that way on sm_90+); the baseline likewise (launch_dependents right
-//     after griddepcontrol.wait), and at decode sizes also with the position, freqs row and
-//     weight read before the wait (baseline-loads-before-wait: what treating them as ready
-//     before the previous kernel ends is worth; the library never does),
-//   - optionally (--shapes) times each recipe at fixed launch shapes too (lanes per row, block,
-//     and with PDL on, where the kernel triggers its dependents), and the baseline with its
-//     trigger after the stores.
+//     engines launch this op that way on sm_90+); the baseline likewise (SGLang 0.5.23's
+//     placement: its position before griddepcontrol.wait, launch_dependents after the RoPE), and
+//     at decode sizes also with the position, freqs row and weight read before the wait
+//     (baseline-loads-before-wait: what the library does with Options::side_inputs_ready),
+//   - at decode sizes (up to 16384 rows) with PDL on, also with Options::side_inputs_ready
+//     (auto-side-ready: position, freqs row and weight read before griddepcontrol.wait),
+//   - optionally (--shapes) times each recipe at every launch shape of src/cuda/launch_shapes.inc
+//     too (lanes per row, rows per group, block, and with PDL on, where the kernel triggers its
+//     dependents), and the baseline with its trigger after the stores.
 // vLLM's forms run with head_scale 0.125 (the others with 1).
 // Effective bytes per call = detail::bytes_moved: per row 128 * input size read + weight read +
 // codes written (128 fp8, or 64 fp4 + 4 block-scale bytes) + 4 weights_out; per token one
@@ -195,7 +197,10 @@ int main(int argc, char** argv) {
                                                : recipe(rid).format == OutFormat::kE4M3FNUZ ? DType::kFloat8E4M3FNUZ
                                                                                              : DType::kFloat8E4M3,
                                          {T, H, ob}, dev);
+        // q_scale: FP4 block scales, or the FP8 row scale of a recipe with scale_out
+        const bool wsf = recipe_writes_q_scale(recipe(rid));
         if (fp4) a.q_scale = TensorView::contiguous(sf.p, DType::kInt32, {T, H}, dev);
+        else if (wsf) a.q_scale = TensorView::contiguous(sf.p, DType::kFloat32, {T, H}, dev);
         a.weight = TensorView::contiguous(w.p, dt, {T, H}, dev);
         a.weights_out = TensorView::contiguous(wo.p, DType::kFloat32, {T, H, 1}, dev);
         a.weight_scale = 0.37f;
@@ -204,6 +209,11 @@ int main(int argc, char** argv) {
         a.head_scale = head_scale;
         a.freqs = TensorView::contiguous(fr.p, DType::kFloat32, {max_pos, 64}, dev);
         a.positions = TensorView::contiguous(pos.p, DType::kInt64, {T}, dev);
+        // A recipe without RoPE takes no freqs nor positions, one without weights no weight nor
+        // weights_out (empty views; null in the Problem).
+        const bool has_rope = recipe_has_rope(recipe(rid)), has_weights = recipe_has_weights(recipe(rid));
+        if (!has_rope) a.freqs = a.positions = TensorView{};
+        if (!has_weights) a.weight = a.weights_out = TensorView{};
         Options o;
         o.backend = Backend::kCuda;
         o.stream = s;
@@ -214,7 +224,7 @@ int main(int argc, char** argv) {
         p.dtype = dt;
         p.q_input = q.p;
         p.q_out = static_cast<std::uint8_t*>(out.p);
-        p.q_sf = fp4 ? static_cast<std::uint8_t*>(sf.p) : nullptr;
+        p.q_sf = wsf ? static_cast<std::uint8_t*>(sf.p) : nullptr;
         p.weight = w.p;
         p.weight_dtype = dt;  // the weight buffer holds the input dtype, as in SGLang's design
         p.weight_stride_b = H;
@@ -225,6 +235,14 @@ int main(int argc, char** argv) {
         p.max_pos = max_pos;
         p.positions = pos.p;
         p.pos_dtype = DType::kInt64;
+        if (!has_rope) {
+          p.freqs = nullptr;
+          p.positions = nullptr;
+        }
+        if (!has_weights) {
+          p.weight = nullptr;
+          p.weights_out = nullptr;
+        }
         p.device = dev;
 
         struct Entry {
@@ -239,35 +257,44 @@ int main(int argc, char** argv) {
           op.enable_pdl = pdl;
           entries.push_back({"auto", pdl, [&, op] { ck(run(a, op), "run"); }});
         }
-        // Fixed shapes: lanes-block-trigger (t0 at start, t1 after the loads, t2 at exit; the
-        // trigger only matters with PDL on). Small grids try the latency shapes, large grids
-        // the throughput ones.
+        // Options::side_inputs_ready (positions, freqs, weight read before griddepcontrol.wait:
+        // true here, nothing writes them) at the decode sizes, PDL on.
+        if (rows <= 16384 && ri < recipes.size()) {
+          for (const bool pdl : pdls) {
+            if (!pdl) continue;
+            Options op = o;
+            op.enable_pdl = true;
+            op.side_inputs_ready = true;
+            entries.push_back({"auto-side-ready", pdl, [&, op] { ck(run(a, op), "run"); }});
+          }
+        }
+        // Fixed shapes (--shapes): every entry of src/cuda/launch_shapes.inc (kLaunchShapes) at its
+        // block and at 256, named l<lanes>-r<group_rows>-b<block>[-t<trigger>] (t0 at start, t1
+        // after the loads; the trigger only matters with PDL on). Above 16384 rows the 16-lane
+        // shapes are left out (latency shapes).
         if (shapes && ri < recipes.size()) {
-          struct Shape {
-            int lanes, block, trigger;
-          };
-          std::vector<Shape> list;
-          if (rows <= 16384) {
-            for (int l : {16, 8})
-              for (int b : {64, 128, 256})
-                for (int t : {0, 1, 2}) list.push_back({l, b, t});
-            list.push_back({16, 32, 0});
-            list.push_back({4, 128, 0});
-            list.push_back({4, 128, 1});
-          } else {
-            for (int b : {128, 256})
-              for (int t : {0, 1, 2}) list.push_back({4, b, t});
-            list.push_back({8, 256, 1});
+          std::vector<detail::Variant> list;
+          for (const detail::LaunchShape& sh : detail::kLaunchShapes) {
+            if (rows > 16384 && sh.lanes >= 16) continue;
+            for (int b : {sh.block, 256}) {
+              for (int t : {0, 1}) {
+                detail::Variant v;
+                v.lanes = sh.lanes;
+                v.group_rows = sh.group_rows;
+                v.block = b;
+                v.trigger = t;
+                bool dup = false;
+                for (const detail::Variant& u : list)
+                  dup = dup || (u.lanes == v.lanes && u.group_rows == v.group_rows && u.block == v.block && u.trigger == v.trigger);
+                if (!dup) list.push_back(v);
+              }
+            }
           }
           for (const bool pdl : pdls) {
-            for (const Shape& sh : list) {
-              if (!pdl && sh.trigger != 1) continue;  // the trigger is a no-op without PDL
-              detail::Variant v;
-              v.lanes = sh.lanes;
-              v.block = sh.block;
-              v.trigger = sh.trigger;
-              entries.push_back({"l" + std::to_string(sh.lanes) + "-b" + std::to_string(sh.block) +
-                                     (pdl ? "-t" + std::to_string(sh.trigger) : std::string()),
+            for (const detail::Variant& v : list) {
+              if (!pdl && v.trigger != 1) continue;  // the trigger is a no-op without PDL
+              entries.push_back({"l" + std::to_string(v.lanes) + "-r" + std::to_string(v.group_rows) + "-b" +
+                                     std::to_string(v.block) + (pdl ? "-t" + std::to_string(v.trigger) : std::string()),
                                  pdl, [&, v, pdl] { ck(detail::cuda_run_variant(p, s, pdl, v), "run_variant"); }});
             }
           }
@@ -306,10 +333,10 @@ int main(int argc, char** argv) {
           ck(cudaStreamSynchronize(s), "sync");
           Result r;
           r.out.resize(std::size_t(rows * ob));
-          r.sf.resize(fp4 ? std::size_t(rows) * 4 : 0);
+          r.sf.resize(wsf ? std::size_t(rows) * 4 : 0);
           r.w.resize(std::size_t(rows));
           ck(cudaMemcpy(r.out.data(), out.p, r.out.size(), cudaMemcpyDeviceToHost), "to host");
-          if (fp4) ck(cudaMemcpy(r.sf.data(), sf.p, r.sf.size(), cudaMemcpyDeviceToHost), "to host");
+          if (wsf) ck(cudaMemcpy(r.sf.data(), sf.p, r.sf.size(), cudaMemcpyDeviceToHost), "to host");
           ck(cudaMemcpy(r.w.data(), wo.p, r.w.size() * 4, cudaMemcpyDeviceToHost), "to host");
           return r;
         };

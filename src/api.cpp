@@ -49,7 +49,7 @@ Status cuda_unusable() {
 }
 Status run_kCuda(const detail::Problem& p, const Options& o) {
   const Status s = cuda_unusable();
-  return s.ok() ? detail::cuda_run(p, o.stream, o.enable_pdl) : s;
+  return s.ok() ? detail::cuda_run(p, o.stream, o.enable_pdl, o.side_inputs_ready) : s;
 }
 Status run_kCuda(const detail::KProblem& p, const Options& o) {
   const Status s = cuda_unusable();

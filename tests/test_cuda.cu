@@ -50,6 +50,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -172,9 +173,10 @@ Outputs reference_outputs(const HostCase& c, float head_scale = 1.0f) {
   return want;
 }
 
-detail::Variant V(int lanes, int block = 0) {
+detail::Variant V(int lanes, int block = 0, int group_rows = 1) {
   detail::Variant v;
   v.lanes = lanes;
+  v.group_rows = group_rows;
   v.block = block;
   return v;
 }
@@ -182,13 +184,54 @@ detail::Variant V(int lanes, int block = 0) {
 std::string variant_name(const detail::Variant& v) {
   if (v.lanes < 0) return "auto";
   if (v.lanes == 0) return "scalar-fallback";
-  return "lanes=" + std::to_string(v.lanes) + " block=" + std::to_string(v.block);
+  return "lanes=" + std::to_string(v.lanes) + " group_rows=" + std::to_string(v.group_rows) +
+         " block=" + std::to_string(v.block);
 }
 
-// Every shape the backend can launch: what choose_variant picks (16, 8 or 4 lanes / 128) and the
-// other lane counts and block sizes cuda_run_variant accepts.
+// Every shape the backend can launch: the automatic choice, the fallback, and every entry of
+// src/cuda/launch_shapes.inc at its block size and at 256 (the automatic ones at 64 too).
 std::vector<detail::Variant> all_variants() {
-  return {V(-1), V(0), V(4, 256), V(4, 128), V(4, 64), V(8, 256), V(8, 128), V(8, 64), V(16, 256), V(16, 128)};
+  std::vector<detail::Variant> v = {V(-1), V(0)};
+  auto add = [&](const detail::Variant& x) {
+    for (const detail::Variant& y : v)
+      if (y.lanes == x.lanes && y.group_rows == x.group_rows && y.block == x.block) return;
+    v.push_back(x);
+  };
+  for (const detail::LaunchShape& s : detail::kLaunchShapes) {
+    add(V(s.lanes, s.block, s.group_rows));
+    add(V(s.lanes, 256, s.group_rows));
+    if (s.up_to_rows >= 0) add(V(s.lanes, 64, s.group_rows));
+  }
+  return v;
+}
+
+// The automatic choice follows src/cuda/launch_shapes.inc: every recipe and size gets a listed
+// automatic entry that covers that recipe, the first such one in list order (no device needed).
+TEST(Cuda, AutomaticShapeIsTheFirstCoveringListEntry) {
+  for (RecipeId rid : all_recipes()) {
+    for (std::int64_t rows : {1, 64, 1024, 1025, 4096, 4097, 65536, 1 << 20}) {
+      const detail::Variant v = detail::choose_variant(rows, rid);
+      int first = -1;
+      for (int i = 0; i < detail::kNumLaunchShapes && first < 0; ++i) {
+        const detail::LaunchShape& s = detail::kLaunchShapes[i];
+        if (s.up_to_rows >= 0 && (s.up_to_rows == 0 || rows <= s.up_to_rows) && detail::shape_covers(s.recipes, rid))
+          first = i;
+      }
+      ASSERT_GE(first, 0) << recipe_name(rid) << " rows " << rows << ": no automatic entry covers it";
+      const detail::LaunchShape& s = detail::kLaunchShapes[first];
+      EXPECT_EQ(v.lanes, s.lanes) << recipe_name(rid) << " rows " << rows;
+      EXPECT_EQ(v.group_rows, s.group_rows) << recipe_name(rid) << " rows " << rows;
+      EXPECT_EQ(v.block, s.block) << recipe_name(rid) << " rows " << rows;
+      EXPECT_EQ(v.trigger, s.trigger) << recipe_name(rid) << " rows " << rows;
+    }
+    // the classes: FP8 without the Hadamard, vLLM's FP4 without it, the rest
+    const Recipe& r = recipe(rid);
+    EXPECT_TRUE(detail::shape_covers(detail::kAnyRecipe, rid));
+    EXPECT_EQ(detail::shape_covers(detail::kPlainFp8, rid), !r.hadamard && r.format != OutFormat::kE2M1) << recipe_name(rid);
+    EXPECT_EQ(detail::shape_covers(detail::kVllmFp4, rid),
+              !r.hadamard && r.format == OutFormat::kE2M1 && r.quant == Quantizer::kVllm)
+        << recipe_name(rid);
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1373,14 +1416,15 @@ TEST(Cuda, PdlProducerThatTriggersEarlyIsOverlappedOnThisDevice) {
 
 // producer (writes q_input, weight, positions; triggers at once) -> the op (PDL on) -> consumer
 // (PDL, copies the outputs after its wait), captured in one CUDA graph, replayed with two input
-// sets; every output byte compared with the reference, for every shape and trigger placement.
-TEST(Cuda, PdlGraphWithEarlyProducerAndConsumerIsExact) {
-  SKIP_WITHOUT_DEVICE();
-  if (device_cc_major() < 9) GTEST_SKIP() << "PDL needs sm_90+";
+// sets; every output byte compared with the reference, for every listed shape and trigger
+// placement. Then Options::side_inputs_ready: the producer writes q_input only (positions, freqs
+// and weight are written before the graph runs, as the option requires), the op reads them
+// before its griddepcontrol.wait and q_input after it; the same bytes.
+void pdl_graph_case(bool side_inputs_ready) {
   std::vector<detail::Variant> variants = {V(-1), V(0)};
-  for (const auto& lb : std::vector<std::pair<int, int>>{{16, 256}, {16, 64}, {8, 128}, {4, 128}}) {
-    for (int t : {detail::kTriggerAtStart, detail::kTriggerAfterLoads, detail::kTriggerAtExit}) {
-      detail::Variant v = V(lb.first, lb.second);
+  for (const detail::LaunchShape& sh : detail::kLaunchShapes) {
+    for (int t : {detail::kTriggerAtStart, detail::kTriggerAfterLoads}) {
+      detail::Variant v = V(sh.lanes, sh.block, sh.group_rows);
       v.trigger = t;
       variants.push_back(v);
     }
@@ -1400,7 +1444,8 @@ TEST(Cuda, PdlGraphWithEarlyProducerAndConsumerIsExact) {
       for (std::int64_t b = 0; b < c2.B; ++b) iqtest::set_position(c2, b, (b * 7919 + 5) % c1.max_pos);
       const Outputs want1 = reference_outputs(c1), want2 = reference_outputs(c2);
       for (const detail::Variant& v : variants) {
-        SCOPED_TRACE(c1.describe() + " " + variant_name(v) + " trigger=" + std::to_string(v.trigger));
+        SCOPED_TRACE(c1.describe() + " " + variant_name(v) + " trigger=" + std::to_string(v.trigger) +
+                     (side_inputs_ready ? " side_inputs_ready" : ""));
         DeviceCase d;
         ASSERT_TRUE(d.upload(c1));
         DevBuf sq, sw, sp, cq, csf, cwo;  // staging inputs, the consumer's copies
@@ -1414,8 +1459,8 @@ TEST(Cuda, PdlGraphWithEarlyProducerAndConsumerIsExact) {
         in.dst[1] = static_cast<unsigned char*>(d.w.p);
         in.dst[2] = static_cast<unsigned char*>(d.pos.p);
         in.n[0] = c1.q_input.size();
-        in.n[1] = c1.weight.size();
-        in.n[2] = c1.positions.size();
+        in.n[1] = side_inputs_ready ? 0 : c1.weight.size();
+        in.n[2] = side_inputs_ready ? 0 : c1.positions.size();
         ByteCopies out{};
         out.src[0] = static_cast<const unsigned char*>(d.out.p);
         out.src[1] = static_cast<const unsigned char*>(d.sf.p);
@@ -1432,7 +1477,7 @@ TEST(Cuda, PdlGraphWithEarlyProducerAndConsumerIsExact) {
         cudaGraph_t g = nullptr;
         CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         early_trigger_producer<<<132, 256, 0, s>>>(in, kProducerSpin);
-        const Status st = detail::cuda_run_variant(d.prob, s, true, v);
+        const Status st = detail::cuda_run_variant(d.prob, s, true, v, side_inputs_ready);
         const cudaError_t ce = launch_pdl(pdl_consumer, 132u, 256u, s, out);
         CUDA_OK(cudaStreamEndCapture(s, &g));
         ASSERT_TRUE(st.ok()) << st.message();
@@ -1448,8 +1493,13 @@ TEST(Cuda, PdlGraphWithEarlyProducerAndConsumerIsExact) {
           CUDA_OK(cudaMemcpy(sw.p, c.weight.data(), c.weight.size(), cudaMemcpyHostToDevice));
           CUDA_OK(cudaMemcpy(sp.p, c.positions.data(), c.positions.size(), cudaMemcpyHostToDevice));
           CUDA_OK(cudaMemset(d.q.p, 0x7f, c.q_input.size()));
-          CUDA_OK(cudaMemset(d.w.p, 0x7f, c.weight.size()));
-          CUDA_OK(cudaMemset(d.pos.p, 0x7f, c.positions.size()));
+          if (side_inputs_ready) {  // ready before the graph runs
+            CUDA_OK(cudaMemcpy(d.w.p, c.weight.data(), c.weight.size(), cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(d.pos.p, c.positions.data(), c.positions.size(), cudaMemcpyHostToDevice));
+          } else {
+            CUDA_OK(cudaMemset(d.w.p, 0x7f, c.weight.size()));
+            CUDA_OK(cudaMemset(d.pos.p, 0x7f, c.positions.size()));
+          }
           ASSERT_TRUE(d.poison(0x5A));
           CUDA_OK(cudaMemset(cq.p, 0xA5, d.n_out));
           CUDA_OK(cudaMemset(csf.p, 0xA5, d.n_sf));
@@ -1479,54 +1529,84 @@ TEST(Cuda, PdlGraphWithEarlyProducerAndConsumerIsExact) {
   }
 }
 
+TEST(Cuda, PdlGraphWithEarlyProducerAndConsumerIsExact) {
+  SKIP_WITHOUT_DEVICE();
+  if (device_cc_major() < 9) GTEST_SKIP() << "PDL needs sm_90+";
+  pdl_graph_case(false);
+}
+
+TEST(Cuda, SideInputsReadyBehindAnEarlyProducerOfQInputIsExact) {
+  SKIP_WITHOUT_DEVICE();
+  if (device_cc_major() < 9) GTEST_SKIP() << "PDL needs sm_90+";
+  pdl_graph_case(true);
+}
+
 // The public API's default (Options::enable_pdl = true) behind the same early producer, stream
 // order (no graph): every byte, small and large grids (both automatic trigger placements).
+// Then Options::side_inputs_ready through the public API: kept (the producer writes q_input
+// only): every byte; broken (the producer writes the positions too, which the option promises
+// it does not): the op reads the stale out-of-range positions before its wait, which shows the
+// option in effect (zero codes, NaN weights_out).
 TEST(Cuda, DefaultOptionsUsePdlAndWaitForTheProducer) {
   SKIP_WITHOUT_DEVICE();
   EXPECT_TRUE(Options{}.enable_pdl);
+  EXPECT_FALSE(Options{}.side_inputs_ready);
   std::uint64_t seed = 500;
-  for (RecipeId rid : {RecipeId::kV4Fp8, RecipeId::kV4Fp4}) {
-    for (std::int64_t B : {1, 64, 1024}) {
-      const HostCase c = iqtest::random_case(B, 64, DType::kBFloat16, DType::kInt64, 64, ++seed, rid);
-      SCOPED_TRACE(c.describe());
-      const Outputs want = reference_outputs(c);
-      DeviceCase d;
-      ASSERT_TRUE(d.upload(c));
-      cudaStream_t s = nullptr;
-      CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-      Options o;
-      o.backend = Backend::kCuda;
-      o.stream = s;
-      ASSERT_TRUE(d.call(c, o).ok());  // loads the kernel (a lazy first load would serialize)
-      CUDA_OK(cudaStreamSynchronize(s));
-      DevBuf sq, sp;
-      ASSERT_TRUE(sq.alloc(c.q_input.size()) && sp.alloc(c.positions.size()));
-      CUDA_OK(cudaMemcpy(sq.p, c.q_input.data(), c.q_input.size(), cudaMemcpyHostToDevice));
-      CUDA_OK(cudaMemcpy(sp.p, c.positions.data(), c.positions.size(), cudaMemcpyHostToDevice));
-      CUDA_OK(cudaMemset(d.q.p, 0x7f, c.q_input.size()));
-      CUDA_OK(cudaMemset(d.pos.p, 0x7f, c.positions.size()));
-      ASSERT_TRUE(d.poison(0x5A));
-      CUDA_OK(cudaDeviceSynchronize());
-      ByteCopies in{};
-      in.src[0] = static_cast<const unsigned char*>(sq.p);
-      in.src[1] = static_cast<const unsigned char*>(sp.p);
-      in.src[2] = in.src[1];
-      in.dst[0] = static_cast<unsigned char*>(d.q.p);
-      in.dst[1] = static_cast<unsigned char*>(d.pos.p);
-      in.dst[2] = in.dst[1];
-      in.n[0] = c.q_input.size();
-      in.n[1] = c.positions.size();
-      in.n[2] = 0;
-      early_trigger_producer<<<132, 256, 0, s>>>(in, kProducerSpin);
-      CUDA_OK(cudaGetLastError());
-      const Status st = d.call(c, o);
-      ASSERT_TRUE(st.ok()) << st.message();
-      CUDA_OK(cudaStreamSynchronize(s));
-      Outputs got;
-      ASSERT_TRUE(d.download(&got));
-      const iqtest::Comparison cmp = iqtest::compare(got, want, c.H);
-      EXPECT_TRUE(cmp.exact()) << cmp.summary();
-      cudaStreamDestroy(s);
+  enum Mode { kDefault, kSideReady, kSideBroken };
+  for (const Mode mode : {kDefault, kSideReady, kSideBroken}) {
+    if (mode != kDefault && device_cc_major() < 9) continue;
+    for (RecipeId rid : {RecipeId::kV4Fp8, RecipeId::kV4Fp4}) {
+      for (std::int64_t B : {1, 64, 1024}) {
+        if (mode == kSideBroken && B != 1) continue;
+        const HostCase c = iqtest::random_case(B, 64, DType::kBFloat16, DType::kInt64, 64, ++seed, rid);
+        SCOPED_TRACE(c.describe() + (mode == kDefault ? "" : mode == kSideReady ? " side_inputs_ready" : " contract broken"));
+        const Outputs want = reference_outputs(c);
+        DeviceCase d;
+        ASSERT_TRUE(d.upload(c));
+        cudaStream_t s = nullptr;
+        CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        Options o;
+        o.backend = Backend::kCuda;
+        o.stream = s;
+        o.side_inputs_ready = mode != kDefault;
+        ASSERT_TRUE(d.call(c, o).ok());  // loads the kernel (a lazy first load would serialize)
+        CUDA_OK(cudaStreamSynchronize(s));
+        DevBuf sq, sp;
+        ASSERT_TRUE(sq.alloc(c.q_input.size()) && sp.alloc(c.positions.size()));
+        CUDA_OK(cudaMemcpy(sq.p, c.q_input.data(), c.q_input.size(), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(sp.p, c.positions.data(), c.positions.size(), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemset(d.q.p, 0x7f, c.q_input.size()));
+        const bool producer_writes_pos = mode != kSideReady;
+        if (producer_writes_pos) CUDA_OK(cudaMemset(d.pos.p, 0x7f, c.positions.size()));
+        ASSERT_TRUE(d.poison(0x5A));
+        CUDA_OK(cudaDeviceSynchronize());
+        ByteCopies in{};
+        in.src[0] = static_cast<const unsigned char*>(sq.p);
+        in.src[1] = static_cast<const unsigned char*>(sp.p);
+        in.src[2] = in.src[1];
+        in.dst[0] = static_cast<unsigned char*>(d.q.p);
+        in.dst[1] = static_cast<unsigned char*>(d.pos.p);
+        in.dst[2] = in.dst[1];
+        in.n[0] = c.q_input.size();
+        in.n[1] = producer_writes_pos ? c.positions.size() : 0;
+        in.n[2] = 0;
+        early_trigger_producer<<<132, 256, 0, s>>>(in, kProducerSpin);
+        CUDA_OK(cudaGetLastError());
+        const Status st = d.call(c, o);
+        ASSERT_TRUE(st.ok()) << st.message();
+        CUDA_OK(cudaStreamSynchronize(s));
+        Outputs got;
+        ASSERT_TRUE(d.download(&got));
+        const iqtest::Comparison cmp = iqtest::compare(got, want, c.H);
+        if (mode == kSideBroken) {
+          // every row read the stale position 0x7f7f...: out of range
+          EXPECT_FALSE(cmp.exact()) << "the positions were not read before griddepcontrol.wait";
+          for (float w : got.weights_out) EXPECT_TRUE(std::isnan(w));
+        } else {
+          EXPECT_TRUE(cmp.exact()) << cmp.summary();
+        }
+        cudaStreamDestroy(s);
+      }
     }
   }
 }
@@ -1586,7 +1666,7 @@ TEST(Cuda, ErrorsAreReportedNotCrashed) {
     std::vector<std::uint8_t> host_sf(d.n_sf);
     detail::Problem p = d.prob;
     p.q_sf = host_sf.data();
-    const Status s = detail::cuda_run(p, nullptr, false);
+    const Status s = detail::cuda_run(p, nullptr, false, false);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("q_sf"), std::string::npos) << s.message();
   }
@@ -1597,25 +1677,25 @@ TEST(Cuda, ErrorsAreReportedNotCrashed) {
   std::vector<std::uint8_t> host_out(d.n_out), host_sf(d.n_sf);
   detail::Problem p = d.prob;
   p.q_out = host_out.data();
-  Status s = detail::cuda_run(p, nullptr, false);
+  Status s = detail::cuda_run(p, nullptr, false, false);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("q_out"), std::string::npos) << s.message();
   p = d.prob;
   p.q_sf = host_sf.data();
-  s = detail::cuda_run(p, nullptr, false);
+  s = detail::cuda_run(p, nullptr, false, false);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("q_sf"), std::string::npos) << s.message();
   // A device that does not exist.
   p = d.prob;
   p.device.index = 97;
-  s = detail::cuda_run(p, nullptr, false);
+  s = detail::cuda_run(p, nullptr, false, false);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
   // A launch error: a block larger than the hardware allows.
   s = detail::cuda_run_variant(d.prob, nullptr, false, V(4, 4096));
   EXPECT_EQ(s.code(), StatusCode::kInternal);
   EXPECT_NE(s.message().find("launch"), std::string::npos) << s.message();
   // The error was consumed: the next call works.
-  s = detail::cuda_run(d.prob, nullptr, false);
+  s = detail::cuda_run(d.prob, nullptr, false, false);
   EXPECT_TRUE(s.ok()) << s.message();
   CUDA_OK(cudaDeviceSynchronize());
 }

@@ -239,6 +239,14 @@ struct Options {
   // (griddepcontrol.wait) for it to finish before reading any tensor; it lets the next kernel
   // launch early too. Ignored on devices before sm_90. false: a plain launch.
   bool enable_pdl = true;
+  // CUDA backend only, query side (run(OpArgs)), with enable_pdl on an sm_90+ device: an opt-in
+  // for decode sizes. true: the caller guarantees that positions, freqs and weight hold their
+  // final bytes before the op's kernel starts, i.e. no kernel still running on the stream (the
+  // previous one, launched with PDL, may still be running) writes them; the kernel then reads
+  // them before griddepcontrol.wait, so their round trips overlap the previous kernel, and only
+  // q_input is read after the wait (as SGLang's kernel reads its position). false (the default):
+  // every input is read after the wait, safe behind any producer. Ignored elsewhere.
+  bool side_inputs_ready = false;
 };
 
 // The op's arguments, for every recipe: one model shared by the API, the CLI, the PyTorch

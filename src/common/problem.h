@@ -69,7 +69,8 @@ Status cpu_run(const Problem& p, CpuIsa isa, int num_threads);
 
 // src/cuda: device memory of p.device; stream is a cudaStream_t (may be null).
 // Present only when the build has INDEXER_Q_CUDA; otherwise api.cpp reports kUnavailable.
-Status cuda_run(const Problem& p, void* stream, bool enable_pdl);
+// side_inputs_ready: Options::side_inputs_ready.
+Status cuda_run(const Problem& p, void* stream, bool enable_pdl, bool side_inputs_ready);
 bool cuda_available();
 
 }  // namespace detail

@@ -3,9 +3,12 @@
 // of src/common/recipe.h; the host picks the instantiation through with_recipe).
 //
 // Design (the "row-group" kernel): each row of 128 values is processed by LANES consecutive
-// threads of one warp (LANES = 4, 8 or 16; choose_variant picks 16 up to 1024 rows, 8 up to
-// 4096, else 4, in blocks of 128, from H200 measurements in docs/PERFORMANCE.md). A lane holds
-// C = 128 / (8 * LANES) chunks of 8 contiguous values; element i of the row lives in
+// threads of one warp (LANES = 4, 8 or 16 as listed; the body takes 2 too), a group of lanes taking GR rows (group_rows: 1 or
+// 2; every load of its rows issued before the first row's arithmetic). The shapes compiled and
+// the automatic choice by grid size and recipe are one list, src/cuda/launch_shapes.inc (H200
+// measurements there and in docs/PERFORMANCE.md); INDEXER_Q_CUDA_SHAPE overrides the choice for
+// tuning (cuda_run). A lane holds C = 128 / (8 * LANES) chunks of 8 contiguous values; element
+// i of the row lives in
 //     chunk c = i / (8 * LANES),   lane l = (i / 8) % LANES,   slot k = i % 8.
 // Each chunk is one 16-byte load (bf16 / fp16) or two (fp32), and one 8-byte store of fp8
 // codes (or one 4-byte store of fp4 code pairs).
@@ -26,11 +29,11 @@
 //
 // FP8 (e4m3fn, e4m3fnuz): Hopper's cvt.rn.satfinite.e4m3x2.f32 (round to nearest even,
 // saturating to +-448) equals the spec's clamp-then-encode for every non-NaN product; step 8's
-// fmin(., 448) (NaN -> +448) is applied only to rows that can hold a NaN product (see
-// quantize_fp8). FNUZ (SGLang's quantizer): the fn bytes with 0x80 -> 0x00, weights_out times 2.
+// fmin(., 448) (NaN -> +448) is applied only to rows that can hold a NaN product (row_amax:
+// rows with a NaN or an infinity). FNUZ (SGLang's quantizer): the fn bytes with 0x80 -> 0x00, weights_out times 2.
 // FP4 (e2m1 + UE8M0 per 32 dims): a block of 32 dims is 4 consecutive chunks, i.e. the same
-// chunk c of 4 consecutive lanes (block = (c * LANES + l) / 4), so a block's amax is one
-// in-thread max over 8 values and two shuffles. bf16 rounding points by cvt.rn.bf16x2.f32; the
+// chunk c of 4 consecutive lanes (block = (c * LANES + l) / 4; with 2 lanes, chunks c, c ^ 1 of
+// both lanes: block_max), so a block's amax is one in-thread max over 8 values and two shuffles. bf16 rounding points by cvt.rn.bf16x2.f32; the
 // UE8M0 exponent and the e2m1 codes by bit arithmetic (src/cuda/fp4_e2m1.cuh). Every device
 // encoder is checked by tests/test_cuda.cu against the scalar one for all float32 inputs.
 //
@@ -74,9 +77,12 @@
 // the call can be captured in a CUDA graph. With enable_pdl (the default) on an sm_90+ device
 // running code built from compute_90+ PTX (cuda/device_facts.cuh: pdl_supported) the kernel is launched with programmatic stream serialization (PDL): it may start while the
 // previous kernel of the stream runs. Before griddepcontrol.wait it only computes indices and
-// addresses from its launch parameters (every tensor may be the previous kernel's output); it
-// lets the next kernel launch (griddepcontrol.launch_dependents) at its first instruction when
-// the grid is small (choose_variant: decode sizes, where the next launch's latency would
+// addresses from its launch parameters (every tensor may be the previous kernel's output);
+// with Options::side_inputs_ready (the caller guarantees positions, freqs and weight are final
+// before the kernel starts) it also reads the position, the freqs row and the weight before the
+// wait, q_input after it (no load is ld.global.nc: ptxas moves those above the wait). It lets
+// the next kernel launch (griddepcontrol.launch_dependents) at its first instruction when the
+// grid is small (the list's trigger column: decode sizes, where the next launch's latency would
 // otherwise follow this kernel's), after its input loads when it is larger (dependents resident
 // early crowd its own blocks). Warps past the last row exit at once.
 //
@@ -91,11 +97,16 @@
 //
 // Measured and removed (git history, commit 9aadcab): a persistent grid whose row groups
 // prefetch the next row, and a cp.async.bulk shared-memory ring; both were slower on an H200
-// (docs/PERFORMANCE.md).
+// (docs/PERFORMANCE.md). Issue 20: 2 lanes per row lost at every size timed (not listed).
+//
+// NaN handling off the fast path: row_amax takes the row's maximum with max.NaN.f32, which also
+// says whether every value of the row is finite; the quantizers' NaN and clamp steps run only
+// for the other rows (and only a warp holding a NaN row computes the NaN-ignoring maximum again).
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cuda_fp16.h>
 #include <string>
 
@@ -127,16 +138,21 @@ __device__ __forceinline__ void pdl_wait_after(std::uint64_t a, std::uint64_t b,
 
 // ---- loads, in program order (asm volatile keeps them in the order written: the position
 // first, then every q load, all in flight before the position-dependent freqs loads) ----
+// None of them is ld.global.nc: a tensor may be written by the previous kernel while this one,
+// launched with PDL, already runs (until griddepcontrol.wait), so no input is read-only for the
+// kernel's whole lifetime, and ptxas moves .nc loads above griddepcontrol.wait (seen on the
+// side_inputs_ready path: a q_input load hoisted above the wait read the producer's old bytes).
+// Plain loads stay behind the wait.
 __device__ __forceinline__ uint4 ld_stream16(const void* p) {  // read once: skip L1
   uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
 }
 __device__ __forceinline__ float4 ld_f4(const float* p) {  // freqs: shared by a token's heads
   float4 r;
-  asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+  asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];"
                : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
                : "l"(p));
   return r;
@@ -145,11 +161,11 @@ template <bool POS64>
 __device__ __forceinline__ std::int64_t ld_pos(const void* pos, std::uint64_t b) {
   if (POS64) {
     long long v;
-    asm volatile("ld.global.nc.s64 %0, [%1];" : "=l"(v) : "l"(static_cast<const long long*>(pos) + b));
+    asm volatile("ld.global.s64 %0, [%1];" : "=l"(v) : "l"(static_cast<const long long*>(pos) + b));
     return v;
   }
   int v;
-  asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(static_cast<const int*>(pos) + b));
+  asm volatile("ld.global.s32 %0, [%1];" : "=r"(v) : "l"(static_cast<const int*>(pos) + b));
   return std::int64_t(v);
 }
 // Raw weight bits (bf16 / fp16 in the low half, or fp32). The weight's dtype is independent of
@@ -157,10 +173,10 @@ __device__ __forceinline__ std::int64_t ld_pos(const void* pos, std::uint64_t b)
 __device__ __forceinline__ std::uint32_t ld_weight(const void* w, DType wdt, std::uint64_t idx) {
   std::uint32_t v;
   if (wdt == DType::kFloat32) {
-    asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(static_cast<const std::uint32_t*>(w) + idx));
+    asm volatile("ld.global.b32 %0, [%1];" : "=r"(v) : "l"(static_cast<const std::uint32_t*>(w) + idx));
   } else {
     unsigned short h;
-    asm volatile("ld.global.nc.b16 %0, [%1];" : "=h"(h) : "l"(static_cast<const unsigned short*>(w) + idx));
+    asm volatile("ld.global.b16 %0, [%1];" : "=h"(h) : "l"(static_cast<const unsigned short*>(w) + idx));
     v = h;
   }
   return v;
@@ -223,24 +239,30 @@ __device__ __forceinline__ RowIndex row_index(const Problem& p, std::uint64_t ro
 }
 
 // A recipe without RoPE (R::kRope false) reads no position (p.positions is null; pos = 0), one
-// without weights (R::kWeights false) no weight (p.weight is null; w = 0).
+// without weights (R::kWeights false) no weight (p.weight is null; w = 0). The side inputs (the
+// position, lane 0's weight) and the q words are separate steps, so that the side inputs can be
+// read before griddepcontrol.wait where the caller says they are ready (side_inputs_ready).
 template <class R, int LANES, int DT, bool POS64>
-__device__ __forceinline__ void issue_loads(const Problem& p, const RowIndex& ix, int l, RowLoad<LANES, DT>& r) {
-  constexpr int C = RowLoad<LANES, DT>::C, W = RowLoad<LANES, DT>::W;
-  const std::uint64_t b = ix.b, h = ix.h;
-  const char* qrow = ix.qrow;
+__device__ __forceinline__ void issue_pos_load(const Problem& p, const RowIndex& ix, RowLoad<LANES, DT>& r) {
   if (R::kRope)
-    r.pos = ld_pos<POS64>(p.positions, b);  // first: the freqs loads depend on it
+    r.pos = ld_pos<POS64>(p.positions, ix.b);  // first: the freqs loads depend on it
   else
     r.pos = 0;
+}
+template <class R, int LANES, int DT>
+__device__ __forceinline__ void issue_weight_load(const Problem& p, const RowIndex& ix, int l, RowLoad<LANES, DT>& r) {
+  if (R::kWeights)
+    r.w = (l == 0) ? ld_weight(p.weight, p.weight_dtype, ix.b * std::uint64_t(p.weight_stride_b) + ix.h) : 0u;
+  else
+    r.w = 0u;
+}
+template <int LANES, int DT>
+__device__ __forceinline__ void issue_q_loads(const RowIndex& ix, int l, RowLoad<LANES, DT>& r) {
+  constexpr int C = RowLoad<LANES, DT>::C, W = RowLoad<LANES, DT>::W;
 #pragma unroll
   for (int c = 0; c < C; ++c)
 #pragma unroll
-    for (int j = 0; j < W; ++j) r.q[c * W + j] = ld_stream16(qrow + ((c * LANES + l) * W + j) * 16);
-  if (R::kWeights)
-    r.w = (l == 0) ? ld_weight(p.weight, p.weight_dtype, b * std::uint64_t(p.weight_stride_b) + h) : 0u;
-  else
-    r.w = 0u;
+    for (int j = 0; j < W; ++j) r.q[c * W + j] = ld_stream16(ix.qrow + ((c * LANES + l) * W + j) * 16);
 }
 
 // Does chunk c of lane l lie in the recipe's rotated dims? Compile-time for LANES <= 8 (a
@@ -272,21 +294,29 @@ __device__ __forceinline__ uint2 quantize_fp8(const float* v) {
   return o;
 }
 
-// Everything after the loads: RoPE, Hadamard, scale, quantize, store. `active` is false for
-// the lanes of a row past the end (they compute on a clamped row and store nothing), so that
-// every shuffle has the whole warp.
-template <class R, int LANES, int DT>
-__device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row, int l, bool active,
-                                            const RowLoad<LANES, DT>& r, int trigger) {
-  constexpr int C = RowLoad<LANES, DT>::C, W = RowLoad<LANES, DT>::W;
-  static_assert(!R::kFp4 || LANES >= 4, "an FP4 block of 32 dims spans 4 lanes' chunks");
-  // Without RoPE every row is valid (no position, no freqs: neither pointer is used).
-  const bool valid = !R::kRope || (r.pos >= 0 && r.pos < p.max_pos);
-  const float* frow = p.freqs + (valid ? r.pos : 0) * kFreqsDim;  // row 0 always exists
-  // (cos, sin) of this lane's rotated chunks: pairs j0 .. j0 + 3 (adjacent pairs); NeoX: the 8
-  // values of a chunk are 8 pairs j0 .. j0 + 7 (j0 = the chunk's first rotated dim mod 32).
+// The (cos, sin) pairs of a lane's rotated chunks: pairs j0 .. j0 + 3 (adjacent pairs); NeoX:
+// the 8 values of a chunk are 8 pairs j0 .. j0 + 7 (j0 = the chunk's first rotated dim mod 32).
+// (Arrays a recipe does not use are never touched: the compiler drops them.)
+template <int LANES>
+struct FreqLoad {
+  static constexpr int C = kHeadDim / (8 * LANES);
   float cs[C][4], sn[C][4];
   float ncs[C][8], nsn[C][8];  // NeoX only
+};
+
+// Is the row's position in range? Without RoPE every row is valid (no position, no freqs).
+template <class R>
+__device__ __forceinline__ bool position_valid(const Problem& p, std::int64_t pos) {
+  return !R::kRope || (pos >= 0 && pos < p.max_pos);
+}
+
+// The freqs loads of one row (after its position load): two 16-byte loads per rotated chunk
+// (four with NeoX pairs). An out-of-range position reads freqs row 0 (always in bounds).
+template <class R, int LANES>
+__device__ __forceinline__ void issue_freq_loads(const Problem& p, std::int64_t pos, int l, FreqLoad<LANES>& f) {
+  constexpr int C = FreqLoad<LANES>::C;
+  if (!R::kRope) return;
+  const float* frow = p.freqs + (position_valid<R>(p, pos) ? pos : 0) * kFreqsDim;  // row 0 always exists
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     if (chunk_rotated<R, LANES>(c, l) && R::kNeox) {
@@ -295,15 +325,15 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const float4 a = ld_f4(frow + 2 * j0 + 4 * q);
-          ncs[c][2 * q] = a.x; nsn[c][2 * q] = a.y; ncs[c][2 * q + 1] = a.z; nsn[c][2 * q + 1] = a.w;
+          f.ncs[c][2 * q] = a.x; f.nsn[c][2 * q] = a.y; f.ncs[c][2 * q + 1] = a.z; f.nsn[c][2 * q + 1] = a.w;
         }
       } else {
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
           const float4 a = ld_f4(frow + j0 + 4 * q);
           const float4 b = ld_f4(frow + 32 + j0 + 4 * q);
-          ncs[c][4 * q] = a.x; ncs[c][4 * q + 1] = a.y; ncs[c][4 * q + 2] = a.z; ncs[c][4 * q + 3] = a.w;
-          nsn[c][4 * q] = b.x; nsn[c][4 * q + 1] = b.y; nsn[c][4 * q + 2] = b.z; nsn[c][4 * q + 3] = b.w;
+          f.ncs[c][4 * q] = a.x; f.ncs[c][4 * q + 1] = a.y; f.ncs[c][4 * q + 2] = a.z; f.ncs[c][4 * q + 3] = a.w;
+          f.nsn[c][4 * q] = b.x; f.nsn[c][4 * q + 1] = b.y; f.nsn[c][4 * q + 2] = b.z; f.nsn[c][4 * q + 3] = b.w;
         }
       }
     } else if (chunk_rotated<R, LANES>(c, l)) {
@@ -312,17 +342,85 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       if (R::kFreqsLayout == FreqsLayout::kInterleaved) {
         a = ld_f4(frow + 2 * j0);
         b = ld_f4(frow + 2 * j0 + 4);
-        cs[c][0] = a.x; sn[c][0] = a.y; cs[c][1] = a.z; sn[c][1] = a.w;
-        cs[c][2] = b.x; sn[c][2] = b.y; cs[c][3] = b.z; sn[c][3] = b.w;
+        f.cs[c][0] = a.x; f.sn[c][0] = a.y; f.cs[c][1] = a.z; f.sn[c][1] = a.w;
+        f.cs[c][2] = b.x; f.sn[c][2] = b.y; f.cs[c][3] = b.z; f.sn[c][3] = b.w;
       } else {
         a = ld_f4(frow + j0);
         b = ld_f4(frow + 32 + j0);
-        cs[c][0] = a.x; cs[c][1] = a.y; cs[c][2] = a.z; cs[c][3] = a.w;
-        sn[c][0] = b.x; sn[c][1] = b.y; sn[c][2] = b.z; sn[c][3] = b.w;
+        f.cs[c][0] = a.x; f.cs[c][1] = a.y; f.cs[c][2] = a.z; f.cs[c][3] = a.w;
+        f.sn[c][0] = b.x; f.sn[c][1] = b.y; f.sn[c][2] = b.z; f.sn[c][3] = b.w;
       }
     }
   }
-  if (trigger == kTriggerAfterLoads) pdl_launch_dependents();  // every input of this thread requested
+}
+
+// The maximum over an FP4 block of 32 dims, for each chunk c of the thread: the block's KB
+// chunks of this thread (chunks c with the same c / KB), then its LB lanes (xor shuffles).
+template <int C, int KB, int LB>
+__device__ __forceinline__ void block_max(float (&m)[C]) {
+#pragma unroll
+  for (int s = 1; s < KB; s <<= 1) {
+    float t[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) t[c] = fmaxf(m[c], m[c ^ s]);
+#pragma unroll
+    for (int c = 0; c < C; ++c) m[c] = t[c];
+  }
+#pragma unroll
+  for (int s = 1; s < LB; s <<= 1)
+#pragma unroll
+    for (int c = 0; c < C; c += KB) m[c] = fmaxf(m[c], __shfl_xor_sync(0xffffffffu, m[c], s));
+#pragma unroll
+  for (int c = 0; c < C; ++c) m[c] = m[c - c % KB];  // the block's other chunks
+}
+
+// max.NaN.f32: the maximum, NaN if either input is NaN (equal to fmaxf where neither is).
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
+// The row's maximum magnitude with NaN ignored (row.h's amax_step from 0), across the row's
+// LANES lanes, and whether every value of the row is finite (no NaN, no infinity). One pass with
+// the NaN-propagating maximum, which equals the NaN-ignoring one on a row without a NaN; only a
+// warp holding a NaN row computes its rows' maxima again ignoring NaN (the branch is
+// warp-uniform: every shuffle has the whole warp). A finite row's products by its finite
+// inverse scale are never NaN, so the quantizers skip their NaN handling on it.
+template <int C, int LANES>
+__device__ __forceinline__ float row_amax(const float (&x)[C][8], bool& finite) {
+  float m = 0.0f;
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int k = 0; k < 8; ++k) m = fmax_nan(m, fabsf(x[c][k]));
+#pragma unroll
+  for (int s = 1; s < LANES; s <<= 1) m = fmax_nan(m, __shfl_xor_sync(0xffffffffu, m, s));
+  finite = m <= 3.40282347e38f;
+  if (__any_sync(0xffffffffu, m != m)) {
+    m = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(x[c][k]));  // NaN ignored, as amax_step
+#pragma unroll
+    for (int s = 1; s < LANES; s <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
+  }
+  return m;
+}
+
+// Everything after the loads: RoPE, Hadamard, scale, quantize, store. `active` is false for
+// the lanes of a row past the end (they compute on a clamped row and store nothing), so that
+// every shuffle has the whole warp.
+template <class R, int LANES, int DT>
+__device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row, int l, bool active,
+                                            const RowLoad<LANES, DT>& r, const FreqLoad<LANES>& fq) {
+  constexpr int C = RowLoad<LANES, DT>::C, W = RowLoad<LANES, DT>::W;
+  const bool valid = position_valid<R>(p, r.pos);
+  const auto& cs = fq.cs;
+  const auto& sn = fq.sn;
+  const auto& ncs = fq.ncs;
+  const auto& nsn = fq.nsn;
 
   float x[C][8];
 #pragma unroll
@@ -333,8 +431,8 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   // ---- RoPE (step 2), then the recipe's bf16 rounding of the rotated dims ----
   if (R::kNeox) {
     // NeoX pairs (j, j + 32) of the rotated 64: element i pairs with i ^ 32, i.e. word
-    // w = c * LANES + l with w ^ 4, same slot k: with 4 lanes the same lane's chunk c ^ 1, with
-    // 8 or 16 lanes lane l ^ 4's chunk c (a shuffle; the whole warp takes part). The partners
+    // w = c * LANES + l with w ^ 4, same slot k: with 4 (2) lanes the same lane's chunk c ^ 1
+    // (c ^ 2), with 8 or 16 lanes lane l ^ 4's chunk c (a shuffle; the whole warp takes part). The partners
     // are taken before any value changes. Low half (x0 = own, x1 = partner):
     // fma(x0, c, -(x1 * s)); high half (x1 = own, x0 = partner): fma(x0, s, x1 * c), or
     // fma(x1, c, x0 * s) (RopeFma::kFmaX1C).
@@ -344,7 +442,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       if (8 * LANES > kRopeDim || chunk_rotated<R, LANES>(c, 0)) {
 #pragma unroll
         for (int k = 0; k < 8; ++k)
-          part[c][k] = LANES == 4 ? x[(c ^ 1) % C][k] : __shfl_xor_sync(0xffffffffu, x[c][k], 4);
+          part[c][k] = LANES <= 4 ? x[(c ^ (4 / LANES)) % C][k] : __shfl_xor_sync(0xffffffffu, x[c][k], 4);
       }
     }
 #pragma unroll
@@ -430,6 +528,9 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   const float w = decode_weight(r.w, p.weight_dtype);  // lane 0's is the real one
   if (R::kFp4) {
     // ---- FP4: step 4, bf16 rounding, UE8M0 per block of 32 dims, e2m1 codes ----
+    // A block of 32 dims is chunk c of 4 consecutive lanes (LANES >= 4), or chunks
+    // c, c ^ 1 of both lanes (LANES = 2): KB chunks of a thread, LB lanes.
+    constexpr int KB = LANES >= 4 ? 1 : 4 / LANES, LB = LANES >= 4 ? 4 : LANES;
     float amax[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
@@ -444,11 +545,28 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
 #pragma unroll
       for (int k = 1; k < 8; ++k) amax[c] = fmaxf(amax[c], fabsf(x[c][k]));
     }
-#pragma unroll
-    for (int s = 1; s < 4; s <<= 1)
-#pragma unroll
-      for (int c = 0; c < C; ++c) amax[c] = fmaxf(amax[c], __shfl_xor_sync(0xffffffffu, amax[c], s));
+    block_max<C, KB, LB>(amax);
     std::uint32_t e[C];
+    float q2[C][8];  // the two-stage quantizer's stage-1 values
+    if (R::kQuant == Quantizer::kFp4TwoStage) {
+      // Stage 1 (fake quantization of the block: row.h's stage1_exponent / stage1_value), then
+      // the block maximum of its values (the same lanes and chunks as the first one).
+      float amax2[C];
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const std::uint32_t e1 = stage1_exponent(amax[c]);
+        const float sc = __uint_as_float(e1 << 23), inv1 = cute_inverse(e1);
+        amax2[c] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          q2[c][k] = stage1_value(x[c][k], inv1, sc);
+          amax2[c] = fmaxf(amax2[c], fabsf(q2[c][k]));  // NaN ignored, as amax_step
+        }
+      }
+      block_max<C, KB, LB>(amax2);
+#pragma unroll
+      for (int c = 0; c < C; ++c) amax[c] = amax2[c];
+    }
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       std::uint32_t codes;
@@ -463,25 +581,13 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
 #pragma unroll
         for (int k = 0; k < 8; ++k) codes |= std::uint32_t(e2m1_encode_rne(__fmul_rn(x[c][k], inv))) << (4 * k);
       } else if (R::kQuant == Quantizer::kFp4TwoStage) {
-        // Stage 1 (fake quantization of the block: row.h's stage1_exponent / stage1_value), the
-        // block maximum of its values (two more shuffles, the same 4 lanes), then the packer with
-        // inv2 = bits((254 - e2) << 23) (0 at e2 = 254, as the engine's packer).
-        const std::uint32_t e1 = stage1_exponent(amax[c]);
-        const float sc = __uint_as_float(e1 << 23), inv1 = cute_inverse(e1);
-        float q[8];
-        float amax2 = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          q[k] = stage1_value(x[c][k], inv1, sc);
-          amax2 = fmaxf(amax2, fabsf(q[k]));  // NaN ignored, as amax_step
-        }
-#pragma unroll
-        for (int s = 1; s < 4; s <<= 1) amax2 = fmaxf(amax2, __shfl_xor_sync(0xffffffffu, amax2, s));
-        e[c] = rne_ue8m0_of_amax(amax2);
+        // the packer on the stage-1 values with inv2 = bits((254 - e2) << 23) (0 at e2 = 254,
+        // as the engine's packer).
+        e[c] = rne_ue8m0_of_amax(amax[c]);
         const float inv2 = __uint_as_float((254u - e[c]) << 23);
         codes = 0;
 #pragma unroll
-        for (int k = 0; k < 8; ++k) codes |= std::uint32_t(e2m1_encode_rne(__fmul_rn(q[k], inv2))) << (4 * k);
+        for (int k = 0; k < 8; ++k) codes |= std::uint32_t(e2m1_encode_rne(__fmul_rn(q2[c][k], inv2))) << (4 * k);
       } else {
         // vLLM: floor 6 * 2^-126, times fl(1/6), e = 254 for an infinite amax (inverse 0);
         // SGLang: floor 1e-4, / 6, e = 255 for an infinite amax (inverse -Inf).
@@ -502,11 +608,11 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
         *reinterpret_cast<std::uint32_t*>(p.q_out + row * 64 + (c * LANES + l) * 4) = codes;
     }
     if (!active) return;
-    if (LANES == 4) {  // lane 0 holds the row's 4 block exponents (block c = chunk c)
+    if (LANES <= 4) {  // lane 0 holds the row's 4 block exponents (block b = chunk b * KB)
       if (l == 0) {
         std::uint32_t sf = 0;
 #pragma unroll
-        for (int c = 0; c < C; ++c) sf |= e[c] << (8 * c);
+        for (int b = 0; b < 4; ++b) sf |= e[b * KB] << (8 * b);
         *reinterpret_cast<std::uint32_t*>(p.q_sf + row * 4) = valid ? sf : 0u;
       }
     } else if ((l & 3) == 0) {
@@ -522,29 +628,20 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       R::kQuant == Quantizer::kSglangUe8m0 || R::kQuant == Quantizer::kVllmFnuz224) {
     // ---- FP8, vLLM's CuTe DSL, V3.2 and ROCm (e4m3fnuz) quantizers, SGLang's V3.2 act_quant
     // (row.h, process_row) ----
-    float amax = 0.0f;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      if (R::kBf16AfterHadamard) {
-        // the Hadamard multiply, then every value rounded to bf16 (a NaN stays a NaN: its
-        // payload reaches no output, the amax ignores it and its code is the quantizer's)
+      // the Hadamard multiply, then (kBf16AfterHadamard) every value rounded to bf16 (a NaN
+      // stays a NaN: its payload reaches no output, the amax ignores it and its code is the
+      // quantizer's)
 #pragma unroll
-        for (int k = 0; k < 8; ++k)
-          if (R::kHadamard) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
+      for (int k = 0; k < 8; ++k)
+        if (R::kHadamard) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
+      if (R::kBf16AfterHadamard)
 #pragma unroll
         for (int k = 0; k < 8; k += 2) round_bf16_pair(x[c][k], x[c][k + 1]);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(x[c][k]));  // NaN ignored, as amax_step
-      } else {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          if (R::kHadamard) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
-          amax = fmaxf(amax, fabsf(x[c][k]));  // NaN ignored, as amax_step
-        }
-      }
     }
-#pragma unroll
-    for (int s = 1; s < LANES; s <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+    bool finite;
+    const float amax = row_amax<C, LANES>(x, finite);
     float q_scale;
     if (R::kQuant == Quantizer::kVllmCute) {
       // e in 1..255 (255: an infinite amax, scale +Inf, inv -Inf); codes of x * inv, NaN -> 0x7f.
@@ -570,19 +667,30 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       // scale = 2^ceil(log2(fmax(amax, floor) * fl(1/448))) (+Inf for an infinite amax), floor
       // 1e-10 (V3.2) or 1e-4 (act_quant); codes of the IEEE quotient x / scale (+-0 for a finite
       // x and an infinite scale, NaN for Inf / Inf), NaN -> 0x7e (V3.2) or 0xfe (act_quant).
+      // The quotient by the power of two q_scale (<= 2^120) is the product by its inverse
+      // (pow2_scale_inverse: exact, 0 for +Inf), one rounding of the same real number.
       q_scale = pow2_ceil(
           __fmul_rn(fmaxf(amax, R::kQuant == Quantizer::kSglangUe8m0 ? kScaleFloor : kV32Floor), kInv448));
+      const float inv = pow2_scale_inverse(q_scale);
 #pragma unroll
       for (int c = 0; c < C; ++c)
 #pragma unroll
-        for (int k = 0; k < 8; ++k) x[c][k] = __fdiv_rn(x[c][k], q_scale);
+        for (int k = 0; k < 8; ++k) x[c][k] = __fmul_rn(x[c][k], inv);
     }
     if (!active) return;
     std::uint8_t* orow = p.q_out + row * kHeadDim;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       uint2 o;
-      if (R::kQuant == Quantizer::kVllmCute) {
+      if (finite) {  // no NaN product (row_amax): the satfinite conversion alone
+        if (R::kQuant == Quantizer::kVllmFnuz224) {
+          o.x = quantize4_e4m3_fnuz224_finite(x[c][0], x[c][1], x[c][2], x[c][3]);
+          o.y = quantize4_e4m3_fnuz224_finite(x[c][4], x[c][5], x[c][6], x[c][7]);
+        } else {
+          o.x = quantize4_e4m3_sat(x[c][0], x[c][1], x[c][2], x[c][3]);
+          o.y = quantize4_e4m3_sat(x[c][4], x[c][5], x[c][6], x[c][7]);
+        }
+      } else if (R::kQuant == Quantizer::kVllmCute) {
         o.x = quantize4_e4m3_vllm(x[c][0], x[c][1], x[c][2], x[c][3]);
         o.y = quantize4_e4m3_vllm(x[c][4], x[c][5], x[c][6], x[c][7]);
       } else if (R::kQuant == Quantizer::kSglangUe8m0) {
@@ -608,38 +716,33 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
 
   if (R::kVllm) {
     // ---- FP8, vLLM's quantizer (docs/RECIPES.md step 6; no Hadamard) ----
-    float amax = 0.0f;
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-#pragma unroll
-      for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(x[c][k]));
-#pragma unroll
-    for (int s = 1; s < LANES; s <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+    bool finite;
+    const float amax = row_amax<C, LANES>(x, finite);
     // q_scale = 2^k with k in [-22, 120] (amax finite), or +Inf (amax infinite). x / 2^k equals
     // x * 2^-k exactly (both are the one rounding of the same real number, subnormal results
     // included); x / Inf equals x * 0 (+-0 for finite x, NaN for +-Inf and NaN).
     const float q_scale = pow2_ceil(__fdiv_rn(fmaxf(amax, kScaleFloor), kFp8Max));
     const std::uint32_t qe = __float_as_uint(q_scale) >> 23;
     const float inv = qe >= 255u ? 0.0f : __uint_as_float((254u - qe) << 23);
-    // A product is NaN only if x is NaN or (x infinite and inv = 0); every other product has
-    // |v| <= 448 * (1 + 2^-23), so the sum of a lane's products is NaN exactly when one of
-    // them is: lanes without a NaN product take the plain satfinite conversion.
-    float probe[C];
+    // A product is NaN only if x is NaN or (x infinite and inv = 0): never on a finite row
+    // (row_amax). On the others, every non-NaN product has |v| <= 448 * (1 + 2^-23), so the
+    // sum of a lane's products is NaN exactly when one of them is: lanes without a NaN product
+    // take the plain satfinite conversion.
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      probe[c] = 0.0f;
+    for (int c = 0; c < C; ++c)
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        x[c][k] = __fmul_rn(x[c][k], inv);
-        probe[c] = __fadd_rn(probe[c], x[c][k]);
-      }
+      for (int k = 0; k < 8; ++k) x[c][k] = __fmul_rn(x[c][k], inv);
+    bool has_nan = false;
+    if (!finite) {
+      float probe_all = 0.0f;
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) probe_all = __fadd_rn(probe_all, x[c][k]);
+      has_nan = probe_all != probe_all;
     }
-    float probe_all = probe[0];
-#pragma unroll
-    for (int c = 1; c < C; ++c) probe_all = __fadd_rn(probe_all, probe[c]);
     if (!active) return;
     std::uint8_t* orow = p.q_out + row * kHeadDim;
-    const bool has_nan = probe_all != probe_all;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       uint2 o;
@@ -660,17 +763,14 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   }
 
   // ---- FP8: steps 4..7 (SGLang's quantizer, 448 or gfx942's 224) ----
-  float amax = 0.0f;
+  if (R::kHadamard) {
 #pragma unroll
-  for (int c = 0; c < C; ++c) {
+    for (int c = 0; c < C; ++c)
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      if (R::kHadamard) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
-      amax = fmaxf(amax, fabsf(x[c][k]));
-    }
+      for (int k = 0; k < 8; ++k) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
   }
-#pragma unroll
-  for (int s = 1; s < LANES; s <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+  bool finite;
+  const float amax = row_amax<C, LANES>(x, finite);
   // (448, or 224 for the gfx942 form: row.h's sglang_fp8_max)
   const float scale = __fdiv_rn(fmaxf(kScaleFloor, amax), sglang_fp8_max<R>());
   const float inv = __fdiv_rn(1.0f, scale);
@@ -678,14 +778,10 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   // ---- quantize (steps 8, 9) and store ----
   // Step 8's fmin(., 448) matters only for NaN products (the conversion saturates everything
   // else exactly like the clamp). A product y * inv is NaN only if some y is NaN or inv = 0
-  // (amax = Inf). With the Hadamard, a NaN input makes every y NaN (each output sums every
-  // input), and a NaN made inside the butterflies (Inf - Inf) always leaves an Inf beside it
-  // (a pair of non-NaN values never gives two NaNs), so amax = Inf: the test below, uniform
-  // across the lanes of a row, finds every row that needs the clamp. Without the Hadamard a
-  // NaN stays where it is: the clamp is always applied. The gfx942 form (Quantizer::kSglang224)
-  // clamps every product to [-224, 224] in quantize_fp8 instead.
-  const bool need_clamp = R::kQuant != Quantizer::kSglang224 &&
-                          (!R::kHadamard || !(amax <= 3.40282347e38f) || !(x[0][0] == x[0][0]));
+  // (amax = Inf): never on a row whose values are all finite (row_amax's `finite`, uniform
+  // across the lanes of a row), so only the other rows take the clamp. The gfx942 form
+  // (Quantizer::kSglang224) clamps every product to [-224, 224] in quantize_fp8 instead.
+  const bool need_clamp = R::kQuant != Quantizer::kSglang224 && !finite;
 #pragma unroll
   for (int c = 0; c < C; ++c)
 #pragma unroll
@@ -711,24 +807,66 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   }
 }
 
-// One row per LANES-thread group. `trigger` (kTrigger*) places griddepcontrol.launch_dependents.
-// Only index math precedes griddepcontrol.wait: every tensor (q_input, weight, positions, freqs)
-// may have been written by the previous kernel. Warps past the last row read and write nothing:
-// they exit without waiting (an exit counts as the trigger).
-template <class R, int LANES, int DT, bool POS64>
-__global__ void __launch_bounds__(256) rowgroup_kernel(const Problem p, int trigger) {
+// The kernel's int argument: the trigger (kTrigger*) in the low bits, kSideInputsReady above.
+constexpr int kTriggerMask = 3;
+constexpr int kSideInputsReady = 4;
+
+// GR rows per LANES-thread group: a warp takes 32 / LANES * GR consecutive rows, the group of
+// lanes g its rows g, g + 32 / LANES, ... (each pass of the warp over its rows reads whole
+// consecutive rows). Every load of the group's rows is issued before the first row's arithmetic.
+// flags & kTriggerMask places griddepcontrol.launch_dependents.
+// Without kSideInputsReady, only index math precedes griddepcontrol.wait: every tensor
+// (q_input, weight, positions, freqs) may have been written by the previous kernel. With it
+// (Options::side_inputs_ready: the caller guarantees that positions, freqs and weight are ready
+// before this kernel starts), the position, lane 0's weight and the freqs row are read before
+// the wait, q_input after it. Warps past the last row read and write nothing: they exit without
+// waiting (an exit counts as the trigger).
+template <class R, int LANES, int GR, int DT, bool POS64>
+__global__ void __launch_bounds__(256) rowgroup_kernel(const Problem p, int flags) {
+  constexpr int G = 32 / LANES;  // groups of lanes per warp
+  const int trigger = flags & kTriggerMask;
   const std::uint64_t rows = std::uint64_t(p.B) * std::uint64_t(p.H);
-  const std::uint64_t t = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::uint64_t warp = (std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int l = int(threadIdx.x % LANES);
-  const std::uint64_t warp_row0 = (t & ~std::uint64_t(31)) / LANES;  // first row of this warp
-  const std::uint64_t row = t / LANES;
+  const int g = int(threadIdx.x % 32) / LANES;
+  const std::uint64_t warp_row0 = warp * (G * GR);  // first row of this warp
   if (trigger == kTriggerAtStart) pdl_launch_dependents();
   if (warp_row0 >= rows) return;
-  const RowIndex ix = row_index<DT>(p, row < rows ? row : rows - 1);
-  pdl_wait_after(ix.b, ix.h, ix.qrow, p.positions, p.freqs);
-  RowLoad<LANES, DT> cur;
-  issue_loads<R, LANES, DT, POS64>(p, ix, l, cur);
-  compute_row<R, LANES, DT>(p, row, l, row < rows, cur, trigger);
+  std::uint64_t row[GR];
+  RowIndex ix[GR];
+#pragma unroll
+  for (int j = 0; j < GR; ++j) {
+    row[j] = warp_row0 + std::uint64_t(j * G + g);
+    ix[j] = row_index<DT>(p, row[j] < rows ? row[j] : rows - 1);
+  }
+  RowLoad<LANES, DT> cur[GR];
+  FreqLoad<LANES> fq[GR];
+  if (flags & kSideInputsReady) {
+#pragma unroll
+    for (int j = 0; j < GR; ++j) issue_pos_load<R, LANES, DT, POS64>(p, ix[j], cur[j]);
+#pragma unroll
+    for (int j = 0; j < GR; ++j) issue_weight_load<R, LANES, DT>(p, ix[j], l, cur[j]);
+#pragma unroll
+    for (int j = 0; j < GR; ++j) issue_freq_loads<R, LANES>(p, cur[j].pos, l, fq[j]);
+    pdl_wait_after(ix[0].b, ix[GR - 1].h, ix[0].qrow, ix[GR - 1].qrow, p.q_input);
+#pragma unroll
+    for (int j = 0; j < GR; ++j) issue_q_loads<LANES, DT>(ix[j], l, cur[j]);
+  } else {
+    pdl_wait_after(ix[0].b, ix[GR - 1].h, ix[0].qrow, p.positions, p.freqs);
+    // the positions first (the freqs loads depend on them), then every q word (in the same
+    // basic block as the positions: the weight's load is under a branch), then the weights
+#pragma unroll
+    for (int j = 0; j < GR; ++j) issue_pos_load<R, LANES, DT, POS64>(p, ix[j], cur[j]);
+#pragma unroll
+    for (int j = 0; j < GR; ++j) issue_q_loads<LANES, DT>(ix[j], l, cur[j]);
+#pragma unroll
+    for (int j = 0; j < GR; ++j) issue_weight_load<R, LANES, DT>(p, ix[j], l, cur[j]);
+#pragma unroll
+    for (int j = 0; j < GR; ++j) issue_freq_loads<R, LANES>(p, cur[j].pos, l, fq[j]);
+  }
+  if (trigger == kTriggerAfterLoads) pdl_launch_dependents();  // every input of this thread requested
+#pragma unroll
+  for (int j = 0; j < GR; ++j) compute_row<R, LANES, DT>(p, row[j], l, row[j] < rows, cur[j], fq[j]);
 }
 
 // Fallback for misaligned pointers: one thread per row, the scalar pipeline of row.h.
@@ -774,26 +912,35 @@ __global__ void __launch_bounds__(128) scalar_kernel(const Problem p, int trigge
 // ---- per-device facts and the pointer check: src/cuda/device_facts.cuh (kMaxDevices, pdl_supported, check_ptr);
 // launch (with the PDL attribute), check_device, run_on_device (device guard), cuda_err, aligned: src/cuda/launch.cuh ----
 
+#if !defined(INDEXER_Q_CUDA_KERNELS_ONLY)  // (defined by a SASS-inspection TU: the kernels alone)
 constexpr char kBackendName[] = "cuda backend";  // in error messages
 
 struct Launch {
-  Variant v;  // lanes 0 (fallback), 4, 8 or 16; block > 0; trigger >= 0
+  Variant v;  // lanes 0 (fallback) or a (lanes, group_rows) of the list; block > 0; trigger >= 0
   cudaStream_t stream;
   bool pdl;
+  bool side_inputs_ready;
 };
 
+// The launch switch: one kernel instantiation per entry of src/cuda/launch_shapes.inc (entries
+// with the same (lanes, group_rows) share it). Returns cudaErrorInvalidValue for a pair the list
+// lacks (cuda_run_variant checks it first).
 template <class R, int DT, bool POS64>
 cudaError_t launch_recipe(const Problem& p, const Launch& L) {
   const std::uint64_t rows = std::uint64_t(p.rows());
   const unsigned block = unsigned(L.v.block);
   const int tr = L.v.trigger;
-  switch (L.v.lanes) {
-    case 0: return launch(scalar_kernel<R, DT, POS64>, (rows + 127) / 128, 128, L.stream, L.pdl, p, tr);
-    case 16: return launch(rowgroup_kernel<R, 16, DT, POS64>, (rows * 16 + block - 1) / block, block, L.stream, L.pdl, p, tr);
-    case 8: return launch(rowgroup_kernel<R, 8, DT, POS64>, (rows * 8 + block - 1) / block, block, L.stream, L.pdl, p, tr);
-    case 4: return launch(rowgroup_kernel<R, 4, DT, POS64>, (rows * 4 + block - 1) / block, block, L.stream, L.pdl, p, tr);
-    default: return cudaErrorInvalidValue;
+  if (L.v.lanes == 0) return launch(scalar_kernel<R, DT, POS64>, (rows + 127) / 128, 128, L.stream, L.pdl, p, tr);
+  const int flags = tr | (L.side_inputs_ready ? kSideInputsReady : 0);
+#define IQ_CUDA_SHAPE(LANES, GR, BLOCK, UP_TO, TRIGGER, RECIPES)                                      \
+  if (L.v.lanes == LANES && L.v.group_rows == GR) {                                                 \
+    const std::uint64_t warps = (rows + (32 / LANES) * GR - 1) / ((32 / LANES) * GR);               \
+    return launch(rowgroup_kernel<R, LANES, GR, DT, POS64>, (warps * 32 + block - 1) / block, block, \
+                  L.stream, L.pdl, p, flags);                                                       \
   }
+#include "cuda/launch_shapes.inc"
+#undef IQ_CUDA_SHAPE
+  return cudaErrorInvalidValue;
 }
 
 template <class R>
@@ -810,8 +957,57 @@ cudaError_t launch_dtypes(const Problem& p, const Launch& L) {
   }
 }
 
-// Grids up to this many rows trigger their dependents at their start (choose_variant).
-constexpr std::int64_t kEarlyTriggerRows = 1024;
+bool listed(int lanes, int group_rows) {
+  for (const LaunchShape& s : kLaunchShapes)
+    if (s.lanes == lanes && s.group_rows == group_rows) return true;
+  return false;
+}
+
+// INDEXER_Q_CUDA_SHAPE=lanes:group_rows[:block[:trigger]] (e.g. 4:2:256:1) replaces the list's
+// automatic choice for every call of the process (read once); unset or empty: the list's. A value
+// that is not a listed (lanes, group_rows) with a block of 32..256 in steps of 32 and a trigger
+// 0 or 1 makes every call fail with InvalidArgument naming the variable.
+struct ShapeOverride {
+  bool set = false, bad = false;
+  Variant v;
+  std::string text;
+};
+ShapeOverride read_shape_override() {
+  ShapeOverride o;
+  const char* e = std::getenv("INDEXER_Q_CUDA_SHAPE");
+  if (e == nullptr || *e == '\0') return o;
+  o.set = true;
+  o.text = e;
+  int f[4] = {-1, -1, 128, kTriggerAfterLoads};
+  int n = 0;
+  const char* c = e;
+  while (n < 4) {
+    char* end = nullptr;
+    const long x = std::strtol(c, &end, 10);
+    if (end == c || x < 0 || x > 4096) break;
+    f[n++] = int(x);
+    if (*end == '\0') {
+      c = end;
+      break;
+    }
+    if (*end != ':') {
+      n = -1;
+      break;
+    }
+    c = end + 1;
+  }
+  o.bad = n < 2 || *c != '\0' || !listed(f[0], f[1]) || f[2] < 32 || f[2] > 256 || f[2] % 32 != 0 ||
+          (f[3] != kTriggerAtStart && f[3] != kTriggerAfterLoads);
+  o.v.lanes = f[0];
+  o.v.group_rows = f[1];
+  o.v.block = f[2];
+  o.v.trigger = f[3];
+  return o;
+}
+const ShapeOverride& shape_override() {
+  static const ShapeOverride o = read_shape_override();
+  return o;
+}
 
 }  // namespace
 
@@ -825,24 +1021,30 @@ bool cuda_available() {
   return n > 0;
 }
 
-Variant choose_variant(std::int64_t rows) {
-  // Measured on an H200 (docs/PERFORMANCE.md, bench/cuda_results/2026-11-30-h200-pdl/): up to
-  // 1024 rows the call is latency-bound and 16 threads per row (short per-thread chains) in
-  // blocks of 128 is fastest; up to 4096 rows 8 threads per row; above that 4 threads per row in
-  // blocks of 128 (throughput-bound).
-  // With PDL, a grid of up to 1024 rows triggers its dependents at its first instruction, so
-  // the next kernel's launch overlaps all of this one (1 token x 64 heads: 1.28 us against 1.37
-  // with the trigger after the loads); larger grids trigger after their loads (at 4096 - 16384
-  // rows an early trigger cost 10-20%: the next grids' blocks, resident and waiting, crowd this
-  // one's; from 65536 rows both placements are within 1%).
-  Variant v;
-  v.lanes = rows <= 1024 ? 16 : rows <= 4096 ? 8 : 4;
-  v.block = 128;
-  v.trigger = rows <= kEarlyTriggerRows ? kTriggerAtStart : kTriggerAfterLoads;
-  return v;
+bool shape_covers(int c, RecipeId r) {
+  const Recipe& rec = recipe(r);
+  if (c == kAnyRecipe) return true;
+  if (rec.hadamard) return false;
+  if (rec.format == OutFormat::kE2M1) return c == kVllmFp4 && rec.quant == Quantizer::kVllm;
+  return c == kPlainFp8;
 }
 
-Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant v) {
+Variant choose_variant(std::int64_t rows, RecipeId r) {
+  // The first automatic entry of src/cuda/launch_shapes.inc that covers `rows` rows of recipe r
+  // (the measurements behind the list: there and in docs/PERFORMANCE.md).
+  Variant v;
+  for (const LaunchShape& s : kLaunchShapes) {
+    if (s.up_to_rows < 0 || (s.up_to_rows > 0 && rows > s.up_to_rows) || !shape_covers(s.recipes, r)) continue;
+    v.lanes = s.lanes;
+    v.group_rows = s.group_rows;
+    v.block = s.block;
+    v.trigger = s.trigger;
+    return v;
+  }
+  return v;  // not reached: the list ends with an entry for any size
+}
+
+Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant v, bool side_inputs_ready) {
   const int dev = p.device.index;
   const Recipe& rec = recipe(p.recipe);
   const bool fp4 = rec.format == OutFormat::kE2M1;
@@ -862,27 +1064,42 @@ Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant
   if (!s.ok()) return s;
   if (p.rows() > (std::int64_t(1) << 40) || p.H > 0x7fffffff)
     return Status::InvalidArgument("indexer_q: q_input: too many rows for the CUDA backend");
+  if (v.lanes > 0 && !listed(v.lanes, v.group_rows))
+    return Status::InvalidArgument("indexer_q: cuda backend: launch shape lanes=" + std::to_string(v.lanes) +
+                                   " group_rows=" + std::to_string(v.group_rows) +
+                                   " is not in src/cuda/launch_shapes.inc");
 
   // Launch on the tensors' device (pdl_supported reads the current device's facts).
   return run_on_device(kBackendName, dev, [&] {
     const bool fast_ok = aligned(p.q_input, 16) && aligned(p.freqs, 16) &&
                          (fp4 ? aligned(p.q_out, 4) : aligned(p.q_out, 8)) && (!sf || aligned(p.q_sf, 4));
-    const Variant chosen = choose_variant(p.rows());
+    const Variant chosen = choose_variant(p.rows(), p.recipe);
     if (v.lanes < 0) {
       v.lanes = chosen.lanes;
+      v.group_rows = chosen.group_rows;
       v.block = chosen.block;
     }
-    if (v.trigger < 0 || v.trigger > kTriggerAtExit) v.trigger = chosen.trigger;
+    if (v.trigger < 0 || v.trigger > kTriggerAfterLoads) v.trigger = chosen.trigger;
     if (!fast_ok) v.lanes = 0;
     if (v.block <= 0) v.block = 256;
-    const Launch L{v, static_cast<cudaStream_t>(stream), enable_pdl && pdl_supported(dev)};
+    const Launch L{v, static_cast<cudaStream_t>(stream), enable_pdl && pdl_supported(dev), side_inputs_ready};
     return with_recipe(p.recipe, [&](auto r) { return launch_dtypes<decltype(r)>(p, L); });
   });
 }
 
-Status cuda_run(const Problem& p, void* stream, bool enable_pdl) {
-  return cuda_run_variant(p, stream, enable_pdl, Variant{});
+Status cuda_run(const Problem& p, void* stream, bool enable_pdl, bool side_inputs_ready) {
+  const ShapeOverride& o = shape_override();
+  if (o.set && o.bad)
+    return Status::InvalidArgument("indexer_q: INDEXER_Q_CUDA_SHAPE: '" + o.text +
+                                   "' is not lanes:group_rows[:block[:trigger]] of a shape listed in "
+                                   "src/cuda/launch_shapes.inc (block 32..256 in steps of 32, trigger 0 or 1)");
+  return cuda_run_variant(p, stream, enable_pdl, o.set ? o.v : Variant{}, side_inputs_ready);
 }
 
 }  // namespace detail
 }  // namespace indexer_q
+#else
+}  // namespace
+}  // namespace detail
+}  // namespace indexer_q
+#endif

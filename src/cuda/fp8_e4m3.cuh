@@ -98,10 +98,14 @@ __host__ __device__ __forceinline__ float pow2_scale_inverse(float q_scale) {
 // reference either); then byte 0x80 (-0: a -0 or a negative v rounding to zero) becomes 0x00 (as
 // fnuz_from_fn4), and every NaN v gives 0x80 (e4m3fnuz's NaN) whatever its sign, written here
 // rather than taken from the hardware (or from the software encoder below sm_89).
-__device__ __forceinline__ std::uint32_t quantize4_e4m3_fnuz224(float a, float b, float c, float d) {
+// quantize4_e4m3_fnuz224_finite: the same bytes for values that are not NaN (the kernels call it
+// on rows without a NaN product).
+__device__ __forceinline__ std::uint32_t quantize4_e4m3_fnuz224_finite(float a, float b, float c, float d) {
   std::uint32_t r = quantize4_e4m3_sat(__fmul_rn(a, 2.0f), __fmul_rn(b, 2.0f), __fmul_rn(c, 2.0f), __fmul_rn(d, 2.0f));
-  r &= ((r & 0x7f7f7f7fu) + 0x7f7f7f7fu) | 0x7f7f7f7fu;  // 0x80 -> 0x00, every other byte kept
-  return nan_bytes_to(r, 0x80u, a, b, c, d);
+  return r & (((r & 0x7f7f7f7fu) + 0x7f7f7f7fu) | 0x7f7f7f7fu);  // 0x80 -> 0x00, every other byte kept
+}
+__device__ __forceinline__ std::uint32_t quantize4_e4m3_fnuz224(float a, float b, float c, float d) {
+  return nan_bytes_to(quantize4_e4m3_fnuz224_finite(a, b, c, d), 0x80u, a, b, c, d);
 }
 
 // SGLang's gfx942 conversion (Quantizer::kSglang224, row.h's quantize_value(y * inv, ., 224)):
