@@ -1,6 +1,17 @@
 // The key side of the CPU backend: the portable kernel (src/common/kside_row.h), the table of
 // the ISA variants' kernels, and the split of a call's tokens over the thread pool.
+//
+// Duplicate slots (docs/KSIDE.md): the result is the one-thread result at every thread count,
+// i.e. the last token (in token order) of a slot decides its row. The kernels store tokens in
+// order, so one thread gives it; parts on several threads would race on a shared row (a row
+// could even mix two tokens' bytes). So before a parallel call writes anything, two parallel
+// passes look for a duplicate: the first sets one byte of every destination row to 0, the
+// second exchanges it for 1 (an atomic test-and-set): a token that finds 1 shares its row with
+// an earlier one. No memory is allocated; the marked bytes are in rows the call writes anyway.
+// A call with a duplicate then runs on the calling thread (the rare case: engines give every
+// token its own slot).
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -48,6 +59,51 @@ void kside_part(void* ctx, int part) {
   }
 }
 
+// The duplicate-slot check (see the top of the file).
+struct KDupJob {
+  const KProblem* p;
+  int nparts;
+  std::atomic<bool> dup{false};
+};
+
+template <class KR, bool kTestAndSet>
+void kside_mark_tokens(KDupJob& j, std::int64_t t_begin, std::int64_t t_end) {
+  const KProblem& p = *j.p;
+  for (std::int64_t t = t_begin; t < t_end; ++t) {
+    const std::int64_t slot = p.slots[t];
+    if (slot < 0) continue;
+    std::uint8_t *codes, *scales;
+    kside_token_ptrs<KR>(p.cache, p.page_bytes, p.page_size, p.log2_page, slot, &codes, &scales);
+    if (!kTestAndSet) {
+      __atomic_store_n(codes, std::uint8_t(0), __ATOMIC_RELAXED);
+    } else if (__atomic_exchange_n(codes, std::uint8_t(1), __ATOMIC_RELAXED) != 0) {
+      j.dup.store(true, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+template <bool kTestAndSet>
+void kside_mark_part(void* ctx, int part) {
+  KDupJob& j = *static_cast<KDupJob*>(ctx);
+  const std::int64_t begin = j.p->N * part / j.nparts;
+  const std::int64_t end = j.p->N * (part + 1) / j.nparts;
+  if (kTestAndSet && j.dup.load(std::memory_order_relaxed)) return;
+  with_krecipe(j.p->recipe, [&](auto r) { kside_mark_tokens<decltype(r), kTestAndSet>(j, begin, end); });
+}
+
+// True when the two passes ran on the pool and found no two stored tokens sharing a slot;
+// false for a duplicate, or when the pool is busy (the caller then runs inline anyway). Writes
+// one byte of each destination row (every one of them is written again by the call).
+bool kside_parallel_without_duplicates(const KProblem& p, int nparts) {
+  KDupJob job;
+  job.p = &p;
+  job.nparts = nparts;
+  if (!pool_try_run(nparts, &kside_mark_part<false>, &job)) return false;
+  if (!pool_try_run(nparts, &kside_mark_part<true>, &job)) return false;
+  return !job.dup.load(std::memory_order_relaxed);
+}
+
 }  // namespace
 
 void kside_kernel_scalar(const KProblem& p, std::int64_t t_begin, std::int64_t t_end) {
@@ -75,7 +131,9 @@ Status kside_cpu_run(const KProblem& p, CpuIsa isa, int num_threads) {
   std::int64_t nparts = num_threads < 1 ? 1 : num_threads;
   nparts = std::min<std::int64_t>(nparts, (p.N + 31) / 32);
   nparts = std::min<std::int64_t>(nparts, 1024);
-  if (nparts > 1 && p.N >= cpu::inline_row_threshold()) {
+  // Parallel only when no two stored tokens share a slot (else, or with a busy pool: inline, in
+  // token order: the last token of a slot wins, as on one thread).
+  if (nparts > 1 && p.N >= cpu::inline_row_threshold() && cpu::kside_parallel_without_duplicates(p, int(nparts))) {
     cpu::KJob job{&p, kernel, int(nparts)};
     if (cpu::pool_try_run(int(nparts), &cpu::kside_part, &job)) return Status::Ok();
   }
