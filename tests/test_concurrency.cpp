@@ -357,13 +357,15 @@ TEST(Concurrency, PoolSurvivesThrowingAndCancelledCallers) {
 // the one-thread result (the last token of the slot in token order decides its row, no row mixes
 // two tokens) on every thread count, every supported ISA, every time: 12 repeated calls per
 // (ISA, threads) for threads 1, 2, 3, 4, 8, each compared with the reference byte for byte, and
-// the number of distinct caches counted. The slots: a quarter of the tokens share them at random,
-// and around every part boundary of 2..8 threads the token before the boundary and the one after
-// it share a slot (the later token, which must win, is the first one its part stores).
+// the number of distinct caches counted. The slots: (0) a quarter of the tokens share them at
+// random, and around every part boundary of 2..8 threads the token before the boundary and the one
+// after it share a slot (the later token, which must win, is the first one its part stores);
+// (1) growing slots, three tokens each (the slot ranges of neighbouring parts touch or not).
 TEST(Concurrency, KsideDuplicateSlotsGiveTheOneThreadResult) {
   const RowThresholdGuard small_batches_use_the_pool(0);
   const Watchdog wd("KsideDuplicateSlotsGiveTheOneThreadResult", 300);
-  for (KRecipeId recipe : all_krecipes()) {
+  for (KRecipeId recipe : all_krecipes())
+  for (int pattern = 0; pattern < 2; ++pattern) {
     const std::int64_t N = 960, page_size = 16, num_pages = 66, max_pos = 64;  // rows 0 .. 1055
     std::mt19937 rng(7 + int(recipe));
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -373,13 +375,15 @@ TEST(Concurrency, KsideDuplicateSlotsGiveTheOneThreadResult) {
     std::vector<std::int64_t> positions(static_cast<std::size_t>(N)), slots(static_cast<std::size_t>(N));
     for (std::int64_t t = 0; t < N; ++t) {
       positions[std::size_t(t)] = std::int64_t(rng() % std::uint32_t(max_pos));
-      slots[std::size_t(t)] = (t % 4 == 0) ? std::int64_t(rng() % 64) : 64 + t;  // rows 64.. are unique
+      if (pattern == 0) slots[std::size_t(t)] = (t % 4 == 0) ? std::int64_t(rng() % 64) : 64 + t;  // rows 64.. unique
+      else slots[std::size_t(t)] = t / 3;  // growing slots, three tokens each (slot ranges of parts touch)
     }
-    for (int parts = 2; parts <= 8; ++parts)
-      for (int k = 1; k < parts; ++k) {
-        const std::int64_t b = N * k / parts;  // first token of part k (kside_backend.cpp's split)
-        slots[std::size_t(b)] = slots[std::size_t(b - 1)];
-      }
+    if (pattern == 0)
+      for (int parts = 2; parts <= 8; ++parts)
+        for (int k = 1; k < parts; ++k) {
+          const std::int64_t b = N * k / parts;  // first token of part k (kside_backend.cpp's split)
+          slots[std::size_t(b)] = slots[std::size_t(b - 1)];
+        }
     const std::int64_t page_bytes = kside_token_bytes(recipe) * page_size;
     auto call = [&](const Options& o) {
       std::vector<std::uint8_t> cache(std::size_t(num_pages * page_bytes), 0xA5);
@@ -423,9 +427,9 @@ TEST(Concurrency, KsideDuplicateSlotsGiveTheOneThreadResult) {
           wrong += got != want;
           distinct.insert(std::move(got));
         }
-        EXPECT_EQ(distinct.size(), 1u) << krecipe_name(recipe) << " cpu/" << cpu_isa_name(isa) << " threads "
+        EXPECT_EQ(distinct.size(), 1u) << krecipe_name(recipe) << " pattern " << pattern << " cpu/" << cpu_isa_name(isa) << " threads "
                                        << threads << ": distinct caches over 12 calls";
-        EXPECT_EQ(wrong, 0) << krecipe_name(recipe) << " cpu/" << cpu_isa_name(isa) << " threads " << threads
+        EXPECT_EQ(wrong, 0) << krecipe_name(recipe) << " pattern " << pattern << " cpu/" << cpu_isa_name(isa) << " threads " << threads
                             << ": calls whose cache is not the reference's (last token of a slot wins)";
       }
   }

@@ -19,8 +19,9 @@ namespace {
 
 std::vector<OptionSpec> bench_options() {
   return {
-      {"recipe", "LIST", "recipes to time: NAME[,NAME...] or all (default v4_fp8; see 'recipes'\n"
-                         "below)"},
+      {"recipe", "LIST", "recipes to time: NAME[,NAME...] or all (every query-side recipe; default\n"
+                         "v4_fp8; see 'recipes' below); key-side recipes (" + krecipe_names() + ")\n"
+                         "are timed by their own form of bench: see 'key-side options' below"},
       {"backend", "B", backend_names() + " (default auto: cuda when a device is usable and\nneither --isa nor --threads is given, else cpu)"},
       {"isa", "I", "cpu backend instruction set: " + isa_names() + " (default auto)"},
       {"threads", "N", "cpu backend threads, >= 1 (default: the library default); the copy is\n"
