@@ -22,6 +22,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -349,6 +351,88 @@ TEST(Concurrency, PoolSurvivesThrowingAndCancelledCallers) {
   ASSERT_TRUE(run_case(be, c, &o, 0x66).ok());
   EXPECT_TRUE(same_bytes(o, alone));
   EXPECT_EQ(detail::cpu::pool_worker_count(), workers);
+}
+
+// Key side, duplicate slots (docs/KSIDE.md): several tokens of one call naming the same slot give
+// the one-thread result (the last token of the slot in token order decides its row, no row mixes
+// two tokens) on every thread count, every supported ISA, every time: 12 repeated calls per
+// (ISA, threads) for threads 1, 2, 3, 4, 8, each compared with the reference byte for byte, and
+// the number of distinct caches counted. The slots: (0) a quarter of the tokens share them at
+// random, and around every part boundary of 2..8 threads the token before the boundary and the one
+// after it share a slot (the later token, which must win, is the first one its part stores);
+// (1) growing slots, three tokens each (the slot ranges of neighbouring parts touch or not).
+TEST(Concurrency, KsideDuplicateSlotsGiveTheOneThreadResult) {
+  const RowThresholdGuard small_batches_use_the_pool(0);
+  const Watchdog wd("KsideDuplicateSlotsGiveTheOneThreadResult", 300);
+  for (KRecipeId recipe : all_krecipes())
+  for (int pattern = 0; pattern < 2; ++pattern) {
+    const std::int64_t N = 960, page_size = 16, num_pages = 66, max_pos = 64;  // rows 0 .. 1055
+    std::mt19937 rng(7 + int(recipe));
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> input(static_cast<std::size_t>(N * 128)), weight(128), freqs = rope_freqs(max_pos);
+    for (float& v : input) v = nd(rng);
+    for (float& v : weight) v = 1.0f + 0.25f * nd(rng);
+    std::vector<std::int64_t> positions(static_cast<std::size_t>(N)), slots(static_cast<std::size_t>(N));
+    for (std::int64_t t = 0; t < N; ++t) {
+      positions[std::size_t(t)] = std::int64_t(rng() % std::uint32_t(max_pos));
+      if (pattern == 0) slots[std::size_t(t)] = (t % 4 == 0) ? std::int64_t(rng() % 64) : 64 + t;  // rows 64.. unique
+      else slots[std::size_t(t)] = t / 3;  // growing slots, three tokens each (slot ranges of parts touch)
+    }
+    if (pattern == 0)
+      for (int parts = 2; parts <= 8; ++parts)
+        for (int k = 1; k < parts; ++k) {
+          const std::int64_t b = N * k / parts;  // first token of part k (kside_backend.cpp's split)
+          slots[std::size_t(b)] = slots[std::size_t(b - 1)];
+        }
+    const std::int64_t page_bytes = kside_token_bytes(recipe) * page_size;
+    auto call = [&](const Options& o) {
+      std::vector<std::uint8_t> cache(std::size_t(num_pages * page_bytes), 0xA5);
+      KStoreArgs a;
+      a.recipe = recipe;
+      a.input = TensorView::contiguous(input.data(), DType::kFloat32, {N, 128});
+      a.weight = TensorView::contiguous(weight.data(), DType::kFloat32, {128});
+      a.eps = 1e-6f;
+      a.freqs = TensorView::contiguous(freqs.data(), DType::kFloat32, {max_pos, 64});
+      a.positions = TensorView::contiguous(positions.data(), DType::kInt64, {N});
+      a.slots = TensorView::contiguous(slots.data(), DType::kInt64, {N});
+      a.kvcache = TensorView::contiguous(cache.data(), DType::kUInt8, {num_pages, page_bytes});
+      a.page_size = page_size;
+      const Status s = run(a, o);
+      EXPECT_TRUE(s.ok()) << s.message();
+      return cache;
+    };
+    Options ro;
+    ro.backend = Backend::kReference;
+    const std::vector<std::uint8_t> want = call(ro);
+    // The reference is one token after the other: check that its answer is indeed "the last token
+    // wins" (a call of only the winners gives the same cache).
+    {
+      std::vector<std::int64_t> saved = slots;
+      std::set<std::int64_t> seen;
+      for (std::int64_t t = N - 1; t >= 0; --t)
+        if (!seen.insert(slots[std::size_t(t)]).second) slots[std::size_t(t)] = -1;
+      EXPECT_TRUE(call(ro) == want) << krecipe_name(recipe) << ": the reference is not 'last token wins'";
+      slots = saved;
+    }
+    for (CpuIsa isa : supported_cpu_isas())
+      for (int threads : {1, 2, 3, 4, 8}) {
+        Options o;
+        o.backend = Backend::kCpu;
+        o.cpu_isa = isa;
+        o.num_threads = threads;
+        std::set<std::vector<std::uint8_t>> distinct;
+        int wrong = 0;
+        for (int rep = 0; rep < 12; ++rep) {
+          std::vector<std::uint8_t> got = call(o);
+          wrong += got != want;
+          distinct.insert(std::move(got));
+        }
+        EXPECT_EQ(distinct.size(), 1u) << krecipe_name(recipe) << " pattern " << pattern << " cpu/" << cpu_isa_name(isa) << " threads "
+                                       << threads << ": distinct caches over 12 calls";
+        EXPECT_EQ(wrong, 0) << krecipe_name(recipe) << " pattern " << pattern << " cpu/" << cpu_isa_name(isa) << " threads " << threads
+                            << ": calls whose cache is not the reference's (last token of a slot wins)";
+      }
+  }
 }
 
 }  // namespace

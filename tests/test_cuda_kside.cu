@@ -11,6 +11,8 @@
 //  - out-of-range positions and slots (negative, == max_pos / capacity, huge, INT_MIN / MAX):
 //    those tokens write nothing, the others are exact; freqs holds exactly max_pos rows and the
 //    cache exactly its pages, so an out-of-bounds access shows under compute-sanitizer;
+//  - duplicate slots: the last token of a slot wins (the reference's one-token-after-the-other
+//    result), 10 calls per shape, both kernels;
 //  - misaligned pointers (the fallback kernel), a non-default stream, CUDA-graph capture and
 //    replay with PDL on;
 //  - the device's rsqrtf against the host's MUFU.RSQ model (src/common/rsq_sm90.h) for every
@@ -314,6 +316,57 @@ TEST(CudaKside, MisalignedPointersTakeTheFallbackExactly) {
     check_all_shapes(a, reference_cache(a));
     const KCase b = random_case(rid, 45, DType::kFloat32, DType::kInt32, 16, 78);
     check_all_shapes(b, reference_cache(b), 4);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// duplicate slots (docs/KSIDE.md): the last token of a slot wins, every time, every shape
+// ---------------------------------------------------------------------------------------
+// A quarter of the tokens share slots at random, neighbours share one (the winner is the second
+// of the two), and a duplicated token with an out-of-range position (not stored, so not the
+// winner). The cache starts as random bytes, then all 0xff (a fill that looks like FP8 claim
+// bytes). 10 calls per shape: every call must give the reference's cache (one token after the
+// other: the last token of a slot wins) and every byte of it.
+void check_duplicates(KRecipeId rid, std::int64_t N, std::size_t input_offset, std::uint32_t seed) {
+  KCase c = random_case(rid, N, DType::kFloat32, DType::kInt64, 16, seed);
+  std::mt19937 g(seed);
+  for (std::int64_t t = 0; t < N; ++t)
+    if (t % 4 == 1) c.slots[std::size_t(t)] = std::int64_t(g() % 24);
+  for (std::int64_t t = 2; t + 1 < N; t += 37) c.slots[std::size_t(t + 1)] = c.slots[std::size_t(t)];
+  if (N > 10) {
+    c.slots[9] = c.slots[5] = 3;
+    c.set_position(9, c.max_pos);  // the later token of slot 3 is out of range: token 5 (or a later one) wins
+  }
+  for (int fill = 0; fill < 2; ++fill) {
+    if (fill == 1) std::fill(c.cache.begin(), c.cache.end(), std::uint8_t(0xff));
+    SCOPED_TRACE(c.describe() + (fill ? " cache 0xff" : " cache random"));
+    const std::vector<std::uint8_t> want = reference_cache(c);
+    DeviceK d;
+    ASSERT_TRUE(d.upload(c, input_offset));
+    for (const detail::KVariant& v : all_shapes()) {
+      int wrong = 0;
+      std::string first;
+      for (int rep = 0; rep < 10; ++rep) {
+        ASSERT_TRUE(d.reset(c));
+        const Status s = detail::kside_cuda_run_variant(d.prob, nullptr, false, v);
+        ASSERT_TRUE(s.ok()) << shape_name(v) << ": " << s.message();
+        const std::string diff = first_diff(c, d.download(), want);
+        if (!diff.empty()) {
+          ++wrong;
+          if (first.empty()) first = diff;
+        }
+      }
+      EXPECT_EQ(wrong, 0) << "shape " << shape_name(v) << ": calls of 10 not the reference's cache; " << first;
+    }
+  }
+}
+
+TEST(CudaKside, DuplicateSlotsLastTokenWinsEveryTime) {
+  SKIP_WITHOUT_DEVICE();
+  for (KRecipeId rid : all_krecipes()) {
+    check_duplicates(rid, 333, 0, 31);
+    check_duplicates(rid, 5000, 0, 32);
+    check_duplicates(rid, 333, 4, 33);  // misaligned input: the one-thread-per-token kernel
   }
 }
 

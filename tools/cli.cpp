@@ -1,11 +1,15 @@
 // Option parsing and small shared helpers of the indexer-q commands.
 #include "cli.h"
+#include "kside_cli.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
+
+#include <unistd.h>
 
 namespace indexer_q {
 namespace cli {
@@ -127,8 +131,17 @@ std::vector<std::int64_t> Args::int_list(const std::string& name, const std::vec
 
 std::string Args::help_text(const std::string& usage, const std::string& description,
                             const std::string& epilog) const {
-  std::string out = "usage: " + usage + "\n\n" + description + "\n\noptions:\n";
-  for (const auto& s : specs_) {
+  std::string out = "usage: " + usage + "\n\n" + description + "\n\noptions:\n" + options_text(specs_);
+  out += "  -h, --help            this text\n";
+  if (!epilog.empty()) out += "\n" + epilog + "\n";
+  if (out.compare(out.size() - 2, 2, "\n\n") != 0) out += "\n";
+  out += kExitStatusHelp;
+  return out;
+}
+
+std::string Args::options_text(const std::vector<OptionSpec>& specs) {
+  std::string out;
+  for (const auto& s : specs) {
     std::string left = std::string("  --") + s.name + (s.metavar ? std::string(" ") + s.metavar : "");
     if (left.size() < 24) left.append(24 - left.size(), ' ');
     else left += "\n" + std::string(24, ' ');
@@ -139,10 +152,15 @@ std::string Args::help_text(const std::string& usage, const std::string& descrip
     }
     out += left + indented + "\n";
   }
-  out += "  -h, --help            this text\n";
-  if (!epilog.empty()) out += "\n" + epilog + "\n";
   return out;
 }
+
+const char* const kExitStatusHelp =
+    "Exit status (every command): 0 success; 1 a mismatch (bytes differ from the reference or from a\n"
+    "file's expected ones); 2 a bad command line (nothing run); 3 bad input (a file missing, unreadable,\n"
+    "not a regular file, malformed, inconsistent or of an unknown recipe); 4 a runtime failure (a\n"
+    "backend unavailable or failing, a library error, memory that cannot be had, a file that cannot be\n"
+    "written). When several apply: 4 over 3 over 1.\n";
 
 DType parse_dtype_option(const Args& a, const char* name, const char* dflt) {
   const std::string v = a.choice(name, dflt, {"bf16", "fp16", "fp32"});
@@ -191,11 +209,16 @@ std::string recipe_names() {
   return join(v, "|");
 }
 
+std::string all_recipe_names() {
+  return "query-side recipes: " + recipe_names() + "; key-side recipes: " + krecipe_names();
+}
+
 namespace {
 RecipeId recipe_or_throw(const std::string& name) {
   RecipeId r;
   if (!parse_recipe(name, &r))
-    throw UsageError("option --recipe: unknown recipe '" + name + "' (recipes: " + recipe_names() + ")");
+    throw UsageError("option --recipe: unknown recipe '" + name + "' (" + all_recipe_names() +
+                     "; the two sides are not mixed in one command)");
   return r;
 }
 }  // namespace
@@ -404,6 +427,39 @@ std::string human_bytes(double b) {
   if (b >= 1e6) return fmt("%.2f MB", b / 1e6);
   if (b >= 1e3) return fmt("%.1f kB", b / 1e3);
   return fmt("%.0f B", b);
+}
+
+namespace {
+double physical_memory_bytes() {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) return double(pages) * double(page);
+#endif
+  return 0.0;
+}
+}  // namespace
+
+namespace {
+std::string g_size_what;  // the last note_sizes call (the commands are single-threaded)
+double g_size_bytes = 0.0;
+
+std::string size_message(const std::string& what, double bytes) {
+  const double mem = physical_memory_bytes();
+  return what + ": needs about " + human_bytes(bytes) + " (" + fmt("%.0f", bytes) +
+         " bytes) of memory, which cannot be allocated" +
+         (mem > 0 ? " (this machine has " + human_bytes(mem) + ")" : std::string()) + "; use smaller values";
+}
+}  // namespace
+
+void note_sizes(const std::string& what, double bytes) {
+  g_size_what = what;
+  g_size_bytes = bytes;
+  const double mem = physical_memory_bytes();
+  if (mem > 0 && bytes > mem) throw std::runtime_error(size_message(what, bytes));
+}
+
+std::string out_of_memory_message() {
+  return g_size_what.empty() ? std::string("out of memory") : size_message(g_size_what, g_size_bytes);
 }
 
 }  // namespace cli

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,10 +16,35 @@
 namespace indexer_q {
 namespace cli {
 
-// A bad command line: printed on stderr, exit code 2.
+// The exit-status table as help text (main.cpp and every command's --help).
+extern const char* const kExitStatusHelp;
+
+// Exit statuses, the same for every command (main.cpp's --help, docs/API.md "CLI"). When
+// several apply, the highest wins: a runtime failure over bad input over a mismatch.
+enum ExitStatus : int {
+  kExitOk = 0,         // everything ran and every checked byte is exact
+  kExitMismatch = 1,   // it ran, and bytes differ from the reference or from a file's expected ones
+  kExitUsage = 2,      // a bad command line: unknown command or option, a malformed or out-of-range
+                       // value, options that do not go together; nothing was run
+  kExitBadInput = 3,   // an input file that cannot be used: missing, unreadable, not a regular file,
+                       // malformed, inconsistent, of an unknown recipe (verify)
+  kExitRuntime = 4,    // a runtime failure: a backend not available or failing, a library error on
+                       // a call the CLI built, memory that cannot be had, a file that cannot be written
+};
+
+// A bad command line: printed on stderr, exit code kExitUsage.
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Memory for sizes set on the command line. Before allocating for them a command calls
+// note_sizes with `what`, the options and values that set the size (e.g. "--tokens 4194304 x
+// --heads 4096"), and `bytes`, its estimate of the memory they take: it throws std::runtime_error
+// naming both when that exceeds this machine's physical memory, and main() turns a later
+// std::bad_alloc into the same message (out_of_memory_message), so no size that does not fit
+// ends as a bare "std::bad_alloc". Both are exit status kExitRuntime.
+void note_sizes(const std::string& what, double bytes);
+std::string out_of_memory_message();
 
 struct OptionSpec {
   const char* name;     // without the leading "--"
@@ -45,6 +71,8 @@ class Args {
                                      std::int64_t lo, std::int64_t hi) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
+  // The option lines of help_text for `specs` (also for another command form's options).
+  static std::string options_text(const std::vector<OptionSpec>& specs);
   // Help text: usage line, description, then every option with its help.
   std::string help_text(const std::string& usage, const std::string& description,
                         const std::string& epilog = "") const;
@@ -68,7 +96,9 @@ CpuIsa parse_isa_option(const Args& a);
 // Names from the library's own lists (never retyped in tools/), joined with '|'.
 std::string backend_names();  // "auto|reference|cpu|cuda"
 std::string isa_names();      // "auto|scalar|avx2|avx512"
-std::string recipe_names();   // all_recipes(), in list order
+std::string recipe_names();   // all_recipes(), in list order (the query side's)
+// "query-side recipes: a|b|...; key-side recipes: v4_k_fp8|v4_k_fp4" (every recipe of the library).
+std::string all_recipe_names();
 // The names as a list (for Args::choice).
 std::vector<std::string> backend_name_list();
 

@@ -19,8 +19,9 @@ namespace {
 
 std::vector<OptionSpec> bench_options() {
   return {
-      {"recipe", "LIST", "recipes to time: NAME[,NAME...] or all (default v4_fp8; see 'recipes'\n"
-                         "below)"},
+      {"recipe", "LIST", "recipes to time: NAME[,NAME...] or all (every query-side recipe; default\n"
+                         "v4_fp8; see 'recipes' below); key-side recipes (" + krecipe_names() + ")\n"
+                         "are timed by their own form of bench: see 'key-side options' below"},
       {"backend", "B", backend_names() + " (default auto: cuda when a device is usable and\nneither --isa nor --threads is given, else cpu)"},
       {"isa", "I", "cpu backend instruction set: " + isa_names() + " (default auto)"},
       {"threads", "N", "cpu backend threads, >= 1 (default: the library default); the copy is\n"
@@ -120,7 +121,7 @@ int cmd_bench(int argc, char** argv) {
   if (argv_names_kside_recipe(argc, argv)) return cmd_bench_kside(argc, argv);  // the key side
   Args a("bench", bench_options(), argc, argv);
   if (a.help()) {
-    std::fputs(a.help_text("indexer-q bench [options]", kBenchDescription, recipes_help() + kside_recipes_help()).c_str(), stdout);
+    std::fputs(a.help_text("indexer-q bench [options]", kBenchDescription, recipes_help() + kside_recipes_help() + "\n" + kside_options_help(true)).c_str(), stdout);
     return 0;
   }
   if (!a.positional().empty()) throw UsageError("unexpected argument '" + a.positional()[0] + "'");
@@ -163,15 +164,15 @@ int cmd_bench(int argc, char** argv) {
                 "heads", "threads", "pdl", "sets", "us_median", "GB/s", "copy_GB/s", "vs_copy", "exact");
   }
   std::fflush(stdout);
-  bool all_ok = true;
+  int status = kExitOk;
   for (RecipeId recipe_id : recipes) {
     for (std::int64_t H : heads) {
       for (std::int64_t T : tokens) {
         const char* rname = recipe_name(recipe_id);
-        auto fail = [&](const std::string& why) {
+        auto fail = [&](const std::string& why, int code) {
           std::fprintf(stderr, "indexer-q bench: %s, tokens %lld, heads %lld: %s\n", rname, (long long)T,
                        (long long)H, why.c_str());
-          all_ok = false;
+          status = std::max(status, code);
         };
         WorkloadSpec spec;
         spec.recipe = recipe_id;
@@ -182,6 +183,8 @@ int cmd_bench(int argc, char** argv) {
         spec.seed = seed;
         const std::int64_t ws = detail::bytes_moved(T, H, dtype, pos_dtype, recipe_id);
         const std::int64_t nsets = bench_buffer_sets(t, rotate_mb, ws);
+        note_sizes(fmt("--tokens %lld x --heads %lld (%lld buffer sets)", (long long)T, (long long)H, (long long)nsets),
+                   double(T) * double(H) * (128.0 * dtype_size(dtype) + 128.0 + 8.0) * (2.0 * double(nsets) + 2.0));
         // Set 0 owns the freqs table; the others share it (different data and start positions).
         Workload w0 = make_workload(spec);
         std::vector<std::unique_ptr<DeviceCase>> sets;
@@ -203,7 +206,7 @@ int cmd_bench(int argc, char** argv) {
           sets[0]->poison(0xff);
           Status s = sets[0]->run(opts);
           if (!s.ok()) {
-            fail(s.message());
+            fail(s.message(), kExitRuntime);
             continue;
           }
           if (check) {
@@ -219,13 +222,14 @@ int cmd_bench(int argc, char** argv) {
             exact = d.exact() ? "yes" : "NO";
             if (!d.exact())
               fail(fmt("output differs from the reference: %lld code bytes, %lld block-scale bytes, %lld weights",
-                       (long long)d.q_bytes, (long long)d.sf_bytes, (long long)d.weights));
+                       (long long)d.q_bytes, (long long)d.sf_bytes, (long long)d.weights),
+                   kExitMismatch);
           }
 
           const BenchTiming tm = bench_time_case(
               rt, sets.size(), [&](std::size_t k) { return sets[k]->run(opts); }, ws, warmup, iters);
           if (!tm.failed.ok()) {
-            fail(tm.failed.message());
+            fail(tm.failed.message(), kExitRuntime);
             continue;
           }
           const double us = tm.us, copy_us = tm.copy_us, gbps = tm.gbps, copy_gbps = tm.copy_gbps;
@@ -245,7 +249,7 @@ int cmd_bench(int argc, char** argv) {
       }
     }
   }
-  return all_ok ? 0 : 1;
+  return status;
 }
 
 }  // namespace cli

@@ -280,6 +280,13 @@ KRecipeId krecipe_or_throw(const std::string& name) {
   return r;
 }
 
+// Host bytes of one key-side call of N tokens (input, positions, slots, its cache pages), for
+// note_sizes.
+double kside_call_bytes(std::int64_t N, DType dtype, KRecipeId recipe, std::int64_t page_size) {
+  const double pages = std::ceil(double(N) / double(page_size)) + 1.0;
+  return double(N) * (128.0 * double(dtype_size(dtype)) + 16.0) + pages * double(page_size) * kside_token_bytes(recipe);
+}
+
 std::vector<OptionSpec> kside_common_options(bool bench) {
   std::vector<OptionSpec> v = {
       {"recipe", bench ? "LIST" : "NAME", bench ? "key-side recipes: NAME[,NAME...] (" + krecipe_names() + ")"
@@ -387,7 +394,7 @@ int cmd_run_kside(int argc, char** argv) {
     std::fputs(a.help_text("indexer-q run --recipe v4_k_fp8|v4_k_fp4 [options]",
                            std::string("Stores one synthetic key-side call into a paged cache on the backend, checks every\n"
                                        "byte of the cache against the scalar reference and reports the time.\n") +
-                               kKsideWorkload + "\nExit status: 0 if the cache is bit-exact, 1 if not (or on an error), 2 for a bad command line.",
+                               kKsideWorkload + "\nExit status: 0 if the cache is bit-exact, 1 if not, 4 on an error, 2 for a bad command line.",
                            kside_recipes_help())
                    .c_str(),
                stdout);
@@ -397,21 +404,26 @@ int cmd_run_kside(int argc, char** argv) {
   const KRecipeId recipe = krecipe_or_throw(a.str("recipe", "v4_k_fp8"));
   const std::int64_t N = a.integer("tokens", 4096, 1, std::int64_t(1) << 24);
   const KsideCommon c = parse_kside_common(a);
+  if (a.has("save") && N > 65535)
+    throw UsageError("option --save: at most 65535 tokens (the plan's ragged_id is 16 bits), got --tokens " +
+                     std::to_string(N));
   Runtimes rts;
   const Target t = select_target(a, &rts);
+  // The host case, the backend's copy and the reference's (input, indices, cache each).
+  note_sizes(fmt("--tokens %lld", (long long)N), kside_call_bytes(N, c.dtype, recipe, c.page_size) * 3.0);
   const io::KsideCase k = make_kside_workload(recipe, N, c.dtype, c.page_size, c.seed);
   KDeviceCase dc(*t.rt, k, c.pos_dtype);
   dc.fill(0xA5);
   Status s = dc.run(t.options());
   if (!s.ok()) {
     std::fprintf(stderr, "indexer-q run: %s\n", s.message().c_str());
-    return 1;
+    return kExitRuntime;
   }
   const std::vector<std::uint8_t> got = dc.download();
   const std::vector<std::uint8_t> want = reference_cache(k, c.pos_dtype, 0xA5, &s);
   if (!s.ok()) {
     std::fprintf(stderr, "indexer-q run: reference: %s\n", s.message().c_str());
-    return 1;
+    return kExitRuntime;
   }
   const CacheDiff d = compare_cache(got, want);
   const double us = t.rt->time_median_us([&] { (void)dc.run(t.options()); }, c.warmup, c.iters);
@@ -430,20 +442,16 @@ int cmd_run_kside(int argc, char** argv) {
     std::printf("%s\n", s2.c_str());
   }
   if (a.has("save")) {
-    if (N > 65535) {
-      std::fprintf(stderr, "indexer-q run: --save: at most 65535 tokens (the plan's ragged_id is 16 bits)\n");
-      return 1;
-    }
     std::string err;
     const std::string path = a.str("save", "");
     const std::string producer = std::string("indexer-q run, reference, seed ") + std::to_string(c.seed);
     if (!save_kside_file(path, k, want, producer, &err)) {
       std::fprintf(stderr, "indexer-q run: --save: %s\n", err.c_str());
-      return 1;
+      return kExitRuntime;
     }
     std::printf("  saved: %s (the call in the plan convention and the reference's cache)\n", path.c_str());
   }
-  return d.bytes == 0 ? 0 : 1;
+  return d.bytes == 0 ? kExitOk : kExitMismatch;
 }
 
 int cmd_bench_kside(int argc, char** argv) {
@@ -494,15 +502,17 @@ int cmd_bench_kside(int argc, char** argv) {
                 "threads", "sets", "us_median", "ns/token", "GB/s", "copy_GB/s", "vs_copy", "exact");
   }
   std::fflush(stdout);
-  bool all_ok = true;
+  int status = kExitOk;
   for (KRecipeId recipe : recipes) {
     for (std::int64_t N : tokens) {
-      auto fail = [&](const std::string& why) {
+      auto fail = [&](const std::string& why, int code) {
         std::fprintf(stderr, "indexer-q bench: %s, tokens %lld: %s\n", krecipe_name(recipe), (long long)N, why.c_str());
-        all_ok = false;
+        status = std::max(status, code);
       };
       const std::int64_t ws = detail::kside_bytes_moved(N, c.dtype, c.pos_dtype, recipe);
       const std::int64_t nsets = bench_buffer_sets(t, rotate_mb, ws);
+      note_sizes(fmt("--tokens %lld (%lld buffer sets)", (long long)N, (long long)nsets),
+                 kside_call_bytes(N, c.dtype, recipe, c.page_size) * (2.0 * double(nsets) + 2.0));
       std::vector<io::KsideCase> hosts;
       hosts.reserve(std::size_t(nsets));
       hosts.push_back(make_kside_workload(recipe, N, c.dtype, c.page_size, c.seed));
@@ -518,7 +528,7 @@ int cmd_bench_kside(int argc, char** argv) {
       sets[0]->fill(0xA5);
       Status s = sets[0]->run(opts);
       if (!s.ok()) {
-        fail(s.message());
+        fail(s.message(), kExitRuntime);
         continue;
       }
       if (check) {
@@ -526,12 +536,13 @@ int cmd_bench_kside(int argc, char** argv) {
         const std::vector<std::uint8_t> want = reference_cache(hosts[0], c.pos_dtype, 0xA5, &s);
         const CacheDiff d = compare_cache(got, want);
         exact = s.ok() && d.bytes == 0 ? "yes" : "NO";
-        if (exact != "yes") fail(fmt("cache differs from the reference: %lld bytes", (long long)d.bytes));
+        if (!s.ok()) fail("reference: " + s.message(), kExitRuntime);
+        else if (d.bytes != 0) fail(fmt("cache differs from the reference: %lld bytes", (long long)d.bytes), kExitMismatch);
       }
       const BenchTiming tm = bench_time_case(
           rt, sets.size(), [&](std::size_t k) { return sets[k]->run(opts); }, ws, c.warmup, c.iters);
       if (!tm.failed.ok()) {
-        fail(tm.failed.message());
+        fail(tm.failed.message(), kExitRuntime);
         continue;
       }
       const double us = tm.us, copy_us = tm.copy_us, gbps = tm.gbps, copy_gbps = tm.copy_gbps;
@@ -547,7 +558,12 @@ int cmd_bench_kside(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  return all_ok ? 0 : 1;
+  return status;
+}
+
+std::string kside_options_help(bool bench) {
+  return std::string("key-side options (with --recipe ") + krecipe_names() + "; 'indexer-q " + (bench ? "bench" : "run") +
+         " --recipe v4_k_fp8 --help'\nfor the whole text):\n" + Args::options_text(kside_common_options(bench));
 }
 
 }  // namespace cli

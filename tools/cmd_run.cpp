@@ -229,7 +229,7 @@ int cmd_run(int argc, char** argv) {
   if (argv_names_kside_recipe(argc, argv)) return cmd_run_kside(argc, argv);  // the key side
   Args a("run", run_options(), argc, argv);
   if (a.help()) {
-    std::fputs(a.help_text("indexer-q run [options]", kRunDescription, recipes_help() + kside_recipes_help()).c_str(), stdout);
+    std::fputs(a.help_text("indexer-q run [options]", kRunDescription, recipes_help() + kside_recipes_help() + "\n" + kside_options_help(false)).c_str(), stdout);
     return 0;
   }
   if (!a.positional().empty()) throw UsageError("unexpected argument '" + a.positional()[0] + "'");
@@ -249,6 +249,9 @@ int cmd_run(int argc, char** argv) {
   if (spec.pos_dtype == DType::kInt32 && workload_max_pos(spec.tokens) > INT32_MAX)
     throw UsageError("option --pos-dtype int32: positions up to max_pos exceed int32");
 
+  // Host workload, the expected outputs, and the backend's copies (the CPU runtime's own).
+  note_sizes(fmt("--tokens %lld x --heads %lld", (long long)spec.tokens, (long long)spec.heads),
+             double(spec.tokens) * double(spec.heads) * (3.0 * 128 * dtype_size(spec.dtype) + 4.0 * 128 + 24.0));
   const Workload w = make_workload(spec);
   io::ConformanceCase c = w.data;
   const std::int64_t rows = c.B * c.H;
@@ -259,7 +262,7 @@ int cmd_run(int argc, char** argv) {
   Status s = fill_expected(&c);
   if (!s.ok()) {
     std::fprintf(stderr, "indexer-q run: reference: %s\n", s.message().c_str());
-    return 1;
+    return kExitRuntime;
   }
 
   DeviceCase dc(*t.rt, c);
@@ -268,7 +271,7 @@ int cmd_run(int argc, char** argv) {
   s = dc.run(opts);
   if (!s.ok()) {
     std::fprintf(stderr, "indexer-q run: %s\n", s.message().c_str());
-    return 1;
+    return kExitRuntime;
   }
   Outputs out;
   dc.download(&out);
@@ -285,7 +288,7 @@ int cmd_run(int argc, char** argv) {
   t.rt->synchronize();
   if (!timed_status.ok()) {
     std::fprintf(stderr, "indexer-q run: %s\n", timed_status.message().c_str());
-    return 1;
+    return kExitRuntime;
   }
   const double bytes = double(detail::bytes_moved(c.B, c.H, c.dtype, c.pos_dtype, c.recipe));
   const QuantError qe = detail::with_recipe(c.recipe, [&](auto r) {
@@ -331,7 +334,7 @@ int cmd_run(int argc, char** argv) {
     if (a.has("save")) {
       if (!d.exact()) {
         std::fprintf(stderr, "indexer-q run: --save: not written, the output is not bit-exact\n");
-        return 1;
+        return kExitMismatch;
       }
       io::StFile f;
       auto put = [&f](const char* name, const char* st_dtype, std::vector<std::int64_t> shape, const std::uint8_t* p,
@@ -381,11 +384,11 @@ int cmd_run(int argc, char** argv) {
       std::string err;
       if (!io::write_safetensors(a.str("save", ""), f, &err)) {
         std::fprintf(stderr, "indexer-q run: --save: %s\n", err.c_str());
-        return 1;
+        return kExitRuntime;
       }
       std::printf("  saved        %s\n", a.str("save", "").c_str());
     }
-    return d.exact() ? 0 : 1;
+    return d.exact() ? kExitOk : kExitMismatch;
   };
   auto line = [](std::string label, double v, const std::string& note) {
     if (label.size() < 26) label.append(26 - label.size(), ' ');

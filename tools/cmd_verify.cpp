@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -80,8 +81,11 @@ const char* kVerifyDescription =
     "Key-side files (variant v4_k_fp8 | v4_k_fp4, docs/KSIDE-SPEC.md, docs/KSIDE.md): positions and slots\n"
     "come from the file's plan, out_loc, mode and compress_ratio; the cache is filled with the file's\n"
     "cache_fill (then its complement) before each run and every byte of it is compared.\n"
-    "Exit status: 0 if every file was read and every run is exact, 1 otherwise (a backend that\n"
-    "cannot run a file's recipe counts as a failure), 2 for a bad command line.";
+    "Only regular files are read (a FIFO, socket or device is skipped with a note); a file's header\n"
+    "is checked against its size before any data is read, and an error of one file (one larger\n"
+    "than memory included) is reported with its name while the other files still run.\n"
+    "Exit status: 0 if every file was read and every run is exact; 1 if a run differs; 3 if a file\n"
+    "cannot be used; 4 if a backend cannot run a file (or is not available); 2 for a bad command line.";
 
 // Runs case c on target t twice (outputs poisoned with 0xff, then 0x00) and keeps the worse diff.
 struct RunResult {
@@ -110,6 +114,10 @@ RunResult run_case(const Target& t, const io::ConformanceCase& c) {
   }
   return res;
 }
+
+// One file through every target; adds to the counts (defined after cmd_verify).
+void verify_one_file(const std::string& path, const std::vector<Target>& targets, int* exact_runs, int* differ_runs,
+                     int* failed_runs, int* bad_files, int* unknown_variant);
 
 }  // namespace
 
@@ -168,26 +176,44 @@ int cmd_verify(int argc, char** argv) {
       targets.push_back(t);
     } else if (which == cuda) {
       std::fprintf(stderr, "indexer-q verify: --backend cuda: not available: %s\n", rts.cuda_why.c_str());
-      return 1;
+      return kExitRuntime;
     } else {
       notes = "cuda skipped: " + rts.cuda_why;
     }
   }
 
   // Directories expand to the *.safetensors files under them (sorted); other files not named
-  // *.safetensors (e.g. a README matched by a shell glob) are skipped with a note.
-  std::vector<std::string> files, skipped;
+  // *.safetensors (e.g. a README matched by a shell glob) are skipped with a note, and so is
+  // anything that is not a regular file (a FIFO would block a reader forever, a device has no
+  // end): only regular files are read.
+  std::vector<std::string> files, skipped, not_regular;
+  auto kind_of = [](const std::filesystem::file_status& st) -> const char* {
+    switch (st.type()) {
+      case std::filesystem::file_type::fifo: return "a FIFO";
+      case std::filesystem::file_type::socket: return "a socket";
+      case std::filesystem::file_type::character: return "a character device";
+      case std::filesystem::file_type::block: return "a block device";
+      default: return "not a regular file";
+    }
+  };
   for (const std::string& arg : a.positional()) {
     std::error_code ec;
-    if (std::filesystem::is_directory(arg, ec)) {
+    const std::filesystem::file_status st = std::filesystem::status(arg, ec);
+    if (std::filesystem::is_directory(st)) {
       std::vector<std::string> found;
-      for (const auto& e : std::filesystem::recursive_directory_iterator(arg, ec))
-        if (e.is_regular_file(ec) && e.path().extension() == ".safetensors") found.push_back(e.path().string());
+      for (const auto& e : std::filesystem::recursive_directory_iterator(arg, ec)) {
+        if (e.path().extension() != ".safetensors" || e.is_directory(ec)) continue;
+        const std::filesystem::file_status est = e.status(ec);
+        if (std::filesystem::is_regular_file(est)) found.push_back(e.path().string());
+        else if (std::filesystem::exists(est)) not_regular.push_back(e.path().string() + " (" + kind_of(est) + ")");
+      }
       std::sort(found.begin(), found.end());
       if (found.empty()) skipped.push_back(arg + " (a directory without *.safetensors files)");
       files.insert(files.end(), found.begin(), found.end());
+    } else if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+      not_regular.push_back(arg + " (" + kind_of(st) + ")");
     } else if (arg.size() < 12 || arg.compare(arg.size() - 12, 12, ".safetensors") != 0) {
-      if (std::filesystem::exists(arg, ec)) skipped.push_back(arg);
+      if (std::filesystem::exists(st)) skipped.push_back(arg);
       else files.push_back(arg);  // reported as unreadable below
     } else {
       files.push_back(arg);
@@ -199,41 +225,73 @@ int cmd_verify(int argc, char** argv) {
   std::printf("\n");
   if (!notes.empty()) std::printf("  (%s)\n", notes.c_str());
   for (const std::string& f : skipped) std::printf("  (skipped, not a *.safetensors file: %s)\n", f.c_str());
+  for (const std::string& f : not_regular) std::printf("  (skipped, not a regular file: %s)\n", f.c_str());
 
   int exact_runs = 0, differ_runs = 0, failed_runs = 0, bad_files = 0, unknown_variant = 0;
   for (const std::string& path : files) {
+    // Any error of one file (a size that does not fit in memory included) is that file's: it is
+    // reported with its name and the other files still run.
+    try {
+      verify_one_file(path, targets, &exact_runs, &differ_runs, &failed_runs, &bad_files, &unknown_variant);
+    } catch (const std::bad_alloc&) {
+      std::printf("%s\n  UNREADABLE: %s: out of memory while reading or running it\n", path.c_str(), path.c_str());
+      ++bad_files;
+    } catch (const std::exception& e) {
+      std::printf("%s\n  FAILED: %s: %s\n", path.c_str(), path.c_str(), e.what());
+      ++bad_files;
+    }
+  }
+  const bool ok = !files.empty() && bad_files == 0 && differ_runs == 0 && failed_runs == 0;
+  std::printf("summary: %zu file(s), %d unreadable", files.size(), bad_files);
+  if (unknown_variant) std::printf(" (%d of an unknown variant)", unknown_variant);
+  std::printf("; %d run(s): %d exact, %d differ, %d failed -> %s\n", exact_runs + differ_runs + failed_runs,
+              exact_runs, differ_runs, failed_runs, ok ? "PASS" : "FAIL");
+  if (ok) return kExitOk;
+  return failed_runs ? kExitRuntime : bad_files || files.empty() ? kExitBadInput : kExitMismatch;
+}
+
+namespace {
+
+void verify_one_file(const std::string& path, const std::vector<Target>& targets, int* exact_runs_, int* differ_runs_,
+                     int* failed_runs_, int* bad_files_, int* unknown_variant_) {
+  int& exact_runs = *exact_runs_;
+  int& differ_runs = *differ_runs_;
+  int& failed_runs = *failed_runs_;
+  int& bad_files = *bad_files_;
+  int& unknown_variant = *unknown_variant_;
+  {
     io::StFile st;
     std::string err;
     if (!io::read_safetensors(path, &st, &err)) {
       std::printf("%s\n  UNREADABLE: %s\n", path.c_str(), err.c_str());
       ++bad_files;
-      continue;
+      return;
     }
     if (io::is_kside_file(st)) {  // a key-side file (docs/KSIDE-SPEC.md): the whole cache is compared
       if (!kside_verify_file(path, st, targets, &exact_runs, &differ_runs, &failed_runs)) ++bad_files;
-      continue;
+      return;
     }
     if (io::is_rsq_table_file(st)) {  // the MUFU.RSQ table the key side's host model is built from
       std::printf("%s\n  (the MUFU.RSQ table of the key side's host model: not an op case; every entry is checked\n"
                   "   by the tests, KsideRsq.EveryTableEntryMatchesTheGoldenTable)\n", path.c_str());
-      continue;
+      return;
     }
     const auto var = st.metadata.find("variant");
     RecipeId rid;
     if (var != st.metadata.end() && !parse_recipe(var->second, &rid)) {
       std::printf("%s\n  UNKNOWN VARIANT: metadata \"variant\" = \"%s\" is not a recipe of this library "
-                  "(recipes: %s); not checked\n",
-                  path.c_str(), var->second.c_str(), recipe_names().c_str());
+                  "(%s); not checked\n",
+                  path.c_str(), var->second.c_str(), all_recipe_names().c_str());
       ++bad_files;
       ++unknown_variant;
-      continue;
+      return;
     }
     io::ConformanceCase c;
     if (!io::load_case(st, &c, &err)) {
       std::printf("%s\n  UNREADABLE: %s: inconsistent conformance case: %s\n", path.c_str(), path.c_str(),
                   err.c_str());
       ++bad_files;
-      continue;
+      return;
     }
     std::vector<io::ConformanceCase> cases{c};
     io::ConformanceCase fnuz;
@@ -275,6 +333,9 @@ int cmd_verify(int argc, char** argv) {
           } else {
             ++exact_runs;
           }
+        } catch (const std::bad_alloc&) {
+          std::printf("%sFAILED: out of memory\n", line.c_str());
+          ++failed_runs;
         } catch (const std::exception& e) {
           std::printf("%sFAILED: %s\n", line.c_str(), e.what());
           ++failed_runs;
@@ -282,13 +343,9 @@ int cmd_verify(int argc, char** argv) {
       }
     }
   }
-  const bool ok = !files.empty() && bad_files == 0 && differ_runs == 0 && failed_runs == 0;
-  std::printf("summary: %zu file(s), %d unreadable", files.size(), bad_files);
-  if (unknown_variant) std::printf(" (%d of an unknown variant)", unknown_variant);
-  std::printf("; %d run(s): %d exact, %d differ, %d failed -> %s\n", exact_runs + differ_runs + failed_runs,
-              exact_runs, differ_runs, failed_runs, ok ? "PASS" : "FAIL");
-  return ok ? 0 : 1;
 }
+
+}  // namespace
 
 }  // namespace cli
 }  // namespace indexer_q

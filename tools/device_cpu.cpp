@@ -4,10 +4,13 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 
 #include "device.h"
@@ -42,11 +45,34 @@ std::string cpu_model() {
   return "unknown processor";
 }
 
+// Test hook: INDEXER_Q_CLI_THREAD_LIMIT=K makes the (K+1)-th thread start of the copy pool
+// fail as the system does when it refuses a thread (std::system_error, EAGAIN), so the CTests
+// can check what follows on any machine, as root too (where RLIMIT_NPROC does not bite).
+void start_thread(std::vector<std::thread>* workers, std::function<void()> fn) {
+  if (const char* lim = std::getenv("INDEXER_Q_CLI_THREAD_LIMIT"))
+    if (workers->size() >= std::size_t(std::strtoull(lim, nullptr, 10)))
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                              "thread start refused (INDEXER_Q_CLI_THREAD_LIMIT)");
+  workers->emplace_back(std::move(fn));
+}
+
 // A persistent pool that splits one memcpy across threads (no thread creation per copy).
+// When a thread cannot be started the pool keeps the ones it has (the copy is split over
+// fewer threads) and says so on stderr once; it never fails or waits for the missing one.
 class CopyPool {
  public:
   explicit CopyPool(int threads) : n_(std::max(threads, 1)) {
-    for (int i = 1; i < n_; ++i) workers_.emplace_back([this, i] { loop(i); });
+    const int want = n_;
+    for (int i = 1; i < want; ++i) {
+      try {
+        start_thread(&workers_, [this, i] { loop(i); });
+      } catch (const std::system_error& e) {
+        std::lock_guard<std::mutex> lk(m_);
+        n_ = i;  // workers 1 .. i - 1 run; no copy has been split yet
+        std::fprintf(stderr, "indexer-q: note: the copy pool runs on %d of %d threads (%s)\n", n_, want, e.what());
+        break;
+      }
+    }
   }
   ~CopyPool() {
     {

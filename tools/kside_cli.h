@@ -16,6 +16,8 @@ bool argv_names_kside_recipe(int argc, char** argv);
 // "v4_k_fp8|v4_k_fp4" and a help paragraph on them.
 std::string krecipe_names();
 std::string kside_recipes_help();
+// The key-side options of 'run' (bench false) or 'bench' as help text, for the query side's --help.
+std::string kside_options_help(bool bench);
 
 // verify: one key-side file (metadata "variant" v4_k_fp8 | v4_k_fp4) on every target; prints one
 // line per target and counts the runs. Returns false (after printing why) if the file is not a

@@ -2,9 +2,11 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 
 #include "cli.h"
+#include "kside_cli.h"
 
 namespace {
 
@@ -27,9 +29,7 @@ const char* kHelp =
     "\n"
     "  indexer-q <command> --help   options of a command\n"
     "  indexer-q --version          version, backends, CPU instruction sets and recipes of this build\n"
-    "\n"
-    "Exit status: 0 success, 1 failure (a mismatch, an unreadable file, a library error),\n"
-    "2 bad command line.\n";
+    "\n";  // then kExitStatusHelp (cli.cpp), the one exit-status table
 
 void print_version() {
   using namespace indexer_q;
@@ -39,6 +39,8 @@ void print_version() {
     if (backend_available(Backend(i))) std::printf(" %s", backend_name(Backend(i)));
   std::printf("\nrecipes:");
   for (RecipeId r : all_recipes()) std::printf(" %s", recipe_name(r));
+  std::printf("\nkey-side recipes:");
+  for (KRecipeId r : all_krecipes()) std::printf(" %s", krecipe_name(r));
   std::printf("\ncpu isas:");
   for (CpuIsa i : supported_cpu_isas()) std::printf(" %s", cpu_isa_name(i));
   CpuIsa active;
@@ -61,11 +63,13 @@ int main(int argc, char** argv) {
   using namespace indexer_q::cli;
   if (argc < 2) {
     std::fputs(kHelp, stderr);
-    return 2;
+    std::fputs(kExitStatusHelp, stderr);
+    return kExitUsage;
   }
   const std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     std::fputs(kHelp, stdout);
+    std::fputs(kExitStatusHelp, stdout);
     return 0;
   }
   if (cmd == "--version" || cmd == "version") {
@@ -79,15 +83,18 @@ int main(int argc, char** argv) {
   if (!fn) {
     std::fprintf(stderr, "indexer-q: unknown command '%s' (expected run, verify or bench; see indexer-q --help)\n",
                  cmd.c_str());
-    return 2;
+    return kExitUsage;
   }
   try {
     return fn(argc - 2, argv + 2);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "indexer-q %s: %s\n", cmd.c_str(), e.what());
-    return 2;
+    return kExitUsage;
+  } catch (const std::bad_alloc&) {  // named after the sizes the command noted (note_sizes)
+    std::fprintf(stderr, "indexer-q %s: error: %s\n", cmd.c_str(), out_of_memory_message().c_str());
+    return kExitRuntime;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "indexer-q %s: error: %s\n", cmd.c_str(), e.what());
-    return 1;
+    return kExitRuntime;
   }
 }

@@ -126,7 +126,18 @@ void kside_composed_forward(const KTorchArgs& a) {
   const Tensor pos = to_dtype(a.positions, L), slots = a.slots;
   const Tensor valid = land(land(ge(slots, k.li(0)), lt(slots, k.li(num_pages * ps))),
                             land(ge(pos, k.li(0)), lt(pos, k.li(max_pos))));
-  const Tensor idx = reshape(nonzero(valid), Shape{-1});
+  Tensor idx = reshape(nonzero(valid), Shape{-1});
+  if (idx.sizes()[0] > 1) {
+    // Duplicate slots (docs/KSIDE.md): the last token of a slot wins, so only it is stored:
+    // index_copy_ leaves the order of duplicate destinations open (CPU threads race on them).
+    // A stable sort by slot keeps token order within a slot; a token is the last of its slot
+    // when the next one in that order has another slot (-1 after the end: no valid slot).
+    const std::int64_t n = idx.sizes()[0];
+    const Tensor order = aten("aten::argsort", "stable", index_select(slots, 0, idx), true, std::int64_t(0), false);
+    const Tensor ss = cat({index_select(index_select(slots, 0, idx), 0, order), k.filled(Shape{1}, -1.0, L)}, 0);
+    const Tensor last = reshape(nonzero(ne(narrow(ss, 0, 0, n), narrow(ss, 0, 1, n))), Shape{-1});
+    idx = index_select(idx, 0, index_select(order, 0, last));
+  }
   const std::int64_t K = idx.sizes()[0];
   if (K == 0) return;
   const Tensor tok_pos = index_select(pos, 0, idx), tok_slot = index_select(slots, 0, idx);

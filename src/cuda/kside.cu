@@ -42,6 +42,19 @@
 // compute on the last token's row and store nothing. Nothing outside the tensors is read or
 // written.
 //
+// Duplicate slots (docs/KSIDE.md): the last token of a slot (in token order) decides its row, as
+// on one host thread; the others write nothing. Slots live on the device, so the winners are
+// found on it, with no scratch memory, in the rows themselves: before the store kernel two small
+// kernels (kside_claim_kernel) first set a 64-bit claim word in each destination row to
+// kClaimMark (the 8-byte-aligned word inside the row's code bytes, kside_claim_word), then
+// atomicMax it with kClaimMark | (t + 1) for every stored token t. The store kernel reads the
+// word and stores a token only when it holds the token's own claim. The winner's row bytes then
+// overwrite the word; no stored row can look like a claim, because byte 7 of every claim is
+// one no code byte takes: 0xff for e4m3fn codes (-NaN: NaN inputs become +448) and 0x88 for two
+// e2m1 codes (negative zero, which the codes never hold). So a loser reads either the winner's
+// claim or the winner's bytes and never its own claim, before or after the winner's store. Each
+// claim kernel waits for the previous grid (pdl_wait) before touching memory.
+//
 // Everything is enqueued on the caller's stream: no allocation, no host synchronization (CUDA
 // graphs capture it). With enable_pdl on an sm_90+ device the kernel is launched with
 // programmatic stream serialization: it waits (griddepcontrol.wait) before its first global
@@ -138,6 +151,45 @@ struct Elem {
   static constexpr int kBytes = DT == kF32 ? 4 : 2;
 };
 
+// ---- duplicate slots: the claim words (see the top of the file) ----
+template <class KR>
+__device__ __forceinline__ unsigned long long claim_mark() {
+  return (KR::kFp4 ? 0x88ull : 0xffull) << 56;  // byte 7: a byte no code of the recipe takes
+}
+// The claim word of a slot's row: the first 8-byte-aligned word of its code bytes (64 or 128
+// of them, so the word lies inside them whatever the cache's alignment).
+template <class KR>
+__device__ __forceinline__ unsigned long long* kside_claim_word(const KProblem& p, std::int64_t slot) {
+  std::uint8_t* codes = p.cache + (slot >> p.log2_page) * p.page_bytes + KR::kCodeBytes * (slot & (p.page_size - 1));
+  return reinterpret_cast<unsigned long long*>((reinterpret_cast<std::uintptr_t>(codes) + 7) & ~std::uintptr_t(7));
+}
+__device__ __forceinline__ unsigned long long ld_claim(const unsigned long long* w) {
+  unsigned long long v;
+  asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(w) : "memory");
+  return v;
+}
+// Is token t stored (slot and position in bounds)? The store kernels' own condition.
+__device__ __forceinline__ bool kside_token_stored(const KProblem& p, std::int64_t slot, std::int64_t pos) {
+  return slot >= 0 && slot < p.num_pages * p.page_size && pos >= 0 && pos < p.max_pos;
+}
+// One thread per token: SET: write kClaimMark into the claim word of every stored token's row;
+// else atomicMax it with kClaimMark | (t + 1).
+template <class KR, bool SET>
+__global__ void __launch_bounds__(256) kside_claim_kernel(const KProblem p) {
+  const std::uint64_t t = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  pdl_wait();
+  if (t < std::uint64_t(p.N)) {
+    const std::int64_t slot = p.slots[t];
+    const std::int64_t pos = kside_position(p.positions, p.pos_dtype, std::int64_t(t));
+    if (kside_token_stored(p, slot, pos)) {
+      unsigned long long* w = kside_claim_word<KR>(p, slot);
+      if (SET) *w = claim_mark<KR>();
+      else atomicMax(w, claim_mark<KR>() | (t + 1));
+    }
+  }
+  pdl_launch_dependents();
+}
+
 // Does chunk c of lane l hold rotated dims (groups 16..31)? Compile-time for LANES <= 16.
 template <int LANES>
 __device__ __forceinline__ bool chunk_rotated(int c, int l) {
@@ -179,8 +231,11 @@ __global__ void __launch_bounds__(256) kside_kernel(const KProblem p) {
 #pragma unroll
   for (int c = 0; c < C; ++c)
     if (chunk_rotated<LANES>(c, l)) f[c] = ld_f4(frow + 4 * (l + LANES * c) - kRopeDim);
+  const bool stored = in_range && pos_ok && slot >= 0 && slot < p.num_pages * p.page_size;
+  // Duplicate slots: lane 0 of a stored token reads its row's claim word (before any store of
+  // this token; see the top of the file).
+  const bool claim_ok = stored && l == 0 && ld_claim(kside_claim_word<KR>(p, slot)) == (claim_mark<KR>() | (t + 1));
   pdl_launch_dependents();  // every input of this thread has been requested
-  const bool valid = in_range && pos_ok && slot >= 0 && slot < p.num_pages * p.page_size;
 
   float x[C][4], w[C][4];
 #pragma unroll
@@ -258,6 +313,8 @@ __global__ void __launch_bounds__(256) kside_kernel(const KProblem p) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
 
+  // Stored only by the last token of its slot (lane 0's claim check, for the token's lanes).
+  const bool valid = stored && __shfl_sync(0xffffffffu, int(claim_ok), int(threadIdx.x % 32) - l) != 0;
   // Where the token lands (section 3); used only when valid.
   const std::int64_t sl = valid ? slot : 0;
   std::uint8_t* page = p.cache + (sl >> p.log2_page) * p.page_bytes;
@@ -334,7 +391,9 @@ __global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p) {
   }
   const std::int64_t slot = p.slots[t];
   const std::int64_t pos = kside_position(p.positions, p.pos_dtype, std::int64_t(t));
-  const bool valid = slot >= 0 && slot < p.num_pages * p.page_size && pos >= 0 && pos < p.max_pos;
+  // Stored, and the last token of its slot (the claim word; see the top of the file).
+  const bool valid = kside_token_stored(p, slot, pos) &&
+                     ld_claim(kside_claim_word<KR>(p, slot)) == (claim_mark<KR>() | (t + 1));
   if (!valid) {
     pdl_launch_dependents();
     return;
@@ -422,7 +481,14 @@ Status kside_cuda_run_variant(const KProblem& p, void* stream, bool enable_pdl, 
     if (v.block <= 0) v.block = 128;
     const bool pdl = enable_pdl && pdl_supported(dev);
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
-    return with_krecipe(p.recipe, [&](auto kr) { return launch_dtypes<decltype(kr)>(p, v, s, pdl); });
+    return with_krecipe(p.recipe, [&](auto kr) {
+      using KR = decltype(kr);
+      // Duplicate slots: the claim words first (see the top of the file).
+      const std::uint64_t grid = (std::uint64_t(p.N) + 255) / 256;
+      cudaError_t e = launch(kside_claim_kernel<KR, true>, grid, 256, s, pdl, p);
+      if (e == cudaSuccess) e = launch(kside_claim_kernel<KR, false>, grid, 256, s, pdl, p);
+      return e == cudaSuccess ? launch_dtypes<KR>(p, v, s, pdl) : e;
+    });
   });
 }
 

@@ -1,6 +1,8 @@
 // The key side's scalar reference: docs/KSIDE-SPEC.md step by step (src/common/kside_row.h with the
 // host's MUFU.RSQ model), one token at a time, one thread. The executable spec every other
-// backend is compared against.
+// backend is compared against. Tokens are stored in token order, each writing its whole row, so
+// of several tokens with the same slot the last one decides the row: the duplicate-slot rule
+// every backend follows (docs/KSIDE.md "Duplicate slots").
 #include <cstdint>
 
 #include "common/float_env.h"

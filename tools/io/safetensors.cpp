@@ -14,6 +14,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "io/json.h"
 
@@ -65,33 +71,39 @@ struct Entry {
   std::int64_t begin = 0, end = 0;
 };
 
-}  // namespace
-
-bool parse_safetensors(const std::uint8_t* bytes, std::size_t size, StFile* out, std::string* error) {
-  *out = StFile{};
+// The 8-byte length field of a file of `size` bytes: the header length, checked against the
+// file size and the limit.
+bool check_header_length(const std::uint8_t* field, std::uint64_t size, std::uint64_t* n_out, std::string* error) {
   if (size < 8)
     return set_error(error, "truncated: the file has " + std::to_string(size) +
                                 " bytes, fewer than the 8-byte header length field");
   std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
+  for (int i = 7; i >= 0; --i) n = (n << 8) | field[i];
   if (n > size - 8)
     return set_error(error, "truncated or not a safetensors file: header length " + std::to_string(n) +
                                 " exceeds the " + std::to_string(size - 8) + " bytes after the length field");
   if (n > kMaxHeaderBytes)
     return set_error(error, "header length " + std::to_string(n) + " exceeds the limit of " +
                                 std::to_string(kMaxHeaderBytes) + " bytes");
-  if (n < 2 || bytes[8] != '{')
+  *n_out = n;
+  return true;
+}
+
+// The JSON header (n bytes) against a data section of data_size bytes: fills out's metadata and
+// tensors (dtype and shape; data left empty) and *entries (their offsets, sorted), after every
+// check of the layout. Reads no data.
+bool parse_header(const char* header, std::uint64_t n, std::int64_t data_size, StFile* out, std::vector<Entry>* entries_out,
+                  std::string* error) {
+  if (n < 2 || header[0] != '{')
     return set_error(error, "bad header: the JSON header must be an object starting with '{'");
 
   JsonValue root;
   std::string jerr;
-  if (!parse_json(reinterpret_cast<const char*>(bytes + 8), std::size_t(n), &root, &jerr))
+  if (!parse_json(header, std::size_t(n), &root, &jerr))
     return set_error(error, "bad JSON header: " + jerr);
   if (!root.is_object()) return set_error(error, "bad header: the JSON header is not an object");
 
-  const std::uint8_t* data = bytes + 8 + n;
-  const std::int64_t data_size = std::int64_t(size - 8 - n);
-  std::vector<Entry> entries;
+  std::vector<Entry>& entries = *entries_out;
 
   for (const auto& m : root.members) {
     const std::string& name = m.first;
@@ -176,7 +188,63 @@ bool parse_safetensors(const std::uint8_t* bytes, std::size_t size, StFile* out,
   if (at != data_size)
     return set_error(error, "bad offsets: the data section has " + std::to_string(data_size - at) +
                                 " bytes not covered by any tensor");
+  return true;
+}
 
+// Physical memory of this machine in bytes (0 if unknown).
+std::uint64_t physical_memory() {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) return std::uint64_t(pages) * std::uint64_t(page);
+#endif
+  return 0;
+}
+
+// An open file, closed on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Reads exactly `bytes` bytes at `offset`; false (errno set) on a short read or an error.
+bool read_at(int fd, void* dst, std::uint64_t bytes, std::uint64_t offset) {
+  char* p = static_cast<char*>(dst);
+  while (bytes > 0) {
+    const std::size_t chunk = std::size_t(std::min<std::uint64_t>(bytes, 1u << 30));
+    const ssize_t got = ::pread(fd, p, chunk, off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      if (got == 0) errno = EIO;  // the file shrank under us
+      return false;
+    }
+    p += got;
+    bytes -= std::uint64_t(got);
+    offset += std::uint64_t(got);
+  }
+  return true;
+}
+
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  return "not a regular file";
+}
+
+}  // namespace
+
+bool parse_safetensors(const std::uint8_t* bytes, std::size_t size, StFile* out, std::string* error) {
+  *out = StFile{};
+  std::uint64_t n = 0;
+  if (!check_header_length(bytes, size, &n, error)) return false;
+  std::vector<Entry> entries;
+  if (!parse_header(reinterpret_cast<const char*>(bytes + 8), n, std::int64_t(size - 8 - n), out, &entries, error))
+    return false;
+  const std::uint8_t* data = bytes + 8 + n;
   for (const Entry& e : entries) {
     StTensor& t = out->tensors[e.name];
     t.data.assign(data + e.begin, data + e.end);
@@ -184,23 +252,45 @@ bool parse_safetensors(const std::uint8_t* bytes, std::size_t size, StFile* out,
   return true;
 }
 
+// The length field, then the header, checked against the file's size, before any data is read
+// or allocated; a data section larger than the machine's memory is refused by its size. Only a
+// regular file is read: the file is opened without blocking (a FIFO would wait for a writer
+// forever) and anything else is refused as what it is.
 bool read_safetensors(const std::string& path, StFile* out, std::string* error) {
   *out = StFile{};
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return set_error(error, path + ": cannot open: " + std::strerror(errno));
-  std::vector<std::uint8_t> bytes;
-  bool ok = std::fseek(f, 0, SEEK_END) == 0;
-  long size = ok ? std::ftell(f) : -1;
-  ok = ok && size >= 0 && std::fseek(f, 0, SEEK_SET) == 0;
-  if (ok) {
-    bytes.resize(std::size_t(size));
-    ok = size == 0 || std::fread(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  }
-  const int saved = errno;
-  std::fclose(f);
-  if (!ok) return set_error(error, path + ": cannot read: " + std::strerror(saved));
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (f.fd < 0) return set_error(error, path + ": cannot open: " + std::strerror(errno));
+  struct stat sb;
+  if (::fstat(f.fd, &sb) != 0) return set_error(error, path + ": cannot stat: " + std::strerror(errno));
+  if (!S_ISREG(sb.st_mode)) return set_error(error, path + ": not a regular file (" + file_kind(sb.st_mode) + ")");
+  const std::uint64_t size = std::uint64_t(sb.st_size);
+  std::uint8_t field[8] = {};
+  if (size >= 8 && !read_at(f.fd, field, 8, 0)) return set_error(error, path + ": cannot read: " + std::strerror(errno));
+  std::uint64_t n = 0;
   std::string why;
-  if (!parse_safetensors(bytes.data(), bytes.size(), out, &why)) return set_error(error, path + ": " + why);
+  if (!check_header_length(field, size, &n, &why)) return set_error(error, path + ": " + why);
+  std::vector<char> header(std::size_t(n) + 1, '\0');
+  if (!read_at(f.fd, header.data(), n, 8)) return set_error(error, path + ": cannot read: " + std::strerror(errno));
+  std::vector<Entry> entries;
+  if (!parse_header(header.data(), n, std::int64_t(size - 8 - n), out, &entries, &why))
+    return set_error(error, path + ": " + why);
+  const std::uint64_t data_size = size - 8 - n, mem = physical_memory();
+  if (mem != 0 && data_size > mem)
+    return set_error(error, path + ": the data section is " + std::to_string(data_size) +
+                                " bytes, more than this machine's memory (" + std::to_string(mem) + " bytes)");
+  for (const Entry& e : entries) {
+    StTensor& t = out->tensors[e.name];
+    try {
+      t.data.resize(std::size_t(e.end - e.begin));
+    } catch (const std::bad_alloc&) {
+      *out = StFile{};
+      return set_error(error, path + ": cannot allocate " + std::to_string(e.end - e.begin) + " bytes for tensor '" +
+                                  e.name + "'");
+    }
+    if (!read_at(f.fd, t.data.data(), std::uint64_t(e.end - e.begin), 8 + n + std::uint64_t(e.begin)))
+      return set_error(error, path + ": cannot read tensor '" + e.name + "': " + std::strerror(errno));
+  }
   return true;
 }
 
