@@ -7,6 +7,9 @@
 #pragma once
 
 #include <array>
+#include <cmath>
+#include <limits>
+#include <utility>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -38,12 +41,15 @@ inline Tensor neg(const Tensor& a) { return aten("aten::neg", "", a); }
 // Floating-point tensors only (ATen's integer add / sub take an alpha Scalar, which the shim can
 // only pass as a double, and integer tensors refuse that).
 inline Tensor sub(const Tensor& a, const Tensor& b) { return torch::stable::subtract(a, b); }
-inline Tensor add(const Tensor& a, const Tensor& b) { return sub(a, neg(b)); }  // a - (-b) == a + b
+// a + b as a - (-1) * b: ATen's subtract with alpha -1 is its add with alpha 1, one rounding of
+// the exact sum (signed zeros as IEEE a + b).
+inline Tensor add(const Tensor& a, const Tensor& b) { return torch::stable::subtract(a, b, -1.0); }
 inline Tensor abs(const Tensor& a) { return aten("aten::abs", "", a); }
 inline Tensor fmax(const Tensor& a, const Tensor& b) { return aten("aten::fmax", "", a, b); }
 inline Tensor fmin(const Tensor& a, const Tensor& b) { return aten("aten::fmin", "", a, b); }
 inline Tensor floor(const Tensor& a) { return aten("aten::floor", "", a); }
 inline Tensor isnan(const Tensor& a) { return aten("aten::isnan", "", a); }
+inline Tensor nextafter(const Tensor& a, const Tensor& b) { return aten("aten::nextafter", "", a, b); }
 // comparisons
 inline Tensor gt(const Tensor& a, const Tensor& b) { return aten("aten::gt", "Tensor", a, b); }
 inline Tensor lt(const Tensor& a, const Tensor& b) { return aten("aten::lt", "Tensor", a, b); }
@@ -198,6 +204,136 @@ inline Tensor fma_exact(const Tensor& a, const Tensor& b, const Tensor& c, const
   r = where(zero, where(neg_zero, k.f(-0.0), k.f(0.0)), r);
   const Tensor finite = land(land(isfinite(a), isfinite(b)), isfinite(c));
   return where(finite, r, add(mul(a, b), c));
+}
+
+// ---- the fast exact fma: float32 operations only, for operands in range ----
+// fmaf(a, b, c) = RN(a*b + c) from float32 operations (no integer significands): the product as
+// an exact pair uh + ul (uh = fl(a*b); ul by Dekker's product with Veltkamp's 12 + 12-bit split,
+// or, for an `a` of at most 12 significant bits (bf16 / fp16 inputs), ul = (a*b_hi - uh) + a*b_lo,
+// every product exact and the difference exact by Sterbenz), then Boldo and Melquiond's correctly
+// rounded sum of three: (th, tl) = TwoSum(c, uh), v = round-to-odd(tl + ul), z = fl(th + v). An
+// exactly zero sum takes th = fl(c + uh), IEEE's signed zero. Exact when every operand is finite,
+// a, b, c, a*b below 2^110 and a*b is zero or at least 2^-100 (no overflow in the split, no bits
+// of ul below 2^-149); FastFmaRange checks that on whole tensors (one host read), and callers
+// take fma_exact() (integer significands) otherwise.
+struct Split {
+  Tensor hi, lo;  // hi: the top 12 significant bits; lo = v - hi (exact), at most 12 bits
+};
+inline Split veltkamp(const Tensor& v, const Consts& k) {
+  const Tensor t = mul(v, k.f(4097.0));  // 2^12 + 1
+  const Tensor hi = sub(t, sub(t, v));
+  return Split{hi, sub(v, hi)};
+}
+// (s, e) with s = fl(a + b), e = a + b - s exactly (TwoSum, any order of magnitudes).
+inline std::pair<Tensor, Tensor> two_sum(const Tensor& a, const Tensor& b) {
+  const Tensor s = add(a, b);
+  const Tensor bb = sub(s, a);
+  return {s, add(sub(a, sub(s, bb)), sub(b, bb))};
+}
+// fl(uh + ul + c) with one rounding (Boldo-Melquiond), uh + ul an exact product pair.
+inline Tensor sum3_rn(const Tensor& uh, const Tensor& ul, const Tensor& c, const Consts& k) {
+  const auto [th, tl] = two_sum(c, uh);
+  const auto [s, e] = two_sum(tl, ul);
+  // round to odd: an inexact s with an even last bit moves one step toward the exact value
+  const Tensor even = eq(band(view_as_dtype(s, I32), k.scalar(1.0, I32)), k.scalar(0.0, I32));
+  const Tensor fix = land(even, ne(e, k.f(0.0)));
+  const Tensor v = where(fix, nextafter(s, mul(e, k.f(std::numeric_limits<double>::infinity()))), s);
+  const Tensor z = add(th, v);
+  return where(eq(z, k.f(0.0)), th, z);
+}
+// fmaf(a, b, c), b given with its split (b may broadcast against a and c); a_narrow: every a
+// has at most 12 significant bits.
+inline Tensor fma_fast(const Tensor& a, const Tensor& b, const Split& bs, const Tensor& c, bool a_narrow,
+                       const Consts& k) {
+  const Tensor uh = mul(a, b);
+  Tensor ul;
+  if (a_narrow) {
+    ul = add(sub(mul(a, bs.hi), uh), mul(a, bs.lo));
+  } else {
+    const Split as = veltkamp(a, k);
+    ul = add(add(add(sub(mul(as.hi, bs.hi), uh), mul(as.hi, bs.lo)), mul(as.lo, bs.hi)), mul(as.lo, bs.lo));
+  }
+  return sum3_rn(uh, ul, c, k);
+}
+
+// Whether every value of each tensor is finite and zero or of magnitude in [2^lo, 2^hi): one
+// host read for all of them (a synchronization on a device).
+inline bool all_in_range(const std::vector<std::pair<Tensor, std::pair<int, int>>>& ts, const Consts& k) {
+  std::vector<Tensor> mm;
+  for (const auto& [t, r] : ts) {
+    if (t.numel() == 0) continue;
+    const Tensor m = abs(t);
+    const Tensor nz = where(eq(m, k.f(0.0)), k.f(1.0), m);  // zeros pass
+    const Tensor flat = reshape(nz, Shape{-1});
+    mm.push_back(torch::stable::amax(flat, 0, false));
+    mm.push_back(aten("aten::amin", "", flat, std::vector<std::int64_t>{0}, false));
+  }
+  if (mm.empty()) return true;
+  const Tensor host = torch::stable::to(stack(mm, 0), F, std::nullopt,
+                                        torch::stable::Device(torch::headeronly::DeviceType::CPU),
+                                        std::nullopt, false, /*copy=*/true);
+  const float* v = static_cast<const float*>(host.const_data_ptr());
+  std::size_t i = 0;
+  for (const auto& [t, r] : ts) {
+    if (t.numel() == 0) continue;
+    const float mx = v[i++], mn = v[i++];
+    if (!(mx < std::ldexp(1.0f, r.second) && mn >= std::ldexp(1.0f, r.first))) return false;
+  }
+  return true;
+}
+
+// ---- the steps both sides share (composed.cpp, composed_kside.cpp) ----
+
+// RoPE in place on `part` (..., 64), pairs (2j, 2j+1) (adjacent) or (j, j+32) (neox); c, s of
+// shape (..., 32) or broadcasting to it: x0' = fma(x0, c, -(x1*s)), x1' = fma(x0, s, x1*c)
+// (x1_c: fma(x1, c, x0*s)), the products rounded first. The fast fma where every operand is in
+// range (inputs magnitudes in [2^-60, 2^60), c and s in [2^-40, 2^40), zeros allowed), else
+// fma_exact. narrow: every value of `part` has at most 12 significant bits (bf16 / fp16 input).
+inline void rope_inplace(const Tensor& part, bool neox, bool fma_x1_c, const Tensor& c, const Tensor& s,
+                         bool narrow_in, const Consts& k) {
+  Shape sh = shape_of(part);
+  sh.back() = 32;
+  Tensor x0, x1;
+  if (neox) {
+    x0 = narrow(part, part.dim() - 1, 0, 32);
+    x1 = narrow(part, part.dim() - 1, 32, 32);
+  } else {
+    Shape s2 = sh;
+    s2.push_back(2);
+    const Tensor v = view(part, s2);
+    x0 = pick(v, part.dim(), 0);
+    x1 = pick(v, part.dim(), 1);
+  }
+  Tensor n0, n1;
+  if (all_in_range({{part, {-60, 60}}, {c, {-40, 40}}, {s, {-40, 40}}}, k)) {
+    const Split cs = veltkamp(c, k), ss = veltkamp(s, k);
+    n0 = fma_fast(x0, c, cs, neg(mul(x1, s)), narrow_in, k);
+    n1 = fma_x1_c ? fma_fast(x1, c, cs, mul(x0, s), narrow_in, k) : fma_fast(x0, s, ss, mul(x1, c), narrow_in, k);
+  } else {
+    const Tensor cf = mul(c, torch::stable::full(sh, 1.0, F, std::nullopt, k.dev));  // full shape (exact)
+    const Tensor sf = mul(s, torch::stable::full(sh, 1.0, F, std::nullopt, k.dev));
+    n0 = fma_exact(x0, cf, neg(mul(x1, sf)), k);
+    n1 = fma_x1_c ? fma_exact(x1, cf, mul(x0, sf), k) : fma_exact(x0, sf, mul(x1, cf), k);
+  }
+  torch::stable::copy_(x0, n0);
+  torch::stable::copy_(x1, n1);
+}
+
+// The butterflies of the 128-point Hadamard transform over the last dim of x (..., 128)
+// (strides 1, 2, 4, ..., 64 in that order, a + b and a - b); the caller scales.
+inline Tensor hadamard(Tensor x) {
+  const Shape sh = shape_of(x);
+  for (std::int64_t st = 1; st < 128; st *= 2) {
+    Shape split(sh.begin(), sh.end() - 1);
+    split.push_back(128 / (2 * st));
+    split.push_back(2);
+    split.push_back(st);
+    const Tensor xv = view(x, split);
+    const std::int64_t d = std::int64_t(split.size()) - 2;
+    const Tensor lo = pick(xv, d, 0), hi = pick(xv, d, 1);
+    x = reshape(stack({add(lo, hi), sub(lo, hi)}, d), sh);
+  }
+  return x;
 }
 
 }  // namespace torch_binding

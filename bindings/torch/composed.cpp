@@ -104,11 +104,6 @@ Tensor cat2(const Tensor& a, const Tensor& b, std::int64_t dim) {
   return aten("aten::cat", "", std::vector<Tensor>{a, b}, dim);
 }
 void copy_into(Tensor dst, const Tensor& src) { torch::stable::copy_(dst, src); }
-// a broadcast to `shape` (an exact copy: times 1, which keeps -0 and every value)
-Tensor full_shape(const Tensor& a, const Shape& shape, const Consts& k) {
-  return mul(a, k.filled(shape, 1.0, F));
-}
-
 // Rounds float32 values to the nearest bf16 (ties to even) and back: round_bf16() of
 // src/common/row.h on the bits, u -> (u + 0x7fff + lsb) & 0xffff0000 (NaN: quieted, u | 0x400000),
 // written as: the high half hi of u plus one where the low half lo is above 0x8000, or equal to it
@@ -239,43 +234,17 @@ void composed_forward(const TorchArgs& a) {
       c = narrow(fr, 2, 0, 32);
       s = narrow(fr, 2, 32, 32);
     }
-    const Shape bh32{B, H, 32};
-    c = full_shape(c, bh32, k);
-    s = full_shape(s, bh32, k);
     const std::int64_t rope_offset = rec.rope_dims == RopeDims::kLast64 ? 64 : 0;
     const Tensor rope_part = narrow(x, 2, rope_offset, 64);  // view (B, H, 64)
-    Tensor x0, x1;                                           // (B, H, 32) views into x
-    if (rec.rope_pairs == RopePairs::kNeox) {
-      x0 = narrow(rope_part, 2, 0, 32);
-      x1 = narrow(rope_part, 2, 32, 32);
-    } else {
-      const Tensor rope = view(rope_part, Shape{B, H, 32, 2});
-      x0 = pick(rope, 3, 0);
-      x1 = pick(rope, 3, 1);
-    }
-    const Tensor x1s = mul(x1, s);
-    const Tensor n0 = fma_exact(x0, c, neg(x1s), k);
-    const Tensor n1 = rec.rope_fma == RopeFma::kFmaX1C ? fma_exact(x1, c, mul(x0, s), k)   // x1_c
-                                                        : fma_exact(x0, s, mul(x1, c), k);  // x0_s
-    copy_into(x0, n0);
-    copy_into(x1, n1);
+    const ScalarType in = a.q_input.scalar_type();
+    rope_inplace(rope_part, rec.rope_pairs == RopePairs::kNeox, rec.rope_fma == RopeFma::kFmaX1C, c, s,
+                 in == ScalarType::BFloat16 || in == ScalarType::Half, k);
     if (rec.bf16_after_rope) copy_into(rope_part, round_bf16(rope_part, k));
   }
   const Tensor valid_rows = view(valid, Shape{B, 1, 1});
 
   // 3. butterflies, strides 1, 2, 4, ..., 64 in that order
-  if (rec.hadamard) {
-    for (std::int64_t st = 1; st < 128; st *= 2) {
-      const Shape split{B, H, 128 / (2 * st), 2, st};
-      const Tensor xv = view(x, split);
-      const Tensor lo = pick(xv, 3, 0);  // x[i]           (bit `st` of i clear)
-      const Tensor hi = pick(xv, 3, 1);  // x[i + st]
-      Tensor next = torch::stable::new_empty(x, split);
-      copy_into(pick(next, 3, 0), add(lo, hi));
-      copy_into(pick(next, 3, 1), sub(lo, hi));
-      x = view(next, Shape{B, H, 128});
-    }
-  }
+  if (rec.hadamard) x = hadamard(x);
 
   // 4. scale by 1/sqrt(128) (the float32 0x1.6a09e6p-4)
   Tensor y = rec.hadamard ? mul(x, k.f(0x1.6a09e6p-4)) : x;

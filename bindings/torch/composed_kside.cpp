@@ -137,32 +137,41 @@ void kside_composed_forward(const KTorchArgs& a) {
   // 2-3. sums of squares per group of 4, fma-chained; the xor butterfly (halving, masks 16..1)
   const Tensor g = view(x, Shape{K, 32, 4});
   const Tensor g0 = pick(g, 2, 0), g1 = pick(g, 2, 1), g2 = pick(g, 2, 2), g3 = pick(g, 2, 3);
-  Tensor s = mul(g0, g0);
-  s = fma_exact(g1, g1, s, k);
-  s = fma_exact(g2, g2, s, k);
-  s = fma_exact(g3, g3, s, k);
-  for (std::int64_t m = 16; m >= 1; m /= 2) s = add(narrow(s, 1, 0, m), narrow(s, 1, m, m));
-  const Tensor ss = reshape(s, Shape{K});
-  // 4-5. t = fma(ss, 2^-7, eps); nf = rsq_mufu(t)
-  const Tensor t = fma_exact(ss, k.filled(Shape{K}, 0x1p-7, F), k.filled(Shape{K}, double(float(a.eps)), F), k);
+  const ScalarType in = a.input.scalar_type();
+  const bool narrow_in = in == ScalarType::BFloat16 || in == ScalarType::Half;
+  const Tensor eps = k.f(double(float(a.eps)));
+  Tensor s = mul(g0, g0), t;
+  // nonzero |x| in [2^-48, 2^56): squares in [2^-96, 2^112), sums below 2^114; ss * 2^-7 exact
+  if (all_in_range({{x, {-48, 56}}}, k)) {
+    if (narrow_in) {  // g * g exact (at most 22 significant bits): fma(g, g, s) = fl(g * g + s)
+      s = add(mul(g1, g1), s);
+      s = add(mul(g2, g2), s);
+      s = add(mul(g3, g3), s);
+    } else {
+      s = fma_fast(g1, g1, veltkamp(g1, k), s, false, k);
+      s = fma_fast(g2, g2, veltkamp(g2, k), s, false, k);
+      s = fma_fast(g3, g3, veltkamp(g3, k), s, false, k);
+    }
+    for (std::int64_t m = 16; m >= 1; m /= 2) s = add(narrow(s, 1, 0, m), narrow(s, 1, m, m));
+    // 4. t = fma(ss, 2^-7, eps) = fl(ss * 2^-7 + eps): the product is exact (ss zero or >= 2^-96)
+    t = add(mul(reshape(s, Shape{K}), k.f(0x1p-7)), eps);
+  } else {
+    s = fma_exact(g1, g1, s, k);
+    s = fma_exact(g2, g2, s, k);
+    s = fma_exact(g3, g3, s, k);
+    for (std::int64_t m = 16; m >= 1; m /= 2) s = add(narrow(s, 1, 0, m), narrow(s, 1, m, m));
+    t = fma_exact(reshape(s, Shape{K}), k.filled(Shape{K}, 0x1p-7, F), k.filled(Shape{K}, double(float(a.eps)), F), k);
+  }
+  // 5. nf = rsq_mufu(t)
   const Tensor nf = view(rsq_model(t, k), Shape{K, 1});
   // 6. d = (x * nf) * w
   Tensor d = mul(mul(x, nf), w);  // (K, 128), owned
-  // 7. RoPE on dims 64..127: fma(xr, c, -(xi * s)), fma(xr, s, xi * c)
+  // 7. RoPE on dims 64..127, adjacent pairs: fma(xr, c, -(xi * s)), fma(xr, s, xi * c)
   const Tensor fr = view(index_select(a.freqs, 0, tok_pos), Shape{K, 32, 2});
-  const Tensor c = pick(fr, 2, 0), sn = pick(fr, 2, 1);
-  const Tensor rope = view(narrow(d, 1, 64, 64), Shape{K, 32, 2});
-  Tensor xr = pick(rope, 2, 0), xi = pick(rope, 2, 1);
-  const Tensor nr = fma_exact(xr, c, neg(mul(xi, sn)), k);
-  const Tensor ni = fma_exact(xr, sn, mul(xi, c), k);
-  torch::stable::copy_(xr, nr);
-  torch::stable::copy_(xi, ni);
+  rope_inplace(narrow(d, 1, 64, 64), /*neox=*/false, /*fma_x1_c=*/false, pick(fr, 2, 0), pick(fr, 2, 1),
+               /*narrow=*/false, k);
   // 8. Hadamard, strides 1, 2, ..., 64, then * 0x1.6a09e6p-4
-  for (std::int64_t st = 1; st < 128; st *= 2) {
-    const Tensor dv = view(d, Shape{K, 128 / (2 * st), 2, st});
-    const Tensor lo = pick(dv, 2, 0), hi = pick(dv, 2, 1);
-    d = reshape(stack({add(lo, hi), sub(lo, hi)}, 2), Shape{K, 128});
-  }
+  d = hadamard(d);
   const Tensor y = mul(d, k.f(0x1.6a09e6p-4));
 
   Tensor codes, scale_bytes;  // (K, CB), (K, 4) uint8
