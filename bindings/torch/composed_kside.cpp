@@ -22,8 +22,9 @@
 //    addends are -0 (IEEE). Operands with an Inf or NaN take a * b + c in float32, which gives
 //    fmaf's Inf / NaN results (the sign of a NaN does not reach any byte here).
 //  - the reciprocal square root is the library's MUFU.RSQ model (SPEC-kside.md step 5): its 2^24
-//    table entries (indexer_q::detail::rsq_sm90_table) as an int32 tensor on the device (built
-//    and uploaded once per device, 64 MiB), gathered by index_select; the even power of two is
+//    table entries (indexer_q::detail::rsq_sm90_table) as an int32 tensor on the device (64 MiB,
+//    built once per device in a CPU tensor, uploaded and released on other devices), gathered by
+//    index_select; the even power of two is
 //    applied by an exact float32 multiply (the results are normal for every argument).
 //  - everything else is the spec's float32 operation by the same ATen operation: products,
 //    sums, differences, divisions by device tensors (true IEEE divisions), fmin / fmax with C
@@ -72,14 +73,15 @@ const Tensor& rsq_table_on(const torch::stable::Device& dev) {
   const auto key = std::make_pair(int(dev.type()), int(dev.index()));
   auto it = g_tables.find(key);
   if (it != g_tables.end()) return *it->second;
-  static std::vector<std::int32_t>* host = nullptr;
-  if (!host) {
-    host = new std::vector<std::int32_t>(std::size_t(1) << 24);
-    for (std::uint32_t i = 0; i < (1u << 24); ++i) (*host)[i] = std::int32_t(detail::rsq_sm90_table(i));
-  }
-  const Tensor cpu = torch::stable::from_blob(host->data(), Shape{std::int64_t(1) << 24}, Shape{1},
-                                              torch::stable::Device(torch::headeronly::DeviceType::CPU), I32);
-  Tensor* t = new Tensor(torch::stable::to(cpu, I32, std::nullopt, dev, std::nullopt, false, /*copy=*/true));
+  // filled in place in a CPU tensor (no second host copy): 64 MiB, kept when the device is the
+  // CPU, else copied to the device and released (64 MiB on the device, none left on the host)
+  const torch::stable::Device cpu_dev(torch::headeronly::DeviceType::CPU);
+  Tensor cpu = torch::stable::empty(Shape{std::int64_t(1) << 24}, I32, std::nullopt, cpu_dev);
+  auto* p = static_cast<std::int32_t*>(cpu.mutable_data_ptr());
+  for (std::uint32_t i = 0; i < (1u << 24); ++i) p[i] = std::int32_t(detail::rsq_sm90_table(i));
+  Tensor* t = new Tensor(dev.type() == torch::headeronly::DeviceType::CPU
+                             ? cpu
+                             : torch::stable::to(cpu, I32, std::nullopt, dev, std::nullopt, false, /*copy=*/true));
   g_tables[key] = t;
   return *t;
 }
