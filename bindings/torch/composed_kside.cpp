@@ -4,12 +4,15 @@
 // XPUs have none): float32, int32 / int64 and bool tensors only.
 //
 // Every ATen call goes through the dispatcher by the stable C shim (as composed.cpp), which cannot
-// pass a Scalar: constants are device tensors; a float add is a - (-b); an int64 add is the sum
+// pass a Scalar: constants are device tensors; a float add is subtract(a, b, alpha = -1); an int64 add is the sum
 // over a stacked pair (aten::add / sub take an alpha Scalar that integer tensors refuse as a
 // double).
 //
 // Exactness, step by step:
-//  - fmaf has no ATen op. fma_exact() computes it with integers: each float32 operand is
+//  - fmaf has no ATen op. Token rows in range take aten_ops.h's fma_fast (float32 operations; see
+//    there) and, for bf16 / fp16 inputs, the sums of squares as exact products plus one addition;
+//    the RoPE and the butterflies are aten_ops.h's (the query side's). Otherwise
+//    fma_exact() computes it with integers: each float32 operand is
 //    (sign, 24-bit integer significand m, exponent e) with value m * 2^e; the product's
 //    significand ma * mb (< 2^48) is exact in int64; both addends are aligned to a common
 //    exponent e0 = (higher top) - 62 (left shifts are exact; an operand shifted right keeps a
@@ -62,7 +65,6 @@ constexpr ScalarType U8 = ScalarType::Byte;  // F, I32, L: aten_ops.h
 // only this file needs:
 Tensor nonzero(const Tensor& a) { return aten("aten::nonzero", "", a); }
 Tensor cat(const std::vector<Tensor>& ts, std::int64_t dim) { return aten("aten::cat", "", ts, dim); }
-Tensor amax_dim(const Tensor& a, std::int64_t dim) { return torch::stable::amax(a, dim, /*keepdim=*/false); }
 
 // ---- the MUFU.RSQ model's table on a device, built once per device (never freed) ----
 std::mutex g_table_mu;
@@ -177,31 +179,15 @@ void kside_composed_forward(const KTorchArgs& a) {
   const Tensor y = mul(d, k.f(0x1.6a09e6p-4));
 
   Tensor codes, scale_bytes;  // (K, CB), (K, 4) uint8
-  const Tensor ay = fmax(abs(y), k.f(0.0));  // NaN -> 0 (fmax semantics)
-  if (!fp4) {
-    const Tensor amax = view(amax_dim(ay, 1), Shape{K, 1});
-    const Tensor scale = div(fmax(k.filled(Shape{K, 1}, double(1e-4f), F), amax), k.filled(Shape{K, 1}, 448.0, F));
-    const Tensor inv = div(k.filled(Shape{K, 1}, 1.0, F), scale);
-    const Tensor v = fmax(fmin(mul(y, inv), k.f(448.0)), k.f(-448.0));  // NaN -> +448
-    codes = view_as_dtype(to_dtype(v, ScalarType::Float8_e4m3fn), U8);
+  if (!fp4) {  // SGLang's FP8 quantizer (aten_ops.h, as the query side's)
+    const auto [c8, scale] = fp8_sglang(y, 448.0, nullptr, k);
+    codes = c8;
     scale_bytes = view(view_as_dtype(torch::stable::contiguous(scale), U8), Shape{K, 4});
-  } else {
+  } else {  // SGLang's V4 FP4 quantizer (aten_ops.h, as the query side's)
     const Tensor yb = view(y, Shape{K, 4, 32});
-    const Tensor amax = view(amax_dim(view(ay, Shape{K, 4, 32}), 2), Shape{K, 4, 1});
-    const Tensor sr = div(fmax(k.filled(Shape{K, 4, 1}, double(1e-4f), F), amax), k.filled(Shape{K, 4, 1}, 6.0, F));
-    const Tensor sb = band(to_dtype(view_as_dtype(sr, I32), L), k.li(0xffffffffLL));
-    const Tensor e = add(to_dtype(band(shr(sb, k.li(23)), k.li(0xff)), F),
-                         to_dtype(ne(band(sb, k.li(0x7fffff)), k.li(0)), F));  // 0..256, exact
-    const Tensor e_ok = lt(e, k.f(255.0));  // 2^(127 - e) from bits; e = 255: -Inf
-    const Tensor inv = where(e_ok, view_as_dtype(to_dtype(shl(to_long(fmax(sub(k.f(254.0), e), k.f(0.0))), k.li(23)), I32), F),
-                             k.f(-std::numeric_limits<float>::infinity()));
-    const Tensor v = mul(yb, inv);
-    const Tensor av = fmin(abs(v), k.f(6.0));  // NaN -> 6
-    Tensor code = k.filled(Shape{K, 4, 32}, 0.0, F);
-    for (double thr : {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0}) code = add(code, to_dtype(gt(av, k.f(thr)), F));
-    code = add(code, mul(to_dtype(land(lt(v, k.f(0.0)), ne(code, k.f(0.0))), F), k.f(8.0)));
-    const Tensor pairs = view(code, Shape{K, 64, 2});
-    codes = to_dtype(add(pick(pairs, 2, 0), mul(pick(pairs, 2, 1), k.f(16.0))), U8);  // (K, 64)
+    const Tensor e = fp4_sglang_exponent(amax_ignoring_nan(yb, 2, k), k);  // (K, 4, 1), 0..255
+    const Tensor inv = float_with_exponent(sub(k.f(254.0), e), k);          // e = 255: -Inf
+    codes = to_dtype(fp4_code_pairs(mul(yb, inv), /*ties_to_even=*/false, /*sign_on_zero=*/false, k), U8);
     scale_bytes = to_dtype(view(e, Shape{K, 4}), U8);
   }
 
