@@ -249,7 +249,7 @@ void composed_forward(const TorchArgs& a) {
   const Tensor f448 = k.f(448.0);
   auto codes_of = [&](const Tensor& v, double nan_code) {
     // e4m3fn codes of v: saturating (fmin / fmax keep +-Inf at +-448), the sign of zero kept
-    Tensor bytes = view_as_dtype(to_dtype(fmax(fmin(v, f448), neg(f448)), ScalarType::Float8_e4m3fn), U8);
+    Tensor bytes = view_as_dtype(to_dtype(clamp_sym(v, 448.0, neg(f448), f448), ScalarType::Float8_e4m3fn), U8);
     bytes = where(isnan(v), k.scalar(nan_code, U8), bytes);
     return where(valid_rows, bytes, k.scalar(0.0, U8));
   };
@@ -301,7 +301,7 @@ void composed_forward(const TorchArgs& a) {
       const Tensor quotient = div(fmax(k.filled(bh1, double(1e-4f), F), amax), k.filled(bh1, 224.0, F));
       const Tensor q_scale = float_with_exponent(exponent_rounded_up(quotient, k), k);
       const Tensor v = div(y, q_scale);
-      const Tensor two_v = fmax(fmin(mul(v, k.f(2.0)), f448), neg(f448));
+      const Tensor two_v = clamp_sym(mul(v, k.f(2.0)), 448.0, neg(f448), f448);
       Tensor bytes = view_as_dtype(to_dtype(two_v, ScalarType::Float8_e4m3fn), U8);
       bytes = where(eq(bytes, k.scalar(128.0, U8)), k.scalar(0.0, U8), bytes);  // -0 -> +0
       bytes = where(isnan(v), k.scalar(128.0, U8), bytes);                     // NaN -> 0x80
