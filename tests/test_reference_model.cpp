@@ -725,6 +725,10 @@ iqtest::Outputs model_outputs(const HostCase& c, Perturb perturb = Perturb::kNon
       o.weights_out[std::size_t(r)] = F.fnuz ? wo * 2.0f : wo;
     }
   }
+  // docs/RECIPES.md "NaN": weights_out has one NaN, 0x7fffffff (0x7fff0000 for the bf16 fold)
+  const std::uint32_t nan_bits = recipe(c.recipe).fold == WeightFold::kNoScaleBf16 ? 0x7fff0000u : 0x7fffffffu;
+  for (float& w : o.weights_out)
+    if (std::isnan(w)) w = iqtest::float_of(nan_bits);
   return o;
 }
 

@@ -322,9 +322,18 @@ ConformanceCase expected_case(indexer_q::RecipeId r, std::vector<std::uint8_t> q
 
 TEST(Safetensors, CompareOutputs) {
   std::vector<std::uint8_t> a(2 * 128, 1), b(2 * 128, 1);
-  std::vector<float> wa = {1.0f, std::nanf("")}, wb = {1.0f, -std::nanf("")};
+  const std::uint32_t canon = 0x7fffffffu, other = 0x7fc00000u;
+  float nan_a, nan_b, nan_c;
+  std::memcpy(&nan_a, &canon, 4);
+  std::memcpy(&nan_b, &canon, 4);
+  std::memcpy(&nan_c, &other, 4);
+  std::vector<float> wa = {1.0f, nan_a}, wb = {1.0f, nan_b};
   Diff d = compare_outputs(expected_case(indexer_q::RecipeId::kV4Fp8, b, {}, wb), a.data(), nullptr, wa.data());
-  EXPECT_TRUE(d.exact());  // NaN equals NaN
+  EXPECT_TRUE(d.exact());  // the same NaN bits
+  wb[1] = nan_c;
+  d = compare_outputs(expected_case(indexer_q::RecipeId::kV4Fp8, b, {}, wb), a.data(), nullptr, wa.data());
+  EXPECT_EQ(d.weights, 1);  // a NaN of other bits differs
+  wb[1] = nan_b;
   b[130] = 2;
   wb[0] = -1.0f;
   d = compare_outputs(expected_case(indexer_q::RecipeId::kV4Fp8, b, {}, wb), a.data(), nullptr, wa.data());

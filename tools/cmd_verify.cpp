@@ -65,7 +65,7 @@ const char* kVerifyDescription =
     "Runs conformance files (safetensors with tensors q_input, weight, freqs, positions, the\n"
     "expected outputs and the metadata string weight_scale, or for the vllm_* recipes softmax_scale\n"
     "and head_scale) on each selected backend and compares every output byte with the expected\n"
-    "ones (bit comparison; NaN equals NaN). The metadata string 'variant' names the file's recipe\n"
+    "ones (bit comparison, NaN bits included). The metadata string 'variant' names the file's recipe\n"
     "(absent: v4_fp8); its expected outputs are q_fp8 (B,H,128) and weights_out for FP8 recipes,\n"
     "q_fp4 (B,H,64), q_sf (B,H) and weights_out for FP4 recipes (v4_fp4, vllm_v4_mxfp4);\n"
     "weights_out may be stored (B,H,1) or (B,H). Every FP8 e4m3fn file of a recipe with an\n"

@@ -11,7 +11,7 @@
 // (torch_call_dispatcher / the generated AOTI shims behind torch::stable::*), so this file is
 // stable-ABI too. The shim cannot pass a `Scalar` argument, so only ops without Scalar arguments
 // are called: constants are 0-dim (or full-shape) tensors on the tensors' device, a + b is
-// a - (-b) for floats, an int64 sum is aten::sum over a stacked pair (iadd, aten_ops.h).
+// subtract(a, b, alpha = -1) for floats, an int64 sum is aten::sum over a stacked pair (iadd, aten_ops.h).
 //
 // Exactness, step by step (float32 unless stated):
 //  1. q_input -> float32: exact for bf16 / fp16.
@@ -19,7 +19,9 @@
 //     (adjacent) or (j, j+32) (neox) of them; c and s from the position's freqs row, interleaved
 //     or in halves: x0' = fma(x0, c, -(x1*s)), x1' = fma(x0, s, x1*c) (rope_fma x0_s) or
 //     fma(x1, c, x0*s) (x1_c), the products rounded first. ATen has no float32 fma:
-//     fma_exact (aten_ops.h) computes it with integer significands in int64 (exact, one rounding
+//     rope_inplace (aten_ops.h, shared with the key side) takes fma_fast (float32 operations:
+//     an exact product pair and Boldo-Melquiond's rounded sum of three) when every operand is
+//     in range, else fma_exact, with integer significands in int64 (exact, one rounding
 //     to nearest even). bf16_after_rope: the 64 rotated values rounded to bf16 by integer
 //     operations on their bits (row.h round_bf16; NaN quieted). rope_dims none: no freqs, no
 //     positions (empty views), every row valid.
@@ -96,104 +98,7 @@ constexpr ScalarType U8 = ScalarType::Byte;  // F, I32, L: aten_ops.h
 // The ATen operations shared with composed_kside.cpp (aten, mul, ..., land, band, shr, where,
 // view, narrow, to_dtype, Consts, fma_exact): aten_ops.h. Those only this file needs:
 
-// Number of non-zero (true) elements along `dim` (int64).
-Tensor count_nonzero(const Tensor& a, std::int64_t dim) {
-  return aten("aten::count_nonzero", "dim_IntList", a, std::vector<std::int64_t>{dim});
-}
-Tensor cat2(const Tensor& a, const Tensor& b, std::int64_t dim) {
-  return aten("aten::cat", "", std::vector<Tensor>{a, b}, dim);
-}
-void copy_into(Tensor dst, const Tensor& src) { torch::stable::copy_(dst, src); }
-// a broadcast to `shape` (an exact copy: times 1, which keeps -0 and every value)
-Tensor full_shape(const Tensor& a, const Shape& shape, const Consts& k) {
-  return mul(a, k.filled(shape, 1.0, F));
-}
-
-// Rounds float32 values to the nearest bf16 (ties to even) and back: round_bf16() of
-// src/common/row.h on the bits, u -> (u + 0x7fff + lsb) & 0xffff0000 (NaN: quieted, u | 0x400000),
-// written as: the high half hi of u plus one where the low half lo is above 0x8000, or equal to it
-// with hi odd (a float32 integer below 2^17, exact), as a signed 16-bit value times 2^16 (an exact
-// float32 product in the int32 range) converted to int32.
-Tensor round_bf16(const Tensor& x, const Consts& k) {
-  const Tensor u = view_as_dtype(x, I32);
-  const Tensor I = k.scalar(0.0, I32);
-  auto ic = [&](double v) { return k.scalar(v, I32); };
-  (void)I;
-  const Tensor hi = band(shr(u, ic(16.0)), ic(65535.0));
-  const Tensor lo = band(u, ic(65535.0));
-  const Tensor up = lor(gt(lo, ic(32768.0)), land(eq(lo, ic(32768.0)), eq(band(hi, ic(1.0)), ic(1.0))));
-  Tensor t = add(to_dtype(hi, F), to_dtype(up, F));                      // 0 .. 65536, exact
-  t = where(ge(t, k.f(32768.0)), sub(t, k.f(65536.0)), t);              // as a signed half
-  const Tensor r = view_as_dtype(to_dtype(mul(t, k.f(65536.0)), I32), F);  // exact, int32 range
-  const Tensor quiet = view_as_dtype(bor(u, ic(double(0x00400000))), F);
-  return where(isnan(x), quiet, r);
-}
-
-// The exponent byte of positive float32 values rounded up to a power of two, from their bits:
-// exponent bits + (mantissa bits != 0), as exact float32 integers (0..255; +Inf gives 255).
-// Equals ((bits + 0x7fffff) >> 23) & 0xff of row.h's pow2_ceil / cute_exponent for s > 0.
-Tensor exponent_rounded_up(const Tensor& s, const Consts& k) {
-  const Tensor bits = view_as_dtype(s, I32);  // s > 0: sign bit clear
-  const Tensor expo = band(shr(bits, k.scalar(23.0, I32)), k.scalar(255.0, I32));
-  const Tensor mant_nz = ne(band(bits, k.scalar(double(0x7fffff), I32)), k.scalar(0.0, I32));
-  return add(to_dtype(expo, F), to_dtype(mant_nz, F));
-}
-
-// The float32 whose bits are n << 23 for float32 integers n in [-1, 255] (n = -1: 0xff800000 =
-// -Inf, n = 255: +Inf, n = 0: +0): the int32 n * 2^23, an exact float32 product.
-Tensor float_with_exponent(const Tensor& n, const Consts& k) {
-  return view_as_dtype(to_dtype(mul(n, k.f(8388608.0)), I32), F);
-}
-
-// Writes byte codes (uint8, shape of `out`) into `out`, whatever its 1-byte dtype: fp8 codes,
-// uint8 or int8 raw codes. Same-size dtype views, so every byte lands unchanged.
-void write_bytes(const Tensor& out, const Tensor& bytes_u8) {
-  copy_into(view_as_dtype(out, U8), bytes_u8);
-}
-
-// The (n,) float32 device tensor of the values th.
-Tensor thresholds(std::initializer_list<double> th, const Consts& k) {
-  const Tensor t = k.filled(Shape{std::int64_t(th.size())}, 0.0, F);
-  std::int64_t i = 0;
-  for (double x : th) copy_into(pick(t, 0, i++), k.f(x));
-  return t;
-}
-
-// The E2M1 magnitude (int64, 0..7) of a = fmin(|v|, 6) (NaN -> 6, hence 7) for v of shape
-// (..., n): ties to even (strictly above 0.25, 1.25, 2.5, 5; at or above 0.75, 1.75, 3.5), or
-// ties to the smaller magnitude (strictly above all seven).
-Tensor e2m1_magnitude(const Tensor& v, bool ties_to_even, const Consts& k) {
-  const Tensor av = fmin(abs(v), k.f(6.0));
-  const std::int64_t nd = v.dim();
-  Shape s5 = shape_of(v);
-  s5.push_back(1);
-  const Tensor a5 = view(av, s5);
-  if (!ties_to_even)
-    return count_nonzero(gt(a5, thresholds({0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0}, k)), nd);
-  const Tensor above = cat2(gt(a5, thresholds({0.25, 1.25, 2.5, 5.0}, k)),
-                            ge(a5, thresholds({0.75, 1.75, 3.5}, k)), nd);
-  return count_nonzero(above, nd);
-}
-
-// The value of an E2M1 magnitude m (int64 0..7): 0, 0.5, 1, 1.5, 2, 3, 4, 6 (row.h e2m1_value).
-Tensor e2m1_value(const Tensor& m, const Consts& k) {
-  const Tensor mf = to_dtype(m, F);
-  return where(lt(mf, k.f(4.0)), mul(mf, k.f(0.5)),
-               where(lt(mf, k.f(6.0)), sub(mf, k.f(2.0)),
-                     where(eq(mf, k.f(6.0)), k.f(4.0), k.f(6.0))));
-}
-
-// The UE8M0 byte of SGLang V4.1's packer (row.h rne_ue8m0_of_amax): the exponent of
-// fmax(amax / 6, 1e-4) rounded up, clamped to [1, 254] (an IEEE division by a full-shape tensor).
-Tensor rne_exponent(const Tensor& amax, const Consts& k) {
-  const Tensor sf = fmax(div(amax, k.filled(shape_of(amax), 6.0, F)), k.f(double(1e-4f)));
-  return fmin(fmax(exponent_rounded_up(sf, k), k.f(1.0)), k.f(254.0));
-}
-
-// Row maxima of |y| over `dim` with NaN ignored (fmax(|y|, 0): NaN -> 0), keepdim.
-Tensor amax_ignoring_nan(const Tensor& y, std::int64_t dim, const Consts& k) {
-  return torch::stable::amax(fmax(abs(y), k.f(0.0)), dim, /*keepdim=*/true);
-}
+// (the steps and helpers both sides share are in aten_ops.h)
 
 }  // namespace
 
@@ -239,50 +144,27 @@ void composed_forward(const TorchArgs& a) {
       c = narrow(fr, 2, 0, 32);
       s = narrow(fr, 2, 32, 32);
     }
-    const Shape bh32{B, H, 32};
-    c = full_shape(c, bh32, k);
-    s = full_shape(s, bh32, k);
     const std::int64_t rope_offset = rec.rope_dims == RopeDims::kLast64 ? 64 : 0;
     const Tensor rope_part = narrow(x, 2, rope_offset, 64);  // view (B, H, 64)
-    Tensor x0, x1;                                           // (B, H, 32) views into x
-    if (rec.rope_pairs == RopePairs::kNeox) {
-      x0 = narrow(rope_part, 2, 0, 32);
-      x1 = narrow(rope_part, 2, 32, 32);
-    } else {
-      const Tensor rope = view(rope_part, Shape{B, H, 32, 2});
-      x0 = pick(rope, 3, 0);
-      x1 = pick(rope, 3, 1);
-    }
-    const Tensor x1s = mul(x1, s);
-    const Tensor n0 = fma_exact(x0, c, neg(x1s), k);
-    const Tensor n1 = rec.rope_fma == RopeFma::kFmaX1C ? fma_exact(x1, c, mul(x0, s), k)   // x1_c
-                                                        : fma_exact(x0, s, mul(x1, c), k);  // x0_s
-    copy_into(x0, n0);
-    copy_into(x1, n1);
+    const ScalarType in = a.q_input.scalar_type();
+    rope_inplace(rope_part, rec.rope_pairs == RopePairs::kNeox, rec.rope_fma == RopeFma::kFmaX1C, c, s,
+                 in == ScalarType::BFloat16 || in == ScalarType::Half, k);
     if (rec.bf16_after_rope) copy_into(rope_part, round_bf16(rope_part, k));
   }
   const Tensor valid_rows = view(valid, Shape{B, 1, 1});
 
   // 3. butterflies, strides 1, 2, 4, ..., 64 in that order
-  if (rec.hadamard) {
-    for (std::int64_t st = 1; st < 128; st *= 2) {
-      const Shape split{B, H, 128 / (2 * st), 2, st};
-      const Tensor xv = view(x, split);
-      const Tensor lo = pick(xv, 3, 0);  // x[i]           (bit `st` of i clear)
-      const Tensor hi = pick(xv, 3, 1);  // x[i + st]
-      Tensor next = torch::stable::new_empty(x, split);
-      copy_into(pick(next, 3, 0), add(lo, hi));
-      copy_into(pick(next, 3, 1), sub(lo, hi));
-      x = view(next, Shape{B, H, 128});
-    }
-  }
+  if (rec.hadamard) x = hadamard(x);
 
   // 4. scale by 1/sqrt(128) (the float32 0x1.6a09e6p-4)
   Tensor y = rec.hadamard ? mul(x, k.f(0x1.6a09e6p-4)) : x;
   if (rec.bf16_after_hadamard) y = round_bf16(y, k);
 
   // weights_out, as the recipe's fold says (scale: the row's FP8 scale; unused by FP4 folds)
-  const Tensor nan = k.f(std::numeric_limits<double>::quiet_NaN());
+  // the one NaN of weights_out (row.h nan_weight_bits, docs/RECIPES.md "NaN"), also for rows whose
+  // position is out of range
+  const Tensor nan = view_as_dtype(
+      k.scalar(rec.fold == WeightFold::kNoScaleBf16 ? double(0x7fff0000) : double(0x7fffffff), I32), F);
   auto write_weights = [&](const Tensor* scale) {
     if (!has_weights) return;
     const Tensor w = reshape(to_dtype(a.weight, F), bh1);  // handles weight row stride > H
@@ -301,7 +183,7 @@ void composed_forward(const TorchArgs& a) {
     if (sglang_fnuz) folded = mul(folded, k.f(2.0));  // exact; SGLang's FNUZ recipes only
     const auto wo_sizes = a.weights_out.sizes();
     const Shape wo_shape(wo_sizes.begin(), wo_sizes.end());
-    copy_into(a.weights_out, reshape(where(valid_rows, folded, nan), wo_shape));
+    copy_into(a.weights_out, reshape(where(land(valid_rows, lnot(isnan(folded))), folded, nan), wo_shape));
   };
 
   if (fp4) {
@@ -341,9 +223,7 @@ void composed_forward(const TorchArgs& a) {
         break;
       }
       default: {  // SGLang's V4: fmax(1e-4, amax) / 6 rounded up; ties to the smaller magnitude
-        const Shape bh41{B, H, 4, 1};
-        const Tensor sc = div(fmax(k.filled(bh41, double(1e-4f), F), amax), k.filled(bh41, 6.0, F));
-        e = exponent_rounded_up(sc, k);
+        e = fp4_sglang_exponent(amax, k);
         inv = float_with_exponent(sub(k.f(254.0), e), k);  // e = 255: -Inf
         ties_to_even = false;
         break;
@@ -351,16 +231,7 @@ void composed_forward(const TorchArgs& a) {
     }
 
     // 6. E2M1 codes
-    const Tensor v = mul(yb, inv);  // (B, H, 4, 32)
-    const Tensor mag = e2m1_magnitude(v, ties_to_even, k);
-    Tensor negative;
-    if (sign_on_zero)  // the sign bit of v on every code, zero included; NaN v: 0x7 whatever its sign
-      negative = land(lt(view_as_dtype(v, I32), k.scalar(0.0, I32)), lnot(isnan(v)));
-    else  // the sign bit on nonzero codes of negative v
-      negative = land(lt(v, k.f(0.0)), ne(mag, k.li(0)));
-    const Tensor code = where(negative, bor(mag, k.li(8)), mag);  // int64
-    const Tensor pairs = view(code, Shape{B, H, 64, 2});
-    const Tensor packed = bor(pick(pairs, 3, 0), mul(pick(pairs, 3, 1), k.li(16)));  // (B, H, 64)
+    const Tensor packed = fp4_code_pairs(mul(yb, inv), ties_to_even, sign_on_zero, k);  // (B, H, 64)
     write_bytes(a.q_out, to_dtype(where(valid_rows, packed, k.li(0)), U8));
 
     // 7. q_sf: the four exponent bytes of a row are its int32's little-endian bytes
@@ -378,7 +249,7 @@ void composed_forward(const TorchArgs& a) {
   const Tensor f448 = k.f(448.0);
   auto codes_of = [&](const Tensor& v, double nan_code) {
     // e4m3fn codes of v: saturating (fmin / fmax keep +-Inf at +-448), the sign of zero kept
-    Tensor bytes = view_as_dtype(to_dtype(fmax(fmin(v, f448), neg(f448)), ScalarType::Float8_e4m3fn), U8);
+    Tensor bytes = view_as_dtype(to_dtype(clamp_sym(v, 448.0, neg(f448), f448), ScalarType::Float8_e4m3fn), U8);
     bytes = where(isnan(v), k.scalar(nan_code, U8), bytes);
     return where(valid_rows, bytes, k.scalar(0.0, U8));
   };
@@ -430,7 +301,7 @@ void composed_forward(const TorchArgs& a) {
       const Tensor quotient = div(fmax(k.filled(bh1, double(1e-4f), F), amax), k.filled(bh1, 224.0, F));
       const Tensor q_scale = float_with_exponent(exponent_rounded_up(quotient, k), k);
       const Tensor v = div(y, q_scale);
-      const Tensor two_v = fmax(fmin(mul(v, k.f(2.0)), f448), neg(f448));
+      const Tensor two_v = clamp_sym(mul(v, k.f(2.0)), 448.0, neg(f448), f448);
       Tensor bytes = view_as_dtype(to_dtype(two_v, ScalarType::Float8_e4m3fn), U8);
       bytes = where(eq(bytes, k.scalar(128.0, U8)), k.scalar(0.0, U8), bytes);  // -0 -> +0
       bytes = where(isnan(v), k.scalar(128.0, U8), bytes);                     // NaN -> 0x80
@@ -442,16 +313,9 @@ void composed_forward(const TorchArgs& a) {
     default: break;  // SGLang's (sglang, sglang_224)
   }
 
-  // 6-7. scale = fmax(1e-4, amax) / lim, inv = 1 / scale: true divisions by full-shape tensors
-  // (lim = 448, or 224 for sglang_224)
-  const double lim_v = sglang224 ? 224.0 : 448.0;
-  const Tensor lim = k.f(lim_v);
-  const Tensor scale = div(fmax(k.filled(bh1, double(1e-4f), F), amax), k.filled(bh1, lim_v, F));
-  const Tensor inv = div(k.filled(bh1, 1.0, F), scale);
-  // 8. clamp with fmin / fmax (NaN -> +lim), 9. encode
-  const Tensor clamped = fmax(fmin(mul(y, inv), lim), neg(lim));
-  const Tensor vals = where(valid_rows, clamped, k.f(0.0));  // +0 -> code 0x00
-  Tensor bytes = view_as_dtype(to_dtype(vals, ScalarType::Float8_e4m3fn), U8);
+  // 6-9. scale = fmax(1e-4, amax) / lim, inv = 1 / scale, codes of the clamped y * inv (lim = 448,
+  // or 224 for sglang_224; invalid rows +0, code 0x00)
+  auto [bytes, scale] = fp8_sglang(y, sglang224 ? 224.0 : 448.0, &valid_rows, k);
   if (sglang_fnuz) bytes = where(eq(bytes, k.scalar(128.0, U8)), k.scalar(0.0, U8), bytes);  // -0 -> +0
   write_bytes(a.q_out, bytes);
   // 10. fold the scale into the head weight

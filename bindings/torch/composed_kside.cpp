@@ -4,12 +4,15 @@
 // XPUs have none): float32, int32 / int64 and bool tensors only.
 //
 // Every ATen call goes through the dispatcher by the stable C shim (as composed.cpp), which cannot
-// pass a Scalar: constants are device tensors; a float add is a - (-b); an int64 add is the sum
+// pass a Scalar: constants are device tensors; a float add is subtract(a, b, alpha = -1); an int64 add is the sum
 // over a stacked pair (aten::add / sub take an alpha Scalar that integer tensors refuse as a
 // double).
 //
 // Exactness, step by step:
-//  - fmaf has no ATen op. fma_exact() computes it with integers: each float32 operand is
+//  - fmaf has no ATen op. Token rows in range take aten_ops.h's fma_fast (float32 operations; see
+//    there) and, for bf16 / fp16 inputs, the sums of squares as exact products plus one addition;
+//    the RoPE and the butterflies are aten_ops.h's (the query side's). Otherwise
+//    fma_exact() computes it with integers: each float32 operand is
 //    (sign, 24-bit integer significand m, exponent e) with value m * 2^e; the product's
 //    significand ma * mb (< 2^48) is exact in int64; both addends are aligned to a common
 //    exponent e0 = (higher top) - 62 (left shifts are exact; an operand shifted right keeps a
@@ -22,8 +25,9 @@
 //    addends are -0 (IEEE). Operands with an Inf or NaN take a * b + c in float32, which gives
 //    fmaf's Inf / NaN results (the sign of a NaN does not reach any byte here).
 //  - the reciprocal square root is the library's MUFU.RSQ model (docs/KSIDE-SPEC.md section 2 step 5): its 2^24
-//    table entries (indexer_q::detail::rsq_sm90_table) as an int32 tensor on the device (built
-//    and uploaded once per device, 64 MiB), gathered by index_select; the even power of two is
+//    table entries (indexer_q::detail::rsq_sm90_table) as an int32 tensor on the device (64 MiB,
+//    built once per device in a CPU tensor, uploaded and released on other devices), gathered by
+//    index_select; the even power of two is
 //    applied by an exact float32 multiply (the results are normal for every argument).
 //  - everything else is the spec's float32 operation by the same ATen operation: products,
 //    sums, differences, divisions by device tensors (true IEEE divisions), fmin / fmax with C
@@ -61,7 +65,6 @@ constexpr ScalarType U8 = ScalarType::Byte;  // F, I32, L: aten_ops.h
 // only this file needs:
 Tensor nonzero(const Tensor& a) { return aten("aten::nonzero", "", a); }
 Tensor cat(const std::vector<Tensor>& ts, std::int64_t dim) { return aten("aten::cat", "", ts, dim); }
-Tensor amax_dim(const Tensor& a, std::int64_t dim) { return torch::stable::amax(a, dim, /*keepdim=*/false); }
 
 // ---- the MUFU.RSQ model's table on a device, built once per device (never freed) ----
 std::mutex g_table_mu;
@@ -72,14 +75,15 @@ const Tensor& rsq_table_on(const torch::stable::Device& dev) {
   const auto key = std::make_pair(int(dev.type()), int(dev.index()));
   auto it = g_tables.find(key);
   if (it != g_tables.end()) return *it->second;
-  static std::vector<std::int32_t>* host = nullptr;
-  if (!host) {
-    host = new std::vector<std::int32_t>(std::size_t(1) << 24);
-    for (std::uint32_t i = 0; i < (1u << 24); ++i) (*host)[i] = std::int32_t(detail::rsq_sm90_table(i));
-  }
-  const Tensor cpu = torch::stable::from_blob(host->data(), Shape{std::int64_t(1) << 24}, Shape{1},
-                                              torch::stable::Device(torch::headeronly::DeviceType::CPU), I32);
-  Tensor* t = new Tensor(torch::stable::to(cpu, I32, std::nullopt, dev, std::nullopt, false, /*copy=*/true));
+  // filled in place in a CPU tensor (no second host copy): 64 MiB, kept when the device is the
+  // CPU, else copied to the device and released (64 MiB on the device, none left on the host)
+  const torch::stable::Device cpu_dev(torch::headeronly::DeviceType::CPU);
+  Tensor cpu = torch::stable::empty(Shape{std::int64_t(1) << 24}, I32, std::nullopt, cpu_dev);
+  auto* p = static_cast<std::int32_t*>(cpu.mutable_data_ptr());
+  for (std::uint32_t i = 0; i < (1u << 24); ++i) p[i] = std::int32_t(detail::rsq_sm90_table(i));
+  Tensor* t = new Tensor(dev.type() == torch::headeronly::DeviceType::CPU
+                             ? cpu
+                             : torch::stable::to(cpu, I32, std::nullopt, dev, std::nullopt, false, /*copy=*/true));
   g_tables[key] = t;
   return *t;
 }
@@ -148,60 +152,53 @@ void kside_composed_forward(const KTorchArgs& a) {
   // 2-3. sums of squares per group of 4, fma-chained; the xor butterfly (halving, masks 16..1)
   const Tensor g = view(x, Shape{K, 32, 4});
   const Tensor g0 = pick(g, 2, 0), g1 = pick(g, 2, 1), g2 = pick(g, 2, 2), g3 = pick(g, 2, 3);
-  Tensor s = mul(g0, g0);
-  s = fma_exact(g1, g1, s, k);
-  s = fma_exact(g2, g2, s, k);
-  s = fma_exact(g3, g3, s, k);
-  for (std::int64_t m = 16; m >= 1; m /= 2) s = add(narrow(s, 1, 0, m), narrow(s, 1, m, m));
-  const Tensor ss = reshape(s, Shape{K});
-  // 4-5. t = fma(ss, 2^-7, eps); nf = rsq_mufu(t)
-  const Tensor t = fma_exact(ss, k.filled(Shape{K}, 0x1p-7, F), k.filled(Shape{K}, double(float(a.eps)), F), k);
+  const ScalarType in = a.input.scalar_type();
+  const bool narrow_in = in == ScalarType::BFloat16 || in == ScalarType::Half;
+  const Tensor eps = k.f(double(float(a.eps)));
+  Tensor s = mul(g0, g0), t;
+  // nonzero |x| in [2^-48, 2^56): squares in [2^-96, 2^112), sums below 2^114; ss * 2^-7 exact
+  if (all_in_range({{x, {-48, 56}}}, k)) {
+    if (narrow_in) {  // g * g exact (at most 22 significant bits): fma(g, g, s) = fl(g * g + s)
+      s = add(mul(g1, g1), s);
+      s = add(mul(g2, g2), s);
+      s = add(mul(g3, g3), s);
+    } else {
+      s = fma_fast(g1, g1, veltkamp(g1, k), s, false, k);
+      s = fma_fast(g2, g2, veltkamp(g2, k), s, false, k);
+      s = fma_fast(g3, g3, veltkamp(g3, k), s, false, k);
+    }
+    for (std::int64_t m = 16; m >= 1; m /= 2) s = add(narrow(s, 1, 0, m), narrow(s, 1, m, m));
+    // 4. t = fma(ss, 2^-7, eps) = fl(ss * 2^-7 + eps): the product is exact (ss zero or >= 2^-96)
+    t = add(mul(reshape(s, Shape{K}), k.f(0x1p-7)), eps);
+  } else {
+    s = fma_exact(g1, g1, s, k);
+    s = fma_exact(g2, g2, s, k);
+    s = fma_exact(g3, g3, s, k);
+    for (std::int64_t m = 16; m >= 1; m /= 2) s = add(narrow(s, 1, 0, m), narrow(s, 1, m, m));
+    t = fma_exact(reshape(s, Shape{K}), k.filled(Shape{K}, 0x1p-7, F), k.filled(Shape{K}, double(float(a.eps)), F), k);
+  }
+  // 5. nf = rsq_mufu(t)
   const Tensor nf = view(rsq_model(t, k), Shape{K, 1});
   // 6. d = (x * nf) * w
   Tensor d = mul(mul(x, nf), w);  // (K, 128), owned
-  // 7. RoPE on dims 64..127: fma(xr, c, -(xi * s)), fma(xr, s, xi * c)
+  // 7. RoPE on dims 64..127, adjacent pairs: fma(xr, c, -(xi * s)), fma(xr, s, xi * c)
   const Tensor fr = view(index_select(a.freqs, 0, tok_pos), Shape{K, 32, 2});
-  const Tensor c = pick(fr, 2, 0), sn = pick(fr, 2, 1);
-  const Tensor rope = view(narrow(d, 1, 64, 64), Shape{K, 32, 2});
-  Tensor xr = pick(rope, 2, 0), xi = pick(rope, 2, 1);
-  const Tensor nr = fma_exact(xr, c, neg(mul(xi, sn)), k);
-  const Tensor ni = fma_exact(xr, sn, mul(xi, c), k);
-  torch::stable::copy_(xr, nr);
-  torch::stable::copy_(xi, ni);
+  rope_inplace(narrow(d, 1, 64, 64), /*neox=*/false, /*fma_x1_c=*/false, pick(fr, 2, 0), pick(fr, 2, 1),
+               /*narrow=*/false, k);
   // 8. Hadamard, strides 1, 2, ..., 64, then * 0x1.6a09e6p-4
-  for (std::int64_t st = 1; st < 128; st *= 2) {
-    const Tensor dv = view(d, Shape{K, 128 / (2 * st), 2, st});
-    const Tensor lo = pick(dv, 2, 0), hi = pick(dv, 2, 1);
-    d = reshape(stack({add(lo, hi), sub(lo, hi)}, 2), Shape{K, 128});
-  }
+  d = hadamard(d);
   const Tensor y = mul(d, k.f(0x1.6a09e6p-4));
 
   Tensor codes, scale_bytes;  // (K, CB), (K, 4) uint8
-  const Tensor ay = fmax(abs(y), k.f(0.0));  // NaN -> 0 (fmax semantics)
-  if (!fp4) {
-    const Tensor amax = view(amax_dim(ay, 1), Shape{K, 1});
-    const Tensor scale = div(fmax(k.filled(Shape{K, 1}, double(1e-4f), F), amax), k.filled(Shape{K, 1}, 448.0, F));
-    const Tensor inv = div(k.filled(Shape{K, 1}, 1.0, F), scale);
-    const Tensor v = fmax(fmin(mul(y, inv), k.f(448.0)), k.f(-448.0));  // NaN -> +448
-    codes = view_as_dtype(to_dtype(v, ScalarType::Float8_e4m3fn), U8);
+  if (!fp4) {  // SGLang's FP8 quantizer (aten_ops.h, as the query side's)
+    const auto [c8, scale] = fp8_sglang(y, 448.0, nullptr, k);
+    codes = c8;
     scale_bytes = view(view_as_dtype(torch::stable::contiguous(scale), U8), Shape{K, 4});
-  } else {
+  } else {  // SGLang's V4 FP4 quantizer (aten_ops.h, as the query side's)
     const Tensor yb = view(y, Shape{K, 4, 32});
-    const Tensor amax = view(amax_dim(view(ay, Shape{K, 4, 32}), 2), Shape{K, 4, 1});
-    const Tensor sr = div(fmax(k.filled(Shape{K, 4, 1}, double(1e-4f), F), amax), k.filled(Shape{K, 4, 1}, 6.0, F));
-    const Tensor sb = band(to_dtype(view_as_dtype(sr, I32), L), k.li(0xffffffffLL));
-    const Tensor e = add(to_dtype(band(shr(sb, k.li(23)), k.li(0xff)), F),
-                         to_dtype(ne(band(sb, k.li(0x7fffff)), k.li(0)), F));  // 0..256, exact
-    const Tensor e_ok = lt(e, k.f(255.0));  // 2^(127 - e) from bits; e = 255: -Inf
-    const Tensor inv = where(e_ok, view_as_dtype(to_dtype(shl(to_long(fmax(sub(k.f(254.0), e), k.f(0.0))), k.li(23)), I32), F),
-                             k.f(-std::numeric_limits<float>::infinity()));
-    const Tensor v = mul(yb, inv);
-    const Tensor av = fmin(abs(v), k.f(6.0));  // NaN -> 6
-    Tensor code = k.filled(Shape{K, 4, 32}, 0.0, F);
-    for (double thr : {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0}) code = add(code, to_dtype(gt(av, k.f(thr)), F));
-    code = add(code, mul(to_dtype(land(lt(v, k.f(0.0)), ne(code, k.f(0.0))), F), k.f(8.0)));
-    const Tensor pairs = view(code, Shape{K, 64, 2});
-    codes = to_dtype(add(pick(pairs, 2, 0), mul(pick(pairs, 2, 1), k.f(16.0))), U8);  // (K, 64)
+    const Tensor e = fp4_sglang_exponent(amax_ignoring_nan(yb, 2, k), k);  // (K, 4, 1), 0..255
+    const Tensor inv = float_with_exponent(sub(k.f(254.0), e), k);          // e = 255: -Inf
+    codes = to_dtype(fp4_code_pairs(mul(yb, inv), /*ties_to_even=*/false, /*sign_on_zero=*/false, k), U8);
     scale_bytes = to_dtype(view(e, Shape{K, 4}), U8);
   }
 

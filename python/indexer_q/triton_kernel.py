@@ -394,7 +394,12 @@ def quant_q_kernel(
 
     ws = weight_scale
     hs = head_scale
-    nan_w = _const(0x7FC00000)
+    # the one NaN of weights_out (row.h nan_weight_bits, docs/RECIPES.md "NaN"): 0x7fff0000 for the
+    # bf16-rounded fold, 0x7fffffff otherwise; also the out-of-range rows' value
+    if FOLD == 4:
+        nan_w = _const(0x7FFF0000)
+    else:
+        nan_w = _const(0x7FFFFFFF)
     if FMT == 2:
         # ---- FP4: four blocks of 32 dims, UE8M0 exponent per block, e2m1 code pairs
         if BF16_HAD:
@@ -447,7 +452,7 @@ def quant_q_kernel(
                 wo = _round_bf16(w * ws)
             else:
                 wo = (w * ws) * hs
-            wo = tl.where(valid, wo, nan_w)
+            wo = tl.where(valid & (wo == wo), wo, nan_w)
             tl.store(wout_ptr + rows, wo, mask=rmask)
     else:
         # ---- FP8: one scale per row
@@ -530,7 +535,7 @@ def quant_q_kernel(
                 wo = (w * ws) * hs
             if FMT == 1 and QUANT != 8:  # SGLang's FNUZ recipes double it; vLLM's ROCm form not
                 wo = wo * 2.0
-            wo = tl.where(valid, wo, nan_w)
+            wo = tl.where(valid & (wo == wo), wo, nan_w)
             tl.store(wout_ptr + rows, wo, mask=rmask)
 
 

@@ -331,8 +331,18 @@ IQ_HD float stage1_value(float x, float inv, float sc) {
 IQ_HD float fold_weight(float w, float weight_scale, float scale) {
   return (w * weight_scale) * scale;
 }
+// The one NaN of weights_out (docs/RECIPES.md, "NaN"): 0x7fffffff, or 0x7fff0000 (the bf16 NaN
+// 0x7fff) for the bf16-rounded fold; every backend writes exactly these bits for any NaN.
 template <class R>
-IQ_HD float weights_out_of(float w, float weight_scale, float head_scale, float scale) {
+IQ_HD constexpr std::uint32_t nan_weight_bits() {
+  return R::kFold == WeightFold::kNoScaleBf16 ? 0x7fff0000u : 0x7fffffffu;
+}
+template <class R>
+IQ_HD float canonical_weight(float w) {
+  return w != w ? f32_from_bits(nan_weight_bits<R>()) : w;
+}
+template <class R>
+IQ_HD float fold_of(float w, float weight_scale, float head_scale, float scale) {
   switch (R::kFold) {
     case WeightFold::kTimesScale: return fold_weight(w, weight_scale, scale);
     case WeightFold::kNoScale: return w * weight_scale;
@@ -343,6 +353,10 @@ IQ_HD float weights_out_of(float w, float weight_scale, float head_scale, float 
     case WeightFold::kNoWeights: return 0.0f;
   }
   return 0.0f;
+}
+template <class R>
+IQ_HD float weights_out_of(float w, float weight_scale, float head_scale, float scale) {
+  return canonical_weight<R>(fold_of<R>(w, weight_scale, head_scale, scale));
 }
 
 // The FP4 block quantizers: the 128 values of x (the recipe's steps before done) into 64 code

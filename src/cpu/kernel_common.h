@@ -81,6 +81,10 @@ __attribute__((always_inline)) inline void write_weight(const Problem& p, std::i
   else if (R::kFold == WeightFold::kNoScaleBf16) wo = round_bf16_scalar(w * p.weight_scale);
   else wo = (w * p.weight_scale) * p.head_scale;  // kTwoFactors
   if (R::kFnuz && R::kQuant != Quantizer::kVllmFnuz224) wo = wo * 2.0f;  // exact (vllm_fnuz224: no x2)
+  if (wo != wo) {  // the one NaN of weights_out (row.h nan_weight_bits, docs/RECIPES.md "NaN")
+    const std::uint32_t nan_bits = R::kFold == WeightFold::kNoScaleBf16 ? 0x7fff0000u : 0x7fffffffu;
+    std::memcpy(&wo, &nan_bits, sizeof wo);
+  }
   p.weights_out[r] = wo;
 }
 

@@ -620,7 +620,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       for (int c = 0; c < C; ++c) p.q_sf[row * 4 + (c * LANES + l) / 4] = valid ? std::uint8_t(e[c]) : 0;
     }
     if (R::kWeights && l == 0)
-      p.weights_out[row] = valid ? weights_out_of<R>(w, p.weight_scale, p.head_scale, 0.0f) : __uint_as_float(0x7fc00000u);
+      p.weights_out[row] = valid ? weights_out_of<R>(w, p.weight_scale, p.head_scale, 0.0f) : __uint_as_float(nan_weight_bits<R>());
     return;
   }
 
@@ -708,7 +708,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     }
     if (R::kWeights && l == 0)
       p.weights_out[row] =
-          valid ? weights_out_of<R>(w, p.weight_scale, p.head_scale, q_scale) : __uint_as_float(0x7fc00000u);
+          valid ? weights_out_of<R>(w, p.weight_scale, p.head_scale, q_scale) : __uint_as_float(nan_weight_bits<R>());
     // scale_out: the row scale as an fp32 at q_sf + 4 * row (0 for an out-of-range position).
     if (R::kScaleOut && l == 0) *reinterpret_cast<float*>(p.q_sf + row * 4) = valid ? q_scale : 0.0f;
     return;
@@ -758,7 +758,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     }
     if (R::kWeights && l == 0)
       p.weights_out[row] =
-          valid ? weights_out_of<R>(w, p.weight_scale, p.head_scale, q_scale) : __uint_as_float(0x7fc00000u);
+          valid ? weights_out_of<R>(w, p.weight_scale, p.head_scale, q_scale) : __uint_as_float(nan_weight_bits<R>());
     return;
   }
 
@@ -803,7 +803,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   // ---- step 10 ----
   if (R::kWeights && l == 0) {
     const float wo = weights_out_of<R>(w, p.weight_scale, p.head_scale, scale);
-    p.weights_out[row] = valid ? (R::kFnuz ? __fmul_rn(wo, 2.0f) : wo) : __uint_as_float(0x7fc00000u);
+    p.weights_out[row] = valid ? (R::kFnuz ? __fmul_rn(wo, 2.0f) : wo) : __uint_as_float(nan_weight_bits<R>());
   }
 }
 
@@ -903,7 +903,7 @@ __global__ void __launch_bounds__(128) scalar_kernel(const Problem p, int trigge
     for (int i = 0; i < R::kOutBytes; ++i) o[i] = 0;
     if (R::kSf)
       for (int i = 0; i < 4; ++i) sf[i] = 0;
-    if (R::kWeights) p.weights_out[row] = __uint_as_float(0x7fc00000u);
+    if (R::kWeights) p.weights_out[row] = __uint_as_float(nan_weight_bits<R>());
     return;
   }
   process_row<R>(x, f, w, p.weight_scale, p.head_scale, o, sf, R::kWeights ? p.weights_out + row : nullptr);

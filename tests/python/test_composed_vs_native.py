@@ -7,8 +7,10 @@ from fractions import Fraction
 import pytest
 import torch
 
-from conftest import (CUDA_OK, DEVICES, COMPOSED, NATIVE, assert_same_f32, assert_same_fp8,
-                      new_outputs)
+import indexer_q
+from conftest import (CUDA_OK, DEVICES, COMPOSED, NATIVE, QUANT, QUANT_COMPOSED, QUANT_REFERENCE, RECIPES,
+                      assert_same_f32, assert_same_fp8, assert_same_outputs, nan_weight_bits, new_outputs,
+                      new_recipe_outputs)
 
 MAX_POS = 97
 
@@ -176,3 +178,82 @@ def test_torch_fp8_cast_is_rne_on_the_clamped_range(device):
             got = (sign * x).to(device).to(torch.float8_e4m3fn).cpu().view(torch.uint8)
             expect = want | bit  # -0.0 keeps its sign bit: 0x80
             assert torch.equal(got, expect.to(torch.uint8)), (sign, x[got != expect][:4])
+
+
+# ---- one NaN per output (docs/RECIPES.md "NaN"): every NaN weights_out has the same bits ----
+NAN_PATTERNS = {  # NaNs of each weight dtype: quiet, negative, signalling, with payloads
+    torch.float16: [0x7E00, 0xFE00, 0x7C01, 0x7D55, 0xFFFF],
+    torch.bfloat16: [0x7FC0, 0xFFC0, 0x7F81, 0x7FAA, 0xFFFF],
+    torch.float32: [0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FAAAAAA, 0xFFFFFFFF],
+}
+_INT_OF = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}
+
+
+def _recipe_args(recipe, B, H, dtype, seed):
+    from conftest import absent_args, halves_table
+    info = indexer_q.recipe_info(recipe)
+    q, w, ws, freqs, pos = make_case(B, H, dtype, torch.int64, 0, seed)
+    if info.freqs_layout == "halves":
+        freqs = halves_table(freqs)
+    if not info.rope:
+        freqs = pos = None
+    return q, w, ws, freqs, pos, absent_args
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if indexer_q.recipe_info(r).weights])
+def test_nan_weights_out_has_one_encoding(recipe, dtype):
+    B, H = 3, 8
+    q, w, ws, freqs, pos, absent_args = _recipe_args(recipe, B, H, dtype, 5)
+    w = w.contiguous()
+    pats = NAN_PATTERNS[dtype]
+    iw = w.view(_INT_OF[dtype]).view(-1)
+    for i, p in enumerate(pats):  # NaN weights in the first row, a finite row after
+        iw[i] = p - (1 << (8 * w.element_size())) if p >= 1 << (8 * w.element_size() - 1) else p
+    assert bool(torch.isnan(w.view(-1)[: len(pats)]).all())
+    want = nan_weight_bits(recipe)
+    results = {}
+    for name, op in (("reference", QUANT_REFERENCE), ("native", QUANT), ("composed", QUANT_COMPOSED)):
+        q_out, q_sf, w_out = new_recipe_outputs(recipe, q)
+        ww, wo, fr, ps = absent_args(recipe, w, w_out, freqs, pos, q.device)
+        kw = {"head_scale": 0.125} if indexer_q.recipe_info(recipe).vllm else {}
+        op(recipe, q, q_out, q_sf, ww, wo, ws, fr, ps, **kw)
+        bits = w_out.reshape(-1).view(torch.int32)
+        nan = torch.isnan(w_out.reshape(-1))
+        assert bool(nan[: len(pats)].all()), f"{name}: a NaN weight gives a NaN weights_out"
+        bad = [hex(int(b) & 0xFFFFFFFF) for b in bits[nan] if int(b) != want]
+        assert not bad, f"{recipe} {name}: NaN weights_out {bad}, expected {hex(want)}"
+        results[name] = bits
+    assert torch.equal(results["native"], results["reference"])
+    assert torch.equal(results["composed"], results["reference"])
+
+
+# ---- the composed path's fast fma (every operand in range: no Inf / NaN / extreme rows) ----
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_composed_fast_fma_equals_native(dtype):
+    # finite rows over 12 decades (fp16: 7) with products that round differently without a fused
+    # multiply-add (RoPE pairs (x, x*(1+2^-k))), a real table: the float32 fma path; every recipe
+    g = torch.Generator().manual_seed(17)
+    B, H = 37, 16
+    q = torch.randn(B, H, 128, generator=g, dtype=torch.float64)
+    lo, hi = (-4, 3) if dtype == torch.float16 else (-6, 6)
+    q *= torch.pow(10.0, torch.empty(B, H, 1, dtype=torch.float64).uniform_(lo, hi, generator=g))
+    q[:, :, 1::2] = q[:, :, 0::2] * (1 + torch.randint(-3, 4, (B, H, 64), generator=g) * 2.0 ** -9)
+    q[0, 0] = 0.0
+    q = q.to(dtype)
+    assert bool(torch.isfinite(q).all())
+    w = torch.randn(B, H, generator=g).to(dtype)
+    freqs = rope_table()
+    pos = torch.randint(0, MAX_POS, (B,), generator=g)
+    from conftest import absent_args, halves_table
+    for recipe in RECIPES:
+        info = indexer_q.recipe_info(recipe)
+        fr = halves_table(freqs) if info.freqs_layout == "halves" else freqs
+        outs = {}
+        for name, op in (("native", QUANT), ("composed", QUANT_COMPOSED)):
+            q_out, q_sf, w_out = new_recipe_outputs(recipe, q)
+            ww, wo, f2, p2 = absent_args(recipe, w, w_out, fr if info.rope else None,
+                                         pos if info.rope else None, q.device)
+            op(recipe, q, q_out, q_sf, ww, wo, 0.37, f2, p2)
+            outs[name] = (q_out, q_sf, w_out)
+        assert_same_outputs(outs["composed"], outs["native"], f"{recipe} {dtype} fast fma")

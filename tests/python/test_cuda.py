@@ -89,6 +89,6 @@ def test_out_of_range_positions_on_cuda(impl):
     good = torch.tensor([0, 2, 3, 5])
     codes = q8.cpu().view(torch.uint8)
     assert bool((codes[bad] == 0).all())
-    assert bool(torch.isnan(wo.cpu()[bad]).all())
+    assert bool((wo.cpu()[bad].view(torch.int32) == 0x7FFFFFFF).all())  # the one NaN of weights_out
     assert_same_fp8(q8.cpu()[good], want_q[good], "in-range rows q_fp8")
     assert_same_f32(wo.cpu()[good], want_w[good], "in-range rows weights_out")

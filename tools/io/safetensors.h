@@ -69,7 +69,7 @@ bool load_case_file(const std::string& path, ConformanceCase* out, std::string* 
 bool derive_fnuz_case(const ConformanceCase& fn, ConformanceCase* out);
 
 // Byte comparison of actual outputs against a case: counts differing code bytes, block-scale
-// bytes (FP4) and weights_out floats (bit comparison; NaN equals NaN).
+// bytes (FP4) and weights_out floats (bit comparison, NaN bits included: docs/RECIPES.md "NaN").
 struct Diff {
   std::int64_t q_bytes = 0;
   std::int64_t sf_bytes = 0;
