@@ -130,13 +130,15 @@ namespace {
 
 struct ScalarSpec {
   const char* name;
-  bool zero_ok;       // false: > 0; true: >= 0
+  bool non_negative;  // true: >= 0 (and not -0); false: any sign, 0 included
   const char* range;  // the message's "expected ..." text
 };
 
+// weight_scale and head_scale may be 0 or negative: weights_out = w * weight_scale (* head_scale)
+// is defined for any finite factor, and the conformance grids test negative ones (sign handling).
 const ScalarSpec& scalar_spec(ScalarArg arg) {
-  static const ScalarSpec kWeightScale{"weight_scale", false, "a finite number > 0"};
-  static const ScalarSpec kHeadScale{"head_scale", false, "a finite number > 0"};
+  static const ScalarSpec kWeightScale{"weight_scale", false, "a finite number"};
+  static const ScalarSpec kHeadScale{"head_scale", false, "a finite number"};
   static const ScalarSpec kEps{"eps", true, "a finite number >= 0"};
   switch (arg) {
     case ScalarArg::kHeadScale: return kHeadScale;
@@ -168,8 +170,8 @@ Status check_scalar(ScalarArg arg, double value, float* out) {
   const auto refuse = [&](const char* why) {
     return detail::bad_arg(spec.name, std::string("expected ") + spec.range + ", got " + number_text(value) + why);
   };
-  // (-0 is refused as a negative value: its sign says where it came from)
-  if (!std::isfinite(value) || std::signbit(value) || (value == 0.0 && !spec.zero_ok)) return refuse("");
+  // (for a non-negative argument -0 is refused too: its sign says it came from a negative value)
+  if (!std::isfinite(value) || (spec.non_negative && std::signbit(value))) return refuse("");
   const float f = static_cast<float>(value);  // round to nearest, as every caller rounds it
   if (!std::isfinite(f)) return refuse(f > 0 ? ", which is inf in float32" : ", which is -inf in float32");
   if (f == 0.0f && value != 0.0) return refuse(", which rounds to 0 in float32");

@@ -1151,8 +1151,8 @@ TEST_P(RecipeValidation, EmptyBatchIsValidAndWritesNothing) {
 }
 
 // The scalars (issue 22): weight_scale and head_scale are checked for every recipe (whether it
-// reads them or not), against their spec: finite and > 0. Nothing written; validate() and run()
-// say the same; the message names the argument and gives the value.
+// reads them or not), against their spec: finite. Nothing written; validate() and run() say the
+// same; the message names the argument and gives the value.
 TEST_P(RecipeValidation, Scalars) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -1161,18 +1161,18 @@ TEST_P(RecipeValidation, Scalars) {
     float v;
     const char* text;
   };
-  const Bad bad[] = {{nan, "got nan"}, {inf, "got inf"}, {-inf, "got -inf"}, {0.0f, "got 0"},
-                     {-0.0f, "got -0"},  {-0.5f, "got -0.5"}, {-denorm, "got -1.40129846e-45"}};
+  const Bad bad[] = {{nan, "got nan"}, {-nan, "got -nan"}, {inf, "got inf"}, {-inf, "got -inf"}};
   for (const Bad& b : bad) {
     expect_error(std::string("weight_scale ") + b.text, [&](RArgs& r) { r.a.weight_scale = b.v; },
-                 {"indexer_q: weight_scale: expected a finite number > 0, ", b.text});
+                 {"indexer_q: weight_scale: expected a finite number, ", b.text});
     expect_error(std::string("head_scale ") + b.text, [&](RArgs& r) { r.a.head_scale = b.v; },
-                 {"indexer_q: head_scale: expected a finite number > 0, ", b.text});
+                 {"indexer_q: head_scale: expected a finite number, ", b.text});
   }
-  // the extremes of float32 are valid values
+  // every finite float32 is a valid factor, the extremes, 0 and negative values included
   expect_ok("weight_scale denorm_min", [&](RArgs& r) { r.a.weight_scale = denorm; });
-  expect_ok("weight_scale max", [&](RArgs& r) { r.a.weight_scale = std::numeric_limits<float>::max(); });
+  expect_ok("weight_scale -max", [&](RArgs& r) { r.a.weight_scale = -std::numeric_limits<float>::max(); });
   expect_ok("head_scale denorm_min", [&](RArgs& r) { r.a.head_scale = denorm; });
+  expect_ok("head_scale -0.5", [&](RArgs& r) { r.a.head_scale = -0.5f; });
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, RecipeValidation, testing::ValuesIn(all_recipes()),
@@ -1261,15 +1261,17 @@ TEST(ScalarSpecs, CheckScalarOnDoubles) {
   const double inf = std::numeric_limits<double>::infinity();
   const Case cases[] = {
       {ScalarArg::kWeightScale, 0.5, true, ""},
-      {ScalarArg::kWeightScale, 1e-40, true, ""},  // a float32 subnormal: still > 0
+      {ScalarArg::kWeightScale, -0.5, true, ""},  // any sign
+      {ScalarArg::kWeightScale, 0.0, true, ""},
+      {ScalarArg::kWeightScale, 1e-40, true, ""},  // a float32 subnormal: still nonzero
       {ScalarArg::kWeightScale, 3.4028234663852886e38, true, ""},  // FLT_MAX
-      {ScalarArg::kWeightScale, 1e300, false, "weight_scale: expected a finite number > 0, got 1e+300, which is inf in float32"},
+      {ScalarArg::kWeightScale, 1e300, false, "weight_scale: expected a finite number, got 1e+300, which is inf in float32"},
+      {ScalarArg::kWeightScale, -1e300, false, "got -1e+300, which is -inf in float32"},
       {ScalarArg::kWeightScale, 3.5e38, false, "got 3.5e+38, which is inf in float32"},
-      {ScalarArg::kWeightScale, 1e-50, false, "weight_scale: expected a finite number > 0, got 1e-50, which rounds to 0 in float32"},
-      {ScalarArg::kHeadScale, 1e-46, false, "head_scale: expected a finite number > 0, got 1e-46, which rounds to 0 in float32"},
-      {ScalarArg::kHeadScale, std::nan(""), false, "head_scale: expected a finite number > 0, got nan"},
-      {ScalarArg::kHeadScale, -inf, false, "head_scale: expected a finite number > 0, got -inf"},
-      {ScalarArg::kHeadScale, 0.0, false, "head_scale: expected a finite number > 0, got 0"},
+      {ScalarArg::kWeightScale, 1e-50, false, "weight_scale: expected a finite number, got 1e-50, which rounds to 0 in float32"},
+      {ScalarArg::kHeadScale, -1e-46, false, "head_scale: expected a finite number, got -1e-46, which rounds to 0 in float32"},
+      {ScalarArg::kHeadScale, std::nan(""), false, "head_scale: expected a finite number, got nan"},
+      {ScalarArg::kHeadScale, -inf, false, "head_scale: expected a finite number, got -inf"},
       {ScalarArg::kEps, 0.0, true, ""},  // eps >= 0: 0 is the plain RMS norm
       {ScalarArg::kEps, 1e-6, true, ""},
       {ScalarArg::kEps, -1e-6, false, "eps: expected a finite number >= 0, got -1e-06"},
@@ -1292,9 +1294,8 @@ TEST(ScalarSpecs, CheckScalarOnDoubles) {
       EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.message();
     }
   }
-  // -0.0 is refused although it compares equal to 0 (its sign says it came from a negative value).
-  EXPECT_EQ(check_scalar(ScalarArg::kWeightScale, -0.0).message(),
-            "indexer_q: weight_scale: expected a finite number > 0, got -0");
+  EXPECT_EQ(check_scalar(ScalarArg::kWeightScale, std::nan("")).message(),
+            "indexer_q: weight_scale: expected a finite number, got nan");
 }
 
 // validate() on the float32 field gives exactly check_scalar's message for the same value.
@@ -1310,7 +1311,8 @@ TEST(ScalarSpecs, ValidateAgreesWithCheckScalar) {
   a.weights_out = TensorView::contiguous(wo.data(), DType::kFloat32, {kB, kH, 1});
   a.freqs = TensorView::contiguous(fr.data(), DType::kFloat32, {kMaxPos, 64});
   a.positions = TensorView::contiguous(pos, DType::kInt64, {kB});
-  for (float v : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(), 0.0f, -3.0f}) {
+  for (float v : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::infinity()}) {
     OpArgs b = a;
     b.weight_scale = v;
     EXPECT_EQ(validate(b).message(), check_scalar(ScalarArg::kWeightScale, double(v)).message());

@@ -275,15 +275,13 @@ struct OpArgs {
 // weight_scale and head_scale (OpArgs) and eps (KStoreArgs, below) are float32 in the API; the
 // PyTorch binding and the CLI receive doubles and round them once. Each is checked against its
 // spec, by validate() on the float32 value and by check_scalar() on a double before it is rounded:
-//   weight_scale, head_scale  finite and > 0, and its float32 value finite and > 0
-//                             (a value that rounds to inf or 0 in float32 is refused)
-//   eps                       finite and >= 0, and its float32 value finite and, for a value
-//                             > 0, > 0 (eps = 0 is the plain RMS norm; a value that rounds to
-//                             inf, or from > 0 to 0, is refused)
-// The message names the argument: "indexer_q: weight_scale: expected a finite number > 0, got
-// nan", "... got 1e+300, which is inf in float32", "... got 1e-50, which rounds to 0 in float32".
-// Every scalar is checked, whether the recipe reads it or not (an ignored head_scale must still
-// be a valid one: the defaults, 1, are).
+//   weight_scale, head_scale  finite (0 and negative values are valid factors), and its float32
+//                             value finite and, for a nonzero value, nonzero
+//   eps                       finite and >= 0 (-0 refused), and its float32 value finite and,
+//                             for a value > 0, > 0 (eps = 0 is the plain RMS norm)
+// The message names the argument: "indexer_q: weight_scale: expected a finite number, got nan",
+// "... got 1e+300, which is inf in float32", "... got 1e-50, which rounds to 0 in float32".
+// Every scalar is checked, whether the recipe reads it or not (the defaults, 1, are valid).
 enum class ScalarArg { kWeightScale, kHeadScale, kEps };
 // "weight_scale", "head_scale", "eps".
 const char* scalar_arg_name(ScalarArg arg) noexcept;
