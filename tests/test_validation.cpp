@@ -674,7 +674,9 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
     else for (std::size_t i = 0; i < 256; ++i) EXPECT_EQ(at(kWO)[i], kSentinel) << i;
     // nothing beyond the outputs: the rest of the output regions keeps the sentinel
     for (std::size_t i = std::size_t(kB * kH * od()); i < 3072; ++i)
-      if (static_cast<std::uint8_t*>(r.a.q_out.data) == at(kO)) EXPECT_EQ(at(kO)[i], kSentinel) << i;
+      if (static_cast<std::uint8_t*>(r.a.q_out.data) == at(kO)) {
+        EXPECT_EQ(at(kO)[i], kSentinel) << i;
+      }
     for (std::size_t i = 48; i < 256; ++i) EXPECT_EQ(at(kS)[i], kSentinel) << i;
     return out;
   }

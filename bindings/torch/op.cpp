@@ -19,7 +19,8 @@
 // Each has a `_composed` twin (same schema) that runs the composed implementation on every
 // device, CPU included, so it can be tested against the native kernels and the golden files.
 // quant_q_check (same schema) runs the library's validator alone, for the Triton kernel.
-// Two small operators describe the library's recipe list to Python (no second table there):
+// indexer_q::recipe_table(int side, Tensor(a!) out) -> int gives the library's recipe lists to
+// Python as text (no second table there), from which python/indexer_q/_ops.py serves
 // indexer_q::recipes() -> str[] and indexer_q::recipe_info(str recipe) -> str[] (the descriptor's
 // columns as "column=value", values named by the library's *_name functions).
 //
@@ -29,7 +30,10 @@
 //  - current CUDA stream:   aoti_torch_get_current_cuda_stream() (AOTI C shim, USE_CUDA builds;
 //    torch::stable::accelerator::Stream::nativeHandle() would do it but needs torch >= 2.13)
 //  - device guard:          torch::stable::accelerator::DeviceGuard (torch >= 2.9)
-//  - str / str[] / int[] / Tensor? arguments and results: stable conversions of torch >= 2.10
+//  - int[] / Tensor? arguments and results: stable conversions of torch >= 2.10
+//  - the str recipe argument: read through the C shim by IQ_BOX_RECIPE (binding.h), never the
+//    stable std::string conversion, which leaks (torch 2.10 to 2.13); no kernel returns str[]
+//    (recipes / recipe_info / krecipes are served by Python from recipe_table)
 #include <cstdint>
 #include <cstring>
 #include <optional>
