@@ -1,7 +1,9 @@
 // The public API, part 2: the one validator, for every recipe. It turns an OpArgs into the
 // detail::Problem every backend receives, or a Status naming the offending argument.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -121,6 +123,62 @@ bool overlaps(const Span& x, const Span& y) {
 
 }  // namespace
 
+// ---------------------------------------------------------------------------------------
+// the scalar arguments: one spec per argument, one check (indexer_q.h, check_scalar)
+// ---------------------------------------------------------------------------------------
+namespace {
+
+struct ScalarSpec {
+  const char* name;
+  bool non_negative;  // true: >= 0 (and not -0); false: any sign, 0 included
+  const char* range;  // the message's "expected ..." text
+};
+
+// weight_scale and head_scale may be 0 or negative: weights_out = w * weight_scale (* head_scale)
+// is defined for any finite factor, and the conformance grids test negative ones (sign handling).
+const ScalarSpec& scalar_spec(ScalarArg arg) {
+  static const ScalarSpec kWeightScale{"weight_scale", false, "a finite number"};
+  static const ScalarSpec kHeadScale{"head_scale", false, "a finite number"};
+  static const ScalarSpec kEps{"eps", true, "a finite number >= 0"};
+  switch (arg) {
+    case ScalarArg::kHeadScale: return kHeadScale;
+    case ScalarArg::kEps: return kEps;
+    case ScalarArg::kWeightScale: break;
+  }
+  return kWeightScale;
+}
+
+std::string number_text(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+}  // namespace
+
+const char* scalar_arg_name(ScalarArg arg) noexcept {
+  switch (arg) {
+    case ScalarArg::kWeightScale: return "weight_scale";
+    case ScalarArg::kHeadScale: return "head_scale";
+    case ScalarArg::kEps: return "eps";
+  }
+  return "unknown scalar";
+}
+
+Status check_scalar(ScalarArg arg, double value, float* out) {
+  const ScalarSpec& spec = scalar_spec(arg);
+  const auto refuse = [&](const char* why) {
+    return detail::bad_arg(spec.name, std::string("expected ") + spec.range + ", got " + number_text(value) + why);
+  };
+  // (for a non-negative argument -0 is refused too: its sign says it came from a negative value)
+  if (!std::isfinite(value) || (spec.non_negative && std::signbit(value))) return refuse("");
+  const float f = static_cast<float>(value);  // round to nearest, as every caller rounds it
+  if (!std::isfinite(f)) return refuse(f > 0 ? ", which is inf in float32" : ", which is -inf in float32");
+  if (f == 0.0f && value != 0.0) return refuse(", which rounds to 0 in float32");
+  if (out) *out = f;
+  return Status::Ok();
+}
+
 namespace detail {
 
 Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
@@ -139,6 +197,12 @@ Status validate_op(const OpArgs& args, const Options& options, Problem* out) {
     std::string names;
     for (RecipeId r : all_recipes()) names += (names.empty() ? "" : ", ") + std::string(recipe_name(r));
     return detail::bad_arg("recipe", "unknown recipe id " + std::to_string(rid) + "; expected one of " + names);
+  }
+  // --- the scalars (each against its spec; see check_scalar) ---
+  for (const auto& [arg, v] : {std::pair<ScalarArg, float>{ScalarArg::kWeightScale, args.weight_scale},
+                                std::pair<ScalarArg, float>{ScalarArg::kHeadScale, args.head_scale}}) {
+    const Status sc = check_scalar(arg, double(v));
+    if (!sc.ok()) return sc;
   }
   const Recipe& rec = recipe(args.recipe);
   const bool fp4 = rec.format == OutFormat::kE2M1;

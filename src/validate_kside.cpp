@@ -124,6 +124,12 @@ Status validate_kstore(const KStoreArgs& args, const Options& options, KProblem*
   if (N > 1 && slots.strides[0] != 1)
     return detail::bad_arg("slots", "unsupported strides " + detail::strides_text(slots) + "; expected contiguous (1,)");
 
+  // --- eps (its spec: see check_scalar, indexer_q.h) ---
+  {
+    const Status sc = check_scalar(ScalarArg::kEps, double(args.eps));
+    if (!sc.ok()) return sc;
+  }
+
   // --- page_size, kvcache ---
   const std::int64_t ps = args.page_size;
   if (ps < 1 || ps > (std::int64_t(1) << 32) || (ps & (ps - 1)) != 0)

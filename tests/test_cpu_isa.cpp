@@ -745,11 +745,12 @@ TEST(CpuIsaVllm, EdgeRowsEveryIsa) {
 }
 
 // head_scale reaches weights_out as the last factor of both two-factor folds, on every ISA:
-// several values (1, powers of two, others, 0, negative, Inf) against the reference.
+// several values (1, powers of two, others, 0, negative) against the reference. (A non-finite
+// head_scale is refused by the validator: tests/test_validation.cpp, ScalarSpecs.)
 TEST(CpuIsaVllm, HeadScaleEveryIsa) {
   for (RecipeId rid : all_recipes()) {
     if (recipe(rid).quant != Quantizer::kVllm) continue;
-    for (float hs : {1.0f, 0.125f, 0.1234567f, 3.0f, 0.0f, -2.5f, INFINITY}) {
+    for (float hs : {1.0f, 0.125f, 0.1234567f, 3.0f, 0.0f, -2.5f}) {
       Case c = make_case(3, 8, DType::kBFloat16, DType::kInt32, 606);
       c.head_scale = hs;
       RecipeOut ref;

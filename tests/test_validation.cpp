@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -673,7 +674,9 @@ class RecipeValidation : public testing::TestWithParam<RecipeId> {
     else for (std::size_t i = 0; i < 256; ++i) EXPECT_EQ(at(kWO)[i], kSentinel) << i;
     // nothing beyond the outputs: the rest of the output regions keeps the sentinel
     for (std::size_t i = std::size_t(kB * kH * od()); i < 3072; ++i)
-      if (static_cast<std::uint8_t*>(r.a.q_out.data) == at(kO)) EXPECT_EQ(at(kO)[i], kSentinel) << i;
+      if (static_cast<std::uint8_t*>(r.a.q_out.data) == at(kO)) {
+        EXPECT_EQ(at(kO)[i], kSentinel) << i;
+      }
     for (std::size_t i = 48; i < 256; ++i) EXPECT_EQ(at(kS)[i], kSentinel) << i;
     return out;
   }
@@ -1149,6 +1152,31 @@ TEST_P(RecipeValidation, EmptyBatchIsValidAndWritesNothing) {
   EXPECT_TRUE(arena_ == before);
 }
 
+// The scalars (issue 22): weight_scale and head_scale are checked for every recipe (whether it
+// reads them or not), against their spec: finite. Nothing written; validate() and run() say the
+// same; the message names the argument and gives the value.
+TEST_P(RecipeValidation, Scalars) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float denorm = std::numeric_limits<float>::denorm_min();
+  struct Bad {
+    float v;
+    const char* text;
+  };
+  const Bad bad[] = {{nan, "got nan"}, {-nan, "got -nan"}, {inf, "got inf"}, {-inf, "got -inf"}};
+  for (const Bad& b : bad) {
+    expect_error(std::string("weight_scale ") + b.text, [&](RArgs& r) { r.a.weight_scale = b.v; },
+                 {"indexer_q: weight_scale: expected a finite number, ", b.text});
+    expect_error(std::string("head_scale ") + b.text, [&](RArgs& r) { r.a.head_scale = b.v; },
+                 {"indexer_q: head_scale: expected a finite number, ", b.text});
+  }
+  // every finite float32 is a valid factor, the extremes, 0 and negative values included
+  expect_ok("weight_scale denorm_min", [&](RArgs& r) { r.a.weight_scale = denorm; });
+  expect_ok("weight_scale -max", [&](RArgs& r) { r.a.weight_scale = -std::numeric_limits<float>::max(); });
+  expect_ok("head_scale denorm_min", [&](RArgs& r) { r.a.head_scale = denorm; });
+  expect_ok("head_scale -0.5", [&](RArgs& r) { r.a.head_scale = -0.5f; });
+}
+
 INSTANTIATE_TEST_SUITE_P(Recipes, RecipeValidation, testing::ValuesIn(all_recipes()),
                          [](const testing::TestParamInfo<RecipeId>& i) { return std::string(recipe_name(i.param)); });
 
@@ -1220,6 +1248,121 @@ TEST(RecipeValidationIds, LegacySignatureIsV4Fp8) {
   EXPECT_TRUE(fused_q_indexer_rope_hadamard_quant(b.q_input, b.q_out, b.weight, b.weights_out, b.weight_scale,
                                                   b.freqs, b.positions).ok());
   EXPECT_NE(out, std::vector<std::uint8_t>(out.size(), kSentinel));
+}
+
+// check_scalar: the one check of the scalars, on the double a binding or the CLI receives (before
+// it is rounded to float32) and, through validate(), on the float32 field: the same verdict and
+// message for a value both can hold, and the float32 rounding named when it is inf or 0.
+TEST(ScalarSpecs, CheckScalarOnDoubles) {
+  struct Case {
+    ScalarArg arg;
+    double v;
+    bool ok;
+    const char* needle;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const Case cases[] = {
+      {ScalarArg::kWeightScale, 0.5, true, ""},
+      {ScalarArg::kWeightScale, -0.5, true, ""},  // any sign
+      {ScalarArg::kWeightScale, 0.0, true, ""},
+      {ScalarArg::kWeightScale, 1e-40, true, ""},  // a float32 subnormal: still nonzero
+      {ScalarArg::kWeightScale, 3.4028234663852886e38, true, ""},  // FLT_MAX
+      {ScalarArg::kWeightScale, 1e300, false, "weight_scale: expected a finite number, got 1e+300, which is inf in float32"},
+      {ScalarArg::kWeightScale, -1e300, false, "got -1e+300, which is -inf in float32"},
+      {ScalarArg::kWeightScale, 3.5e38, false, "got 3.5e+38, which is inf in float32"},
+      {ScalarArg::kWeightScale, 1e-50, false, "weight_scale: expected a finite number, got 1e-50, which rounds to 0 in float32"},
+      {ScalarArg::kHeadScale, -1e-46, false, "head_scale: expected a finite number, got -1e-46, which rounds to 0 in float32"},
+      {ScalarArg::kHeadScale, std::nan(""), false, "head_scale: expected a finite number, got nan"},
+      {ScalarArg::kHeadScale, -inf, false, "head_scale: expected a finite number, got -inf"},
+      {ScalarArg::kEps, 0.0, true, ""},  // eps >= 0: 0 is the plain RMS norm
+      {ScalarArg::kEps, 1e-6, true, ""},
+      {ScalarArg::kEps, -1e-6, false, "eps: expected a finite number >= 0, got -1e-06"},
+      {ScalarArg::kEps, -0.0, false, "eps: expected a finite number >= 0, got -0"},
+      {ScalarArg::kEps, 1e-60, false, "eps: expected a finite number >= 0, got 1e-60, which rounds to 0 in float32"},
+      {ScalarArg::kEps, 1e39, false, "eps: expected a finite number >= 0, got 1e+39, which is inf in float32"},
+      {ScalarArg::kEps, inf, false, "eps: expected a finite number >= 0, got inf"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(scalar_arg_name(c.arg)) + " " + std::to_string(c.v));
+    float f = -7.0f;
+    const Status s = check_scalar(c.arg, c.v, &f);
+    EXPECT_EQ(s.ok(), c.ok) << s.message();
+    if (c.ok) {
+      EXPECT_EQ(f, static_cast<float>(c.v));
+    } else {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(f, -7.0f) << "*out written on error";
+      EXPECT_EQ(s.message().rfind("indexer_q: ", 0), 0u) << s.message();
+      EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.message();
+    }
+  }
+  EXPECT_EQ(check_scalar(ScalarArg::kWeightScale, std::nan("")).message(),
+            "indexer_q: weight_scale: expected a finite number, got nan");
+}
+
+// validate() on the float32 field gives exactly check_scalar's message for the same value.
+TEST(ScalarSpecs, ValidateAgreesWithCheckScalar) {
+  std::vector<std::uint8_t> q(kB * kH * 128 * 2, 0), out(kB * kH * 128, kSentinel), w(kB * kH * 2, 0),
+      wo(kB * kH * 4, kSentinel);
+  const std::vector<float> fr = iqtest::rope_freqs(kMaxPos);
+  const std::int64_t pos[3] = {0, 1, 2};
+  OpArgs a;
+  a.q_input = TensorView::contiguous(q.data(), DType::kBFloat16, {kB, kH, 128});
+  a.q_out = TensorView::contiguous(out.data(), DType::kFloat8E4M3, {kB, kH, 128});
+  a.weight = TensorView::contiguous(w.data(), DType::kBFloat16, {kB, kH});
+  a.weights_out = TensorView::contiguous(wo.data(), DType::kFloat32, {kB, kH, 1});
+  a.freqs = TensorView::contiguous(fr.data(), DType::kFloat32, {kMaxPos, 64});
+  a.positions = TensorView::contiguous(pos, DType::kInt64, {kB});
+  for (float v : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::infinity()}) {
+    OpArgs b = a;
+    b.weight_scale = v;
+    EXPECT_EQ(validate(b).message(), check_scalar(ScalarArg::kWeightScale, double(v)).message());
+    EXPECT_EQ(run(b).message(), check_scalar(ScalarArg::kWeightScale, double(v)).message());
+    b = a;
+    b.head_scale = v;
+    EXPECT_EQ(validate(b).message(), check_scalar(ScalarArg::kHeadScale, double(v)).message());
+    // the legacy signature too
+    EXPECT_EQ(validate(a.q_input, a.q_out, a.weight, a.weights_out, v, a.freqs, a.positions).message(),
+              check_scalar(ScalarArg::kWeightScale, double(v)).message());
+  }
+  EXPECT_EQ(out, std::vector<std::uint8_t>(out.size(), kSentinel));
+  EXPECT_EQ(wo, std::vector<std::uint8_t>(wo.size(), kSentinel));
+}
+
+// The key side's eps: the same check (finite, >= 0), by validate() and run(); nothing written.
+TEST(ScalarSpecs, KsideEps) {
+  constexpr std::int64_t N = 2, kTok = 132;
+  std::vector<float> x(N * 128, 0.5f), wt(128, 1.0f);
+  const std::vector<float> fr = iqtest::rope_freqs(kMaxPos);
+  const std::int64_t pos[N] = {0, 3}, slots[N] = {0, 1};
+  std::vector<std::uint8_t> cache(N * kTok, kSentinel);
+  KStoreArgs k;
+  k.recipe = KRecipeId::kV4KFp8;
+  k.input = TensorView::contiguous(x.data(), DType::kFloat32, {N, 128});
+  k.weight = TensorView::contiguous(wt.data(), DType::kFloat32, {128});
+  k.freqs = TensorView::contiguous(fr.data(), DType::kFloat32, {kMaxPos, 64});
+  k.positions = TensorView::contiguous(pos, DType::kInt64, {N});
+  k.slots = TensorView::contiguous(slots, DType::kInt64, {N});
+  k.kvcache = TensorView::contiguous(cache.data(), DType::kUInt8, {N, kTok});
+  k.page_size = 1;
+  Options o;
+  o.backend = Backend::kReference;
+  ASSERT_TRUE(validate(k, o).ok()) << validate(k, o).message();
+  for (float v : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -1e-6f, -0.0f}) {
+    KStoreArgs b = k;
+    b.eps = v;
+    const Status sv = validate(b, o), sr = run(b, o);
+    EXPECT_EQ(sv.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(sv.message(), sr.message());
+    EXPECT_EQ(sv.message(), check_scalar(ScalarArg::kEps, double(v)).message());
+    EXPECT_EQ(sv.message().rfind("indexer_q: eps: expected a finite number >= 0, got ", 0), 0u) << sv.message();
+    EXPECT_EQ(cache, std::vector<std::uint8_t>(cache.size(), kSentinel));
+  }
+  KStoreArgs z = k;
+  z.eps = 0.0f;
+  EXPECT_TRUE(run(z, o).ok()) << run(z, o).message();
+  EXPECT_NE(cache, std::vector<std::uint8_t>(cache.size(), kSentinel));
 }
 
 }  // namespace rv

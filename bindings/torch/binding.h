@@ -9,8 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/tensor.h>
@@ -51,6 +54,60 @@ struct TorchArgs {
 // Throws (a torch error: RuntimeError in Python) carrying the Status message, which names the
 // offending argument. No-op for an ok Status.
 void throw_if_error(const Status& s);
+
+// ---- the recipe argument: a str in every schema, never a std::string in a kernel -------------
+// The stable ABI's conversion of a str argument to std::string (ToImpl<std::string>, torch 2.10 to
+// 2.13) copies the string into a heap std::string it never frees: 48-80 bytes leaked per call.
+// So no kernel here takes a std::string: IQ_BOX_RECIPE(kernel, lookup, unknown) boxes a kernel
+// whose first parameter is the recipe's id (int64). Its boxed function reads the str argument
+// itself through the stable C shim (length, c_str), looks the name up in a table built once (no
+// allocation), frees the string handle as the conversion would, and puts the id in its place on
+// the stack before the kernel's own unboxing (TORCH_BOX) runs: the same on every torch version
+// with str arguments in the stable ABI, whether its conversion leaks or not.
+//
+// lookup(name) gives the id, or -1 for a name the library does not know: the kernel then runs
+// with id -1 (its unboxing takes ownership of the stack's tensors, so they are freed; its first
+// statement throws on the id) and the error thrown is unknown(name), the message naming it.
+using BoxedKernel = void (*)(StableIValue* stack, std::uint64_t num_args, std::uint64_t num_outputs);
+using RecipeLookup = std::int64_t (*)(std::string_view name) noexcept;
+using UnknownRecipe = std::string (*)(std::string_view name);
+
+template <BoxedKernel kernel, RecipeLookup lookup, UnknownRecipe unknown>
+void recipe_boxed(StableIValue* stack, std::uint64_t num_args, std::uint64_t num_outputs) {
+  if (num_args < 1) throw std::runtime_error("indexer_q: recipe: the schema has no arguments");
+  StringHandle handle = torch::stable::detail::to<StringHandle>(stack[0]);
+  std::size_t length = 0;
+  const char* data = nullptr;
+  std::int64_t id = -1;
+  std::string message;
+  try {
+    IQ_SHIM_CHECK(torch_string_length(handle, &length));
+    IQ_SHIM_CHECK(torch_string_c_str(handle, &data));
+    const std::string_view name(data, length);
+    id = lookup(name);
+    if (id < 0) message = unknown(name);  // an error path: allocating is fine here
+  } catch (...) {
+    torch_delete_string(handle);
+    throw;
+  }
+  IQ_SHIM_CHECK(torch_delete_string(handle));
+  stack[0] = torch::stable::detail::from(id);
+  if (id >= 0) return kernel(stack, num_args, num_outputs);
+  try {
+    kernel(stack, num_args, num_outputs);  // frees the stack's tensors; throws on id -1
+  } catch (const std::exception&) {
+  }
+  throw std::runtime_error(message);
+}
+
+#define IQ_BOX_RECIPE(func, lookup, unknown) \
+  (&indexer_q::torch_binding::recipe_boxed<&TORCH_BOX(func), (lookup), (unknown)>)
+
+// The query side's names for IQ_BOX_RECIPE: the id of a name (-1 if unknown, no allocation), the
+// unknown-name message, and the recipe of an id (throws for an id outside the library's list).
+std::int64_t recipe_id_of(std::string_view name) noexcept;
+std::string unknown_recipe_text(std::string_view name);
+RecipeId recipe_of_id(std::int64_t id);
 
 // The recipe of a name ("v4_fp8", ...). Throws "indexer_q: recipe: unknown recipe '<name>';
 // expected one of <every name of the library's list>" for a name the library does not know.

@@ -18,7 +18,10 @@
 // tensors on different devices of a kind the library cannot name).
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <torch/csrc/stable/library.h>
@@ -63,12 +66,42 @@ TensorView kview(const Tensor& t, const char* arg) {
 
 }  // namespace
 
+namespace {
+// The library's key-side names, read once: a name is looked up with no allocation.
+struct KNameTable {
+  std::vector<std::pair<std::string, KRecipeId>> entries;
+  KNameTable() {
+    for (KRecipeId r : all_krecipes()) entries.emplace_back(krecipe_name(r), r);
+  }
+};
+const KNameTable& knames() {
+  static const KNameTable t;
+  return t;
+}
+
+std::int64_t krecipe_id_of(std::string_view name) noexcept {
+  for (const auto& e : knames().entries)
+    if (name == e.first) return std::int64_t(e.second);
+  return -1;
+}
+
+std::string unknown_krecipe_text(std::string_view name) {
+  std::string list;
+  for (const auto& e : knames().entries) list += (list.empty() ? "" : ", ") + e.first;
+  return "indexer_q: recipe: unknown key-side recipe '" + std::string(name) + "'; expected one of " + list;
+}
+
+KRecipeId krecipe_of_id(std::int64_t id) {
+  for (const auto& e : knames().entries)
+    if (std::int64_t(e.second) == id) return e.second;
+  fail("recipe", "unknown key-side recipe id " + std::to_string(id));
+}
+}  // namespace
+
 KRecipeId krecipe_or_throw(const std::string& name) {
-  KRecipeId id;
-  if (parse_krecipe(name, &id)) return id;
-  std::string names;
-  for (KRecipeId r : all_krecipes()) names += (names.empty() ? "" : ", ") + std::string(krecipe_name(r));
-  fail("recipe", "unknown key-side recipe '" + name + "'; expected one of " + names);
+  const std::int64_t id = krecipe_id_of(name);
+  if (id < 0) throw std::runtime_error(unknown_krecipe_text(name));
+  return KRecipeId(id);
 }
 
 KStoreArgs make_kargs(const KTorchArgs& a) {
@@ -79,7 +112,8 @@ KStoreArgs make_kargs(const KTorchArgs& a) {
   k.recipe = a.recipe;
   k.input = kview(a.input, "input");
   k.weight = kview(a.weight, "weight");
-  k.eps = float(a.eps);  // the Python float, rounded to float32 once
+  // the Python float, checked on the double against eps's spec and rounded to float32 once
+  throw_if_error(check_scalar(ScalarArg::kEps, a.eps, &k.eps));
   k.freqs = kview(a.freqs, "freqs");
   k.positions = kview(a.positions, "positions");
   k.slots = kview(a.slots, "slots");
@@ -90,33 +124,28 @@ KStoreArgs make_kargs(const KTorchArgs& a) {
 
 namespace {
 
-void kside_cpu(std::string recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor positions,
+void kside_cpu(std::int64_t recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor positions,
                Tensor slots, Tensor kvcache, std::int64_t page_size, bool /*enable_pdl*/) {
-  const KTorchArgs a{krecipe_or_throw(recipe), input, weight, eps, freqs, positions, slots, kvcache, page_size};
+  const KTorchArgs a{krecipe_of_id(recipe), input, weight, eps, freqs, positions, slots, kvcache, page_size};
   run_on_cpu(make_kargs(a));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 // positions and slots cannot be range-checked here without a device synchronization: the CUDA
 // backend skips (writes nothing for) a token whose position or slot is out of range.
-void kside_cuda(std::string recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor positions,
+void kside_cuda(std::int64_t recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor positions,
                 Tensor slots, Tensor kvcache, std::int64_t page_size, bool enable_pdl) {
-  const KTorchArgs a{krecipe_or_throw(recipe), input, weight, eps, freqs, positions, slots, kvcache, page_size};
+  const KTorchArgs a{krecipe_of_id(recipe), input, weight, eps, freqs, positions, slots, kvcache, page_size};
   run_on_cuda(input, make_kargs(a), enable_pdl);
 }
 #endif
 
-void kside_composed(std::string recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor positions,
+void kside_composed(std::int64_t recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor positions,
                     Tensor slots, Tensor kvcache, std::int64_t page_size, bool /*enable_pdl*/) {
   kside_composed_forward(
-      KTorchArgs{krecipe_or_throw(recipe), input, weight, eps, freqs, positions, slots, kvcache, page_size});
+      KTorchArgs{krecipe_of_id(recipe), input, weight, eps, freqs, positions, slots, kvcache, page_size});
 }
 
-std::vector<std::string> krecipes_op() {
-  std::vector<std::string> out;
-  for (KRecipeId r : all_krecipes()) out.emplace_back(krecipe_name(r));
-  return out;
-}
 
 }  // namespace
 }  // namespace torch_binding
@@ -124,31 +153,34 @@ std::vector<std::string> krecipes_op() {
 
 // enable_pdl is used by the CUDA backend only (programmatic dependent launch, sm_90+; on by
 // default as for the query side's operators, ignored before sm_90 and by the other devices).
+// The recipe (a str) is read without the stable ABI's leaking std::string conversion (binding.h).
+#define IQ_KRECIPE_BOX(f)                                                                   \
+  IQ_BOX_RECIPE(&indexer_q::torch_binding::f, &indexer_q::torch_binding::krecipe_id_of, \
+                &indexer_q::torch_binding::unknown_krecipe_text)
 #define IQ_KSIDE_ARGS                                                                             \
   "(str recipe, Tensor input, Tensor weight, float eps, Tensor freqs, Tensor positions, "        \
   "Tensor slots, Tensor(a!) kvcache, int page_size, bool enable_pdl=True) -> ()"
 STABLE_TORCH_LIBRARY_FRAGMENT(indexer_q, m) {
   m.def("kside_store" IQ_KSIDE_ARGS);
   m.def("kside_store_composed" IQ_KSIDE_ARGS);
-  m.def("krecipes() -> str[]");
+  m.def("krecipes() -> str[]");  // served by Python from recipe_table (op.cpp)
 }
 
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CPU, m) {
-  m.impl("kside_store", TORCH_BOX(&indexer_q::torch_binding::kside_cpu));
+  m.impl("kside_store", IQ_KRECIPE_BOX(kside_cpu));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CUDA, m) {
-  m.impl("kside_store", TORCH_BOX(&indexer_q::torch_binding::kside_cuda));
+  m.impl("kside_store", IQ_KRECIPE_BOX(kside_cuda));
 }
 #endif
 
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, XPU, m) {
-  m.impl("kside_store", TORCH_BOX(&indexer_q::torch_binding::kside_composed));
+  m.impl("kside_store", IQ_KRECIPE_BOX(kside_composed));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CompositeExplicitAutograd, m) {
-  m.impl("kside_store", TORCH_BOX(&indexer_q::torch_binding::kside_composed));
-  m.impl("kside_store_composed", TORCH_BOX(&indexer_q::torch_binding::kside_composed));
-  m.impl("krecipes", TORCH_BOX(&indexer_q::torch_binding::krecipes_op));
+  m.impl("kside_store", IQ_KRECIPE_BOX(kside_composed));
+  m.impl("kside_store_composed", IQ_KRECIPE_BOX(kside_composed));
 }

@@ -19,7 +19,8 @@
 // Each has a `_composed` twin (same schema) that runs the composed implementation on every
 // device, CPU included, so it can be tested against the native kernels and the golden files.
 // quant_q_check (same schema) runs the library's validator alone, for the Triton kernel.
-// Two small operators describe the library's recipe list to Python (no second table there):
+// indexer_q::recipe_table(int side, Tensor(a!) out) -> int gives the library's recipe lists to
+// Python as text (no second table there), from which python/indexer_q/_ops.py serves
 // indexer_q::recipes() -> str[] and indexer_q::recipe_info(str recipe) -> str[] (the descriptor's
 // columns as "column=value", values named by the library's *_name functions).
 //
@@ -29,11 +30,17 @@
 //  - current CUDA stream:   aoti_torch_get_current_cuda_stream() (AOTI C shim, USE_CUDA builds;
 //    torch::stable::accelerator::Stream::nativeHandle() would do it but needs torch >= 2.13)
 //  - device guard:          torch::stable::accelerator::DeviceGuard (torch >= 2.9)
-//  - str / str[] / int[] / Tensor? arguments and results: stable conversions of torch >= 2.10
+//  - int[] / Tensor? arguments and results: stable conversions of torch >= 2.10
+//  - the str recipe argument: read through the C shim by IQ_BOX_RECIPE (binding.h), never the
+//    stable std::string conversion, which leaks (torch 2.10 to 2.13); no kernel returns str[]
+//    (recipes / recipe_info / krecipes are served by Python from recipe_table)
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <torch/csrc/stable/library.h>
@@ -133,12 +140,42 @@ void throw_if_error(const Status& s) {
   throw std::runtime_error(s.message());
 }
 
+namespace {
+// The library's names, read once: a name is looked up with no allocation.
+struct NameTable {
+  std::vector<std::pair<std::string, RecipeId>> entries;
+  NameTable() {
+    for (RecipeId r : all_recipes()) entries.emplace_back(recipe_name(r), r);
+  }
+};
+const NameTable& names() {
+  static const NameTable t;
+  return t;
+}
+}  // namespace
+
+std::int64_t recipe_id_of(std::string_view name) noexcept {
+  for (const auto& e : names().entries)
+    if (name == e.first) return std::int64_t(e.second);
+  return -1;
+}
+
+std::string unknown_recipe_text(std::string_view name) {
+  std::string list;
+  for (const auto& e : names().entries) list += (list.empty() ? "" : ", ") + e.first;
+  return "indexer_q: recipe: unknown recipe '" + std::string(name) + "'; expected one of " + list;
+}
+
+RecipeId recipe_of_id(std::int64_t id) {
+  for (const auto& e : names().entries)
+    if (std::int64_t(e.second) == id) return e.second;
+  fail("recipe", "unknown recipe id " + std::to_string(id));
+}
+
 RecipeId recipe_or_throw(const std::string& name) {
-  RecipeId id;
-  if (parse_recipe(name, &id)) return id;
-  std::string names;
-  for (RecipeId r : all_recipes()) names += (names.empty() ? "" : ", ") + std::string(recipe_name(r));
-  fail("recipe", "unknown recipe '" + name + "'; expected one of " + names);
+  const std::int64_t id = recipe_id_of(name);
+  if (id < 0) throw std::runtime_error(unknown_recipe_text(name));
+  return RecipeId(id);
 }
 
 indexer_q::OpArgs make_args(const TorchArgs& a) {
@@ -147,15 +184,17 @@ indexer_q::OpArgs make_args(const TorchArgs& a) {
   // q_sf carries FP4 block scales (int32) or, for a recipe with scale_out, the FP8 row scale
   // (float32 (B, H, 1) or (B, H)), which the library and its messages call q_scale.
   const char* sf_name = rec.scale_out ? "q_scale" : "q_sf";
-  std::vector<NamedTensor> all = {{"q_input", &a.q_input}, {out_name, &a.q_out}};
-  if (a.q_sf) all.push_back({sf_name, a.q_sf});
+  // (A fixed array, not a std::vector: an accepted call allocates nothing here.)
+  NamedTensor list[7] = {{"q_input", &a.q_input}, {out_name, &a.q_out}};
+  std::size_t n_list = 2;
+  if (a.q_sf) list[n_list++] = {sf_name, a.q_sf};
   const bool has_rope = recipe_has_rope(rec), has_weights = recipe_has_weights(rec);
   for (NamedTensor n : {NamedTensor{"weight", &a.weight}, NamedTensor{"weights_out", &a.weights_out}})
-    if (!absent(*n.t, has_weights)) all.push_back(n);
+    if (!absent(*n.t, has_weights)) list[n_list++] = n;
   for (NamedTensor n : {NamedTensor{"freqs", &a.freqs}, NamedTensor{"positions", &a.positions}})
-    if (!absent(*n.t, has_rope)) all.push_back(n);
+    if (!absent(*n.t, has_rope)) list[n_list++] = n;
   // Devices the library cannot name: check here that they all agree with q_input's.
-  check_devices(all, device_text);
+  check_devices(NamedList{list, n_list}, device_text);
   indexer_q::OpArgs o;
   o.recipe = a.recipe;
   o.q_input = view_of(a.q_input, "q_input", rec);
@@ -168,8 +207,10 @@ indexer_q::OpArgs make_args(const TorchArgs& a) {
   o.weight = absent(a.weight, has_weights) ? TensorView{} : view_of(a.weight, "weight", rec);
   o.weights_out =
       absent(a.weights_out, has_weights) ? TensorView{} : view_of(a.weights_out, "weights_out", rec);
-  o.weight_scale = float(a.weight_scale);  // the Python float, rounded to float32 once
-  o.head_scale = float(a.head_scale);
+  // The Python floats (doubles), each checked against its spec on the double (a value that rounds
+  // to inf or 0 in float32 is named as such) and rounded to float32 once: the library's one check.
+  throw_if_error(check_scalar(ScalarArg::kWeightScale, a.weight_scale, &o.weight_scale));
+  throw_if_error(check_scalar(ScalarArg::kHeadScale, a.head_scale, &o.head_scale));
   o.freqs = absent(a.freqs, has_rope) ? TensorView{} : view_of(a.freqs, "freqs", rec);
   o.positions = absent(a.positions, has_rope) ? TensorView{} : view_of(a.positions, "positions", rec);
   return o;
@@ -216,16 +257,16 @@ void composed_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights
 }
 
 // ---- the general operator: any recipe by name ----------------------------------------------
-TorchArgs general_args(const std::string& recipe, const Tensor& q_input, const Tensor& q_out,
+TorchArgs general_args(std::int64_t recipe, const Tensor& q_input, const Tensor& q_out,
                        const std::optional<Tensor>& q_sf, const Tensor& weight,
                        const Tensor& weights_out, double weight_scale, const Tensor& freqs,
                        const Tensor& positions, double head_scale) {
-  return TorchArgs{recipe_or_throw(recipe), q_input,     q_out,        q_sf ? &*q_sf : nullptr,
+  return TorchArgs{recipe_of_id(recipe), q_input,     q_out,        q_sf ? &*q_sf : nullptr,
                    weight,                  weights_out, weight_scale, freqs,
                    positions,               head_scale};
 }
 
-void quant_q_cpu(std::string recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
+void quant_q_cpu(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
                  Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
                  Tensor positions, bool /*enable_pdl*/, double head_scale) {
   run_cpu(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
@@ -233,7 +274,7 @@ void quant_q_cpu(std::string recipe, Tensor q_input, Tensor q_out, std::optional
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
-void quant_q_cuda(std::string recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
+void quant_q_cuda(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
                   Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
                   Tensor positions, bool enable_pdl, double head_scale) {
   run_cuda(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
@@ -242,7 +283,7 @@ void quant_q_cuda(std::string recipe, Tensor q_input, Tensor q_out, std::optiona
 }
 #endif
 
-void quant_q_composed(std::string recipe, Tensor q_input, Tensor q_out,
+void quant_q_composed(std::int64_t recipe, Tensor q_input, Tensor q_out,
                       std::optional<Tensor> q_sf, Tensor weight, Tensor weights_out,
                       double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/,
                       double head_scale) {
@@ -252,7 +293,7 @@ void quant_q_composed(std::string recipe, Tensor q_input, Tensor q_out,
 
 // The library's scalar reference (the executable spec, src/common/row.h), CPU tensors only: what
 // the other implementations are tested against (quant_q(..., backend="reference") in Python).
-void quant_q_reference(std::string recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
+void quant_q_reference(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
                        Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
                        Tensor positions, bool /*enable_pdl*/, double head_scale) {
   Options o;
@@ -265,50 +306,66 @@ void quant_q_reference(std::string recipe, Tensor q_input, Tensor q_out, std::op
 
 // The library's validator alone, for implementations outside it (the Triton kernel of
 // python/indexer_q/triton_kernel.py): the checks quant_q makes, nothing written.
-void quant_q_check(std::string recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
+void quant_q_check(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
                    Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
                    Tensor positions, bool /*enable_pdl*/, double head_scale) {
   validate_or_throw(make_args(general_args(recipe, q_input, q_out, q_sf, weight, weights_out,
                                            weight_scale, freqs, positions, head_scale)));
 }
 
-// ---- the recipe list, for Python -------------------------------------------------------------
-std::vector<std::string> recipes_op() {
-  std::vector<std::string> out;
-  for (RecipeId r : all_recipes()) out.emplace_back(recipe_name(r));
-  return out;
-}
-
-// The descriptor's columns as "column=value" strings, in the order of the library's column list
-// (include/indexer_q/recipe_columns.inc), generated by its generic column API
-// (recipe_column_count / recipe_column_name / recipe_column_value): the values are the library's
-// own names ("last64", "adjacent", "interleaved", "e4m3fn", "sglang", "times_scale", ...) and
-// "true" / "false" for a flag, e.g. ["rope_dims=last64", "rope_pairs=adjacent",
-// "freqs_layout=interleaved", "hadamard=true", ...]. Python builds its RecipeInfo type from the
-// column names of the first recipe at import, so a column added to the library reaches Python
-// with no edit here or there.
-std::vector<std::string> recipe_info_op(std::string name) {
-  const RecipeId id = recipe_or_throw(name);
-  std::vector<std::string> out;
-  const int n = recipe_column_count();
-  out.reserve(std::size_t(n));
-  for (int i = 0; i < n; ++i) {
-    const char* col = recipe_column_name(i);
-    const char* val = recipe_column_value(id, i);
-    out.push_back(std::string(col ? col : "?") + "=" + (val ? val : "unknown"));
+// ---- the recipe lists, for Python -----------------------------------------------------------
+// recipe_table(int side, Tensor(a!) out) -> int: the library's recipe list as text, one line per
+// recipe, "name" then "\tcolumn=value" per column of the descriptor (side 0, the query side: the
+// library's column list, include/indexer_q/recipe_columns.inc, generated by its generic column
+// API recipe_column_count / recipe_column_name / recipe_column_value; values are the library's own
+// names, "true" / "false" for a flag), or "name" alone (side 1, the key side). Returns the text's
+// length in bytes and writes it into `out` (a 1-D uint8 CPU tensor) when `out` holds that many
+// bytes; else writes nothing. Python reads it once at import and serves the operators
+// recipes() -> str[], recipe_info(str) -> str[] and krecipes() -> str[] from it
+// (python/indexer_q/_ops.py): a str[] result made here would go through the stable ABI's string
+// conversion, which leaks every string it makes (torch 2.10 to 2.13: 750-1100 bytes a call).
+std::string recipe_text(std::int64_t side) {
+  std::string out;
+  if (side == 0) {
+    const int n = recipe_column_count();
+    for (RecipeId r : all_recipes()) {
+      out += recipe_name(r);
+      for (int i = 0; i < n; ++i) {
+        const char* col = recipe_column_name(i);
+        const char* val = recipe_column_value(r, i);
+        out += std::string("\t") + (col ? col : "?") + "=" + (val ? val : "unknown");
+      }
+      out += "\n";
+    }
+  } else if (side == 1) {
+    for (KRecipeId r : all_krecipes()) out += std::string(krecipe_name(r)) + "\n";
+  } else {
+    fail("side", "expected 0 (the query side) or 1 (the key side), got " + std::to_string(side));
   }
   return out;
 }
 
+std::int64_t recipe_table_op(std::int64_t side, Tensor out) {
+  const std::string text = recipe_text(side);
+  if (out.scalar_type() != ScalarType::Byte || out.dim() != 1 ||
+      out.device().type() != StableDeviceType::CPU || (out.numel() > 1 && out.stride(0) != 1))
+    fail("out", "expected a 1-D contiguous uint8 CPU tensor");
+  if (out.numel() >= std::int64_t(text.size()) && !text.empty())
+    std::memcpy(out.data_ptr(), text.data(), text.size());
+  return std::int64_t(text.size());
+}
+
 // The device types this build registers native kernels for, the same for every op of the
-// extension (op.cpp and kside.cpp register their CUDA kernels under the one INDEXER_Q_TORCH_CUDA):
-// python/indexer_q/routing.py builds its device -> implementation table from it.
-std::vector<std::string> native_devices_op() {
-  std::vector<std::string> out{"cpu"};
+// extension (op.cpp and kside.cpp register their CUDA kernels under the one INDEXER_Q_TORCH_CUDA),
+// as a bit set: 1 = cpu, 2 = cuda (an int, not a str[]: a str[] result allocates per call through
+// the stable ABI, see IQ_RECIPE_BOX). python/indexer_q/routing.py builds its device ->
+// implementation table from it.
+std::int64_t native_devices_op() {
+  std::int64_t bits = 1;
 #if defined(INDEXER_Q_TORCH_CUDA)
-  out.emplace_back("cuda");
+  bits |= 2;
 #endif
-  return out;
+  return bits;
 }
 
 }  // namespace
@@ -320,6 +377,11 @@ std::vector<std::string> native_devices_op() {
 // two-factor weight folds of the vllm_* recipes and of head_scale_first, OpArgs::head_scale; the
 // other recipes ignore it)
 // is a defaulted trailing argument, so calls written for the schema without it keep working.
+// Every kernel taking the recipe (a str in the schema) is boxed by IQ_BOX_RECIPE (binding.h):
+// its str is read without the stable ABI's std::string conversion, which leaks.
+#define IQ_RECIPE_BOX(f)                                                                   \
+  IQ_BOX_RECIPE(&indexer_q::torch_binding::f, &indexer_q::torch_binding::recipe_id_of, \
+                &indexer_q::torch_binding::unknown_recipe_text)
 #define IQ_QUANT_Q_ARGS                                                                      \
   "(str recipe, Tensor q_input, Tensor(a!) q_out, Tensor(b!)? q_sf, Tensor weight, "         \
   "Tensor(c!) weights_out, float weight_scale, Tensor freqs, Tensor positions, "             \
@@ -337,21 +399,23 @@ STABLE_TORCH_LIBRARY(indexer_q, m) {
   m.def("quant_q_composed" IQ_QUANT_Q_ARGS);
   m.def("quant_q_check" IQ_QUANT_Q_ARGS);  // the validator alone (writes nothing)
   m.def("quant_q_reference" IQ_QUANT_Q_ARGS);  // the scalar reference (CPU tensors)
+  // Served by Python from recipe_table (python/indexer_q/_ops.py; see recipe_table_op above).
   m.def("recipes() -> str[]");
   m.def("recipe_info(str recipe) -> str[]");
-  m.def("native_devices() -> str[]");
+  m.def("native_devices() -> int");
+  m.def("recipe_table(int side, Tensor(a!) out) -> int");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CPU, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cpu_kernel));
-  m.impl("quant_q", TORCH_BOX(&indexer_q::torch_binding::quant_q_cpu));
-  m.impl("quant_q_reference", TORCH_BOX(&indexer_q::torch_binding::quant_q_reference));
+  m.impl("quant_q", IQ_RECIPE_BOX(quant_q_cpu));
+  m.impl("quant_q_reference", IQ_RECIPE_BOX(quant_q_reference));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CUDA, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cuda_kernel));
-  m.impl("quant_q", TORCH_BOX(&indexer_q::torch_binding::quant_q_cuda));
+  m.impl("quant_q", IQ_RECIPE_BOX(quant_q_cuda));
 }
 #endif
 
@@ -364,11 +428,9 @@ STABLE_TORCH_LIBRARY_IMPL(indexer_q, CompositeExplicitAutograd, m) {
          TORCH_BOX(&indexer_q::torch_binding::composed_kernel));
   m.impl("fused_q_indexer_rope_hadamard_quant_composed",
          TORCH_BOX(&indexer_q::torch_binding::composed_kernel));
-  m.impl("quant_q", TORCH_BOX(&indexer_q::torch_binding::quant_q_composed));
-  m.impl("quant_q_composed", TORCH_BOX(&indexer_q::torch_binding::quant_q_composed));
-  m.impl("quant_q_check", TORCH_BOX(&indexer_q::torch_binding::quant_q_check));
-  // No tensor arguments: the dispatcher takes the CompositeExplicitAutograd kernel.
-  m.impl("recipes", TORCH_BOX(&indexer_q::torch_binding::recipes_op));
-  m.impl("recipe_info", TORCH_BOX(&indexer_q::torch_binding::recipe_info_op));
+  m.impl("quant_q", IQ_RECIPE_BOX(quant_q_composed));
+  m.impl("quant_q_composed", IQ_RECIPE_BOX(quant_q_composed));
+  m.impl("quant_q_check", IQ_RECIPE_BOX(quant_q_check));
+  m.impl("recipe_table", TORCH_BOX(&indexer_q::torch_binding::recipe_table_op));
   m.impl("native_devices", TORCH_BOX(&indexer_q::torch_binding::native_devices_op));
 }

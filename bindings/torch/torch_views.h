@@ -89,6 +89,14 @@ struct NamedTensor {
 // CPU nor CUDA: XPU, ...), all are on the device of the first (the operator's input):
 // "expected the device of <first> (<its device>), got <device>", devices written by
 // device_text (each operator family's own).
+// A list of NamedTensor held in a caller's fixed array (no allocation).
+struct NamedList {
+  const NamedTensor* first;
+  std::size_t count;
+  const NamedTensor* begin() const { return first; }
+  const NamedTensor* end() const { return first + count; }
+};
+
 template <class List>
 void check_devices(const List& all, std::string (*device_text)(const Tensor&)) {
   bool other_device = false;

@@ -279,6 +279,25 @@ struct OpArgs {
   TensorView positions;
 };
 
+// ---- the scalar arguments: one check, one spec per argument ----------------------------------
+// weight_scale and head_scale (OpArgs) and eps (KStoreArgs, below) are float32 in the API; the
+// PyTorch binding and the CLI receive doubles and round them once. Each is checked against its
+// spec, by validate() on the float32 value and by check_scalar() on a double before it is rounded:
+//   weight_scale, head_scale  finite (0 and negative values are valid factors), and its float32
+//                             value finite and, for a nonzero value, nonzero
+//   eps                       finite and >= 0 (-0 refused), and its float32 value finite and,
+//                             for a value > 0, > 0 (eps = 0 is the plain RMS norm)
+// The message names the argument: "indexer_q: weight_scale: expected a finite number, got nan",
+// "... got 1e+300, which is inf in float32", "... got 1e-50, which rounds to 0 in float32".
+// Every scalar is checked, whether the recipe reads it or not (the defaults, 1, are valid).
+enum class ScalarArg { kWeightScale, kHeadScale, kEps };
+// "weight_scale", "head_scale", "eps".
+const char* scalar_arg_name(ScalarArg arg) noexcept;
+// Checks `value` against the spec of `arg`; on success stores its float32 value in *out (if not
+// null). The one check behind validate() (which passes the float32 field, widened exactly), the
+// CLI and the PyTorch binding (which pass the double they received).
+Status check_scalar(ScalarArg arg, double value, float* out = nullptr);
+
 // The validator of every recipe (see validate() below for what it reads).
 Status validate(const OpArgs& args, const Options& options = Options{});
 // Validates, then runs the recipe on the chosen backend. On any error nothing is written.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import operator
 import os
 from typing import Dict, NamedTuple, Optional, Tuple, Union
 
@@ -37,10 +38,36 @@ library_path: str = _find_library()
 torch.ops.load_library(library_path)
 
 
-# ---- fake (meta) implementations: the op writes its two outputs in place and returns nothing,
-# so tracing (torch.compile, FakeTensor, meta tensors) needs no shape logic.
+# ---- fake (meta) implementations: the op writes its outputs in place and returns nothing, so
+# tracing (torch.compile, FakeTensor, meta tensors) needs no shape logic. The dispatcher sends a
+# call here as soon as ONE tensor is on `meta`, whatever the others' devices: a fake that accepted
+# it would be a silent no-op (nothing written). So each fake checks that every tensor is on the
+# first one's device (under FakeTensorMode the fake tensors report the device they stand for) and
+# raises naming the first that is not. Arguments a recipe does not take may be 0-element tensors on
+# any device (the C++ binding skips them too).
+def _check_one_device(names, tensors, absent_ok=()):
+    first = None
+    for name, t in zip(names, tensors):
+        if t is None or not isinstance(t, torch.Tensor):
+            continue
+        if name in absent_ok and t.numel() == 0:
+            continue
+        if first is None:
+            first = (name, t.device)
+        elif t.device != first[1]:
+            raise RuntimeError(f"indexer_q: {name}: expected the device of {first[0]} "
+                               f"({first[1]}), got {t.device}")
+
+
+_V4_NAMES = ("q_input", "q_fp8", "weight", "weights_out", "freqs", "positions")
+_Q_NAMES = ("q_input", "q_out", "q_sf", "weight", "weights_out", "freqs", "positions")
+_Q_ABSENT = ("weight", "weights_out", "freqs", "positions")
+_K_NAMES = ("input", "weight", "freqs", "positions", "slots", "kvcache")
+
+
 @torch.library.register_fake(_QUALNAME)
 def _fake(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=True):
+    _check_one_device(_V4_NAMES, (q_input, q_fp8, weight, weights_out, freqs, positions))
     return None
 
 
@@ -48,54 +75,97 @@ def _fake(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, e
 def _fake_composed(
     q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=True
 ):
+    _check_one_device(_V4_NAMES, (q_input, q_fp8, weight, weights_out, freqs, positions))
     return None
 
 
-@torch.library.register_fake(_QUANT_Q)
-def _fake_quant_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
-                  positions, enable_pdl=True, head_scale=1.0):
+def _fake_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
+            enable_pdl=True, head_scale=1.0):
+    _check_one_device(_Q_NAMES, (q_input, q_out, q_sf, weight, weights_out, freqs, positions),
+                      _Q_ABSENT)
     return None
 
 
-@torch.library.register_fake(_QUANT_Q_COMPOSED)
-def _fake_quant_q_composed(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale,
-                           freqs, positions, enable_pdl=True, head_scale=1.0):
-    return None
-
-
-@torch.library.register_fake("indexer_q::quant_q_reference")
-def _fake_quant_q_reference(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale,
-                            freqs, positions, enable_pdl=True, head_scale=1.0):
-    return None
+_fake_quant_q = torch.library.register_fake(_QUANT_Q)(_fake_q)
+_fake_quant_q_composed = torch.library.register_fake(_QUANT_Q_COMPOSED)(_fake_q)
+_fake_quant_q_reference = torch.library.register_fake("indexer_q::quant_q_reference")(_fake_q)
+# (quant_q_check's and quant_q_triton's fakes, registered in triton_dispatch.py, call _fake_q.)
 
 
 # The key side (indexer_q/kside.py): kside_store writes the paged cache in place.
-@torch.library.register_fake("indexer_q::kside_store")
-def _fake_kside_store(recipe, input, weight, eps, freqs, positions, slots, kvcache, page_size,
-                      enable_pdl=True):
+def _fake_k(recipe, input, weight, eps, freqs, positions, slots, kvcache, page_size,
+            enable_pdl=True):
+    _check_one_device(_K_NAMES, (input, weight, freqs, positions, slots, kvcache))
     return None
 
 
-@torch.library.register_fake("indexer_q::kside_store_composed")
-def _fake_kside_store_composed(recipe, input, weight, eps, freqs, positions, slots, kvcache,
-                               page_size, enable_pdl=True):
-    return None
+_fake_kside_store = torch.library.register_fake("indexer_q::kside_store")(_fake_k)
+_fake_kside_store_composed = torch.library.register_fake("indexer_q::kside_store_composed")(_fake_k)
 
 
 # ---- the recipes: the library's list (include/indexer_q/recipes.inc), read from the library ------
 _BOOLS = {"true": True, "false": False}
 
 
+def _recipe_table(side: int) -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
+    """The library's recipe list as (name, ("column=value", ...)) per recipe, read once through
+    ``torch.ops.indexer_q.recipe_table`` (side 0: the query side, every column of the descriptor;
+    side 1: the key side, names only). The operators ``recipes()``, ``recipe_info(name)`` and
+    ``krecipes()`` are served from it (below): a str[] made by the C++ binding would go through
+    the stable ABI's string conversion, which leaks every string (torch 2.10 to 2.13)."""
+    op = torch.ops.indexer_q.recipe_table.default
+    n = op(side, torch.empty(0, dtype=torch.uint8))
+    buf = torch.zeros(n, dtype=torch.uint8)
+    if op(side, buf) != n:
+        raise ImportError("indexer_q: recipe_table: the library's recipe list changed size")
+    rows = []
+    for line in bytes(buf.tolist()).decode("ascii").splitlines():
+        name, *cols = line.split("\t")
+        rows.append((name, tuple(cols)))
+    return tuple(rows)
+
+
+_TABLE = _recipe_table(0)
+_KTABLE = _recipe_table(1)
+
+
 def _recipe_columns() -> Tuple[Tuple[str, type], ...]:
     """The library's recipe columns (include/indexer_q/recipe_columns.inc) in its order, as
-    (name, type) pairs read through ``torch.ops.indexer_q.recipe_info`` of the first recipe: bool
-    for a flag (its value "true" / "false"), str for an enum column (its value's name)."""
-    first = torch.ops.indexer_q.recipes()[0]
+    (name, type) pairs read from the first recipe's row: bool for a flag (its value "true" /
+    "false"), str for an enum column (its value's name)."""
     cols = []
-    for c in torch.ops.indexer_q.recipe_info(first):
+    for c in _TABLE[0][1]:
         col, val = c.split("=", 1)
         cols.append((col, bool if val in _BOOLS else str))
     return tuple(cols)
+
+
+# The three list operators, served from the tables (each call returns a new list; no string
+# crosses the stable ABI).
+_ROWS: Dict[str, Tuple[str, ...]] = dict(_TABLE)
+_LIB = torch.library.Library("indexer_q", "IMPL")
+
+
+def _recipes_op():
+    return [name for name, _ in _TABLE]
+
+
+def _recipe_info_op(recipe):
+    row = _ROWS.get(recipe)
+    if row is None:
+        raise RuntimeError(f"indexer_q: recipe: unknown recipe '{recipe}'; expected one of "
+                           f"{', '.join(n for n, _ in _TABLE)}")
+    return list(row)
+
+
+def _krecipes_op():
+    return [name for name, _ in _KTABLE]
+
+
+# No tensor arguments: the dispatcher takes the CompositeExplicitAutograd kernel.
+_LIB.impl("recipes", _recipes_op, "CompositeExplicitAutograd")
+_LIB.impl("recipe_info", _recipe_info_op, "CompositeExplicitAutograd")
+_LIB.impl("krecipes", _krecipes_op, "CompositeExplicitAutograd")
 
 
 _COLUMNS = _recipe_columns()
@@ -170,8 +240,8 @@ class RecipeInfo(_RecipeInfoBase):
 def _load_recipes() -> Dict[str, RecipeInfo]:
     out: Dict[str, RecipeInfo] = {}
     fields = tuple(c for c, _ in _COLUMNS)
-    for name in torch.ops.indexer_q.recipes():
-        pairs = [c.split("=", 1) for c in torch.ops.indexer_q.recipe_info(name)]
+    for name, row in _TABLE:
+        pairs = [c.split("=", 1) for c in row]
         if tuple(c for c, _ in pairs) != fields:
             raise ImportError(
                 f"indexer_q: recipe_info({name!r}) has the columns {[c for c, _ in pairs]}, the "
@@ -249,6 +319,8 @@ def resolve_recipe(recipe: str, out_dtype: Optional[torch.dtype] = None) -> str:
 
 def _freqs_table(freqs_cis: torch.Tensor) -> torch.Tensor:
     """The (max_pos, 64) float32 (cos, sin) table from freqs_cis or the table itself."""
+    if type(freqs_cis) is torch.Tensor and freqs_cis.dtype is torch.float32:
+        return freqs_cis  # the real table (the common case: no further look)
     if not isinstance(freqs_cis, torch.Tensor):
         raise TypeError(f"indexer_q: freqs_cis: expected a tensor, got {type(freqs_cis).__name__}")
     if freqs_cis.is_complex():
@@ -303,10 +375,8 @@ def fused_q_indexer_rope_hadamard_quant(
         return quant_q("v4_fp8", q_input, weight, weight_scale, freqs_cis, positions,
                        out_dtype=out_dtype, enable_pdl=enable_pdl)
     q_fp8, weights_out = _outputs(q_input)
-    torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant(
-        q_input, q_fp8, weight, weights_out, float(weight_scale), _freqs_table(freqs_cis),
-        positions, enable_pdl,
-    )
+    _OP_V4(q_input, q_fp8, weight, weights_out, _scalar("weight_scale", weight_scale),
+           _freqs_table(freqs_cis), positions, enable_pdl)
     return q_fp8, weights_out
 
 
@@ -320,10 +390,8 @@ def composed_fused_q_indexer_rope_hadamard_quant(
     """Same as :func:`fused_q_indexer_rope_hadamard_quant`, always through the composed ATen
     implementation (the one XPU and other devices get), on any device, CPU included."""
     q_fp8, weights_out = _outputs(q_input)
-    torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant_composed(
-        q_input, q_fp8, weight, weights_out, float(weight_scale), _freqs_table(freqs_cis),
-        positions,
-    )
+    _OP_V4_COMPOSED(q_input, q_fp8, weight, weights_out, _scalar("weight_scale", weight_scale),
+                    _freqs_table(freqs_cis), positions, True)
     return q_fp8, weights_out
 
 
@@ -367,6 +435,106 @@ def dsv4_fused_q_indexer_rope_hadamard_quant(
 QOut = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]
 
 
+class _Facts:
+    """What the wrappers need of a recipe, worked out once at import (a call reads attributes
+    of this object instead of RecipeInfo's properties)."""
+
+    __slots__ = ("name", "weights", "rope", "halves", "fp4", "scale_out", "q_scale_out",
+                 "out_dim", "out_dtype", "w_shape_2d", "fn")
+
+    def __init__(self, info: RecipeInfo):
+        self.name = info.name
+        self.weights = info.weights
+        self.rope = info.rope
+        self.halves = info.freqs_layout == "halves"
+        self.fp4 = info.fp4
+        self.scale_out = info.scale_out
+        self.q_scale_out = info.q_scale_out
+        self.out_dim = 64 if info.fp4 else 128
+        self.out_dtype = (torch.uint8 if info.fp4 else torch.float8_e4m3fnuz
+                          if info.format == "e4m3fnuz" else torch.float8_e4m3fn)
+        self.w_shape_2d = info.weights_2d
+        self.fn = info.format == "e4m3fn"  # an out_dtype of float8_e4m3fnuz resolves a twin
+
+
+_FACTS: Dict[str, _Facts] = {n: _Facts(i) for n, i in _RECIPES.items()}
+
+# The operators, looked up once (torch.ops attribute lookups cost a few microseconds a call);
+# .default skips the overload resolution of the packet.
+_OP_QUANT_Q = torch.ops.indexer_q.quant_q.default
+_OP_QUANT_Q_COMPOSED = torch.ops.indexer_q.quant_q_composed.default
+_OP_V4 = torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant.default
+_OP_V4_COMPOSED = torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant_composed.default
+_QUANT_Q_BACKENDS: Dict[Optional[str], object] = {}
+
+
+def _backend_op(backend):
+    """The operator of quant_q's ``backend`` argument (None, "triton", "composed", "reference")."""
+    op = _QUANT_Q_BACKENDS.get(backend)
+    if op is None:
+        if not _QUANT_Q_BACKENDS:  # quant_q_triton is defined by triton_dispatch (end of module)
+            _QUANT_Q_BACKENDS.update({
+                None: _OP_QUANT_Q, "triton": torch.ops.indexer_q.quant_q_triton.default,
+                "composed": _OP_QUANT_Q_COMPOSED,
+                "reference": torch.ops.indexer_q.quant_q_reference.default})
+        op = _QUANT_Q_BACKENDS.get(backend) if isinstance(backend, (str, type(None))) else None
+        if op is None:
+            raise ValueError(f"indexer_q: backend: expected None, 'triton', 'composed' or "
+                             f"'reference', got {backend!r}")
+    return op
+
+
+def _scalar(arg: str, value) -> float:
+    """A scalar argument as the Python float the operator takes, or TypeError naming it. Its value
+    is the library's to check (finite, in range, its float32 rounding: check_scalar of
+    include/indexer_q/indexer_q.h), with the same message as from C++ and the CLI."""
+    if type(value) is float:
+        return value
+    if not isinstance(value, (str, bytes)):
+        try:
+            return float(value)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    raise TypeError(f"indexer_q: {arg}: expected a float, got {type(value).__name__} {value!r}")
+
+
+def _integral(arg: str, value) -> int:
+    """An integer argument (page_size, compress_ratio) as a Python int: ints (and integral
+    floats) pass, anything else raises naming it (4.7 is refused, never truncated)."""
+    if type(value) is int:
+        return value
+    if isinstance(value, float):
+        if value.is_integer():
+            return int(value)
+    elif not isinstance(value, (str, bytes, bool)):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"indexer_q: {arg}: expected an integer, got {type(value).__name__} "
+                    f"{value!r}")
+
+
+# 0-element placeholders for the arguments a recipe does not take, one pair per device, made once
+# (an input one for weight / freqs / positions, and a separate one for weights_out, which the
+# schema marks as written). Only plain eager tensors use them: under torch.compile, or with a
+# tensor subclass (FakeTensor, ...), each call makes its own.
+_ABSENT: Dict[torch.device, Tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _absent_pair(q_input: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    dev = q_input.device
+    if type(q_input) is torch.Tensor and not torch.compiler.is_compiling():
+        pair = _ABSENT.get(dev)
+        if pair is None:
+            with torch.inference_mode(False):  # usable in and outside inference mode
+                pair = _ABSENT[dev] = (torch.empty(0, dtype=torch.float32, device=dev),
+                                       torch.empty(0, dtype=torch.float32, device=dev))
+        return pair
+    return (torch.empty(0, dtype=torch.float32, device=dev),
+            torch.empty(0, dtype=torch.float32, device=dev))
+
+
 def _absent(value, device) -> torch.Tensor:
     """An argument the recipe does not take (None, or a tensor with no elements): the operator
     gets a 0-element tensor on q_input's device, which the binding turns into the library's
@@ -376,8 +544,14 @@ def _absent(value, device) -> torch.Tensor:
     return value
 
 
+def _recipe_facts(recipe) -> _Facts:
+    f = _FACTS.get(recipe) if type(recipe) is str else None
+    return f if f is not None else _FACTS[_check_recipe(recipe)]
+
+
 def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dtype, q_out, q_sf,
              weights_out, enable_pdl, head_scale=1.0):
+    f = _recipe_facts(recipe)
     if q_out is not None:
         if not isinstance(q_out, torch.Tensor):
             raise TypeError(f"indexer_q: q_out: expected a tensor, got {type(q_out).__name__}")
@@ -385,50 +559,58 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
             raise ValueError(f"indexer_q: out_dtype: {out_dtype} contradicts q_out's dtype "
                              f"{q_out.dtype}")
         out_dtype = q_out.dtype
-    recipe = resolve_recipe(recipe, out_dtype)
-    info = _RECIPES[recipe]
+    if out_dtype is not None and f.fn:  # float8_e4m3fnuz: the recipe's FNUZ twin, if any
+        f = _FACTS[resolve_recipe(f.name, out_dtype)]
+    recipe = f.name
     if not isinstance(q_input, torch.Tensor):
         raise TypeError(f"indexer_q: q_input: expected a tensor, got {type(q_input).__name__}")
-    dev = q_input.device
-    for arg, val, takes in (("weight", weight, info.weights), ("freqs", freqs, info.rope),
-                            ("positions", positions, info.rope)):
-        if takes and val is None:
+    weight_scale = _scalar("weight_scale", weight_scale)
+    head_scale = _scalar("head_scale", head_scale)
+    if f.weights:
+        if weight is None:
+            raise TypeError(f"indexer_q: weight: recipe {recipe} reads it: expected a tensor, "
+                            "got None")
+    if f.rope:
+        if freqs is None or positions is None:
+            arg = "freqs" if freqs is None else "positions"
             raise TypeError(f"indexer_q: {arg}: recipe {recipe} reads it: expected a tensor, "
                             "got None")
-    if info.freqs_layout == "halves" and isinstance(freqs, torch.Tensor) and freqs.is_complex():
-        raise TypeError(
-            f"indexer_q: freqs: recipe {recipe} reads a real (max_pos, 64) float32 table "
-            "[cos x32 | sin x32] (cos_sin_cache), not a complex one")
-    if info.rope:
-        freqs = _freqs_table(freqs)
-    else:
-        freqs, positions = _absent(freqs, dev), _absent(positions, dev)
-    if not info.weights:
-        weight, weights_out = _absent(weight, dev), _absent(weights_out, dev)
-    if q_out is None or weights_out is None or (info.q_scale_out and q_sf is None):
+        if type(freqs) is not torch.Tensor or freqs.dtype is not torch.float32:
+            if f.halves and isinstance(freqs, torch.Tensor) and freqs.is_complex():
+                raise TypeError(
+                    f"indexer_q: freqs: recipe {recipe} reads a real (max_pos, 64) float32 table "
+                    "[cos x32 | sin x32] (cos_sin_cache), not a complex one")
+            freqs = _freqs_table(freqs)
+    if not f.rope or not f.weights:
+        absent_in, absent_out = _absent_pair(q_input)
+        if not f.rope:
+            freqs = absent_in if freqs is None else freqs
+            positions = absent_in if positions is None else positions
+        if not f.weights:
+            weight = absent_in if weight is None else weight
+            weights_out = absent_out if weights_out is None else weights_out
+    if q_out is None or weights_out is None or (f.q_scale_out and q_sf is None):
         if q_input.dim() != 3:
             raise ValueError(
                 f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
-        b, h = q_input.shape[0], q_input.shape[1]
+        b, h, _ = q_input.shape
+        dev = q_input.device
         if q_out is None:
-            if info.fp4:
-                q_out = torch.empty((b, h, 64), dtype=out_dtype or torch.uint8, device=dev)
-            else:
-                default = (torch.float8_e4m3fnuz if info.format == "e4m3fnuz"
-                           else torch.float8_e4m3fn)
-                q_out = torch.empty((b, h, 128), dtype=out_dtype or default, device=dev)
-        if info.fp4 and q_sf is None:
-            q_sf = torch.empty((b, h), dtype=torch.int32, device=dev)
-        elif info.scale_out and q_sf is None:  # the row scale, (B, H, 1) as SGLang's act_quant
-            q_sf = torch.empty((b, h, 1), dtype=torch.float32, device=dev)
+            q_out = torch.empty((b, h, f.out_dim), dtype=out_dtype or f.out_dtype, device=dev)
+        if q_sf is None:
+            if f.fp4:
+                q_sf = torch.empty((b, h), dtype=torch.int32, device=dev)
+            elif f.scale_out:  # the row scale, (B, H, 1) as SGLang's act_quant
+                q_sf = torch.empty((b, h, 1), dtype=torch.float32, device=dev)
         if weights_out is None:  # SGLang's V4 forms: (B, H, 1); the other engines': (B, H)
-            shape = (b, h) if info.weights_2d else (b, h, 1)
-            weights_out = torch.empty(shape, dtype=torch.float32, device=dev)
-    # weight_scale / head_scale: Python floats (doubles); the binding rounds each to float32 once
-    op(recipe, q_input, q_out, q_sf, weight, weights_out, float(weight_scale), freqs, positions,
-       enable_pdl, float(head_scale))
-    w_ret = weights_out if info.weights else None
-    if info.q_scale_out:
+            weights_out = torch.empty((b, h) if f.w_shape_2d else (b, h, 1),
+                                      dtype=torch.float32, device=dev)
+    # weight_scale / head_scale: Python floats (doubles); the library checks each and rounds it
+    # to float32 once
+    op(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
+       enable_pdl, head_scale)
+    w_ret = weights_out if f.weights else None
+    if f.q_scale_out:
         return (q_out, q_sf), w_ret
     return q_out, w_ret
 
@@ -481,14 +663,7 @@ def quant_q(
     (``indexer_q::quant_q_reference``: the library's scalar reference, the executable spec; CPU
     tensors only).
     """
-    ops = {None: torch.ops.indexer_q.quant_q, "triton": torch.ops.indexer_q.quant_q_triton,
-           "composed": torch.ops.indexer_q.quant_q_composed,
-           "reference": torch.ops.indexer_q.quant_q_reference}
-    if backend not in ops:
-        raise ValueError(f"indexer_q: backend: expected None, 'triton', 'composed' or "
-                         f"'reference', got "
-                         f"{backend!r}")
-    return _quant_q(ops[backend], recipe, q_input, weight, weight_scale, freqs,
+    return _quant_q(_backend_op(backend), recipe, q_input, weight, weight_scale, freqs,
                     positions, out_dtype, q_out, q_sf, weights_out, enable_pdl, head_scale)
 
 
@@ -508,7 +683,7 @@ def composed_quant_q(
 ) -> Tuple[QOut, torch.Tensor]:
     """Same as :func:`quant_q`, always through the composed ATen implementation (operator
     ``indexer_q::quant_q_composed``), on any device, CPU included."""
-    return _quant_q(torch.ops.indexer_q.quant_q_composed, recipe, q_input, weight, weight_scale,
+    return _quant_q(_OP_QUANT_Q_COMPOSED, recipe, q_input, weight, weight_scale,
                     freqs, positions, out_dtype, q_out, q_sf, weights_out, False, head_scale)
 
 

@@ -14,7 +14,11 @@ from typing import Optional, Tuple
 
 import torch
 
-from ._ops import _freqs_table
+from ._ops import _freqs_table, _integral, _scalar
+
+# The operators, looked up once (a torch.ops attribute lookup costs microseconds a call).
+_OP_STORE = torch.ops.indexer_q.kside_store.default
+_OP_STORE_COMPOSED = torch.ops.indexer_q.kside_store_composed.default
 
 KSIDE_RECIPES: Tuple[str, ...] = tuple(torch.ops.indexer_q.krecipes())
 
@@ -48,7 +52,7 @@ def plan_positions_slots(plan: torch.Tensor, out_loc: torch.Tensor, *, is_decode
     out_loc = out_loc.to(torch.int64)  # exact for every integer dtype (sgl-kernel-xpu's rule)
     if out_loc.device != plan.device:
         raise _err("out_loc", f"expected the device of plan ({plan.device}), got {out_loc.device}")
-    ratio = int(compress_ratio)
+    ratio = _integral("compress_ratio", compress_ratio)  # 4.5 is refused, never truncated
     if ratio <= 0 or ratio > _U32:
         raise _err("compress_ratio", f"expected a positive 32-bit integer, got {compress_ratio}")
     n, m = plan.shape[0], out_loc.shape[0]
@@ -78,9 +82,10 @@ def kside_store(recipe: str, input: torch.Tensor, weight: torch.Tensor, eps: flo
                 composed: bool = False) -> None:
     """Stores the tokens into kvcache (in place). freqs may be the complex64 (max_pos, 32) table.
     composed=True runs the composed ATen implementation on any device."""
-    op = torch.ops.indexer_q.kside_store_composed if composed else torch.ops.indexer_q.kside_store
-    op(recipe, input, weight, float(eps), _freqs_table(freqs), positions, slots, kvcache,
-       int(page_size), bool(enable_pdl))
+    # eps: checked by the library (check_scalar); page_size: an integer (4.7 is refused)
+    (_OP_STORE_COMPOSED if composed else _OP_STORE)(
+        recipe, input, weight, _scalar("eps", eps), _freqs_table(freqs), positions, slots,
+        kvcache, _integral("page_size", page_size), bool(enable_pdl))
 
 
 def _plan_tensor(plan, is_decode, compress_ratio):

@@ -9,7 +9,7 @@ One table serves the registration (this module registers the Python kernels it c
 The implementations:
 
 - ``native``: a kernel of the C++ library, registered by the compiled extension for the device
-  types it was built with (``torch.ops.indexer_q.native_devices()``: "cpu", and "cuda" in a build
+  types it was built with (``torch.ops.indexer_q.native_devices()``, a bit set: 1 "cpu", 2 "cuda" in a build
   with the CUDA backend);
 - ``triton``: the Triton kernel (triton_kernel.py, for the query side's ops only), on a device
   type without a native kernel where Triton can run (CUDA: NVIDIA, or AMD through ROCm; XPU);
@@ -69,7 +69,8 @@ def _load_native() -> FrozenSet[str]:
         raise ImportError(
             f"indexer_q: the compiled extension {_ops.library_path} has no native_devices op "
             "(it is older than this package): rebuild it with the package") from e
-    return frozenset(op())
+    bits = int(op())
+    return frozenset(name for bit, name in ((1, "cpu"), (2, "cuda")) if bits & bit)
 
 
 _NATIVE: FrozenSet[str] = _load_native()

@@ -115,13 +115,19 @@ _lib.impl("quant_q_triton", _quant_q_triton, "CompositeExplicitAutograd")
 @torch.library.register_fake(f"{_NS}::quant_q_triton")
 def _fake_quant_q_triton(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
                          positions, enable_pdl=False, head_scale=1.0):
-    return None
+    from ._ops import _fake_q  # every tensor on one device (a mixed meta call raises)
+
+    return _fake_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
+                   positions, enable_pdl, head_scale)
 
 
 @torch.library.register_fake(f"{_NS}::quant_q_check")
 def _fake_quant_q_check(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
                         positions, enable_pdl=False, head_scale=1.0):
-    return None
+    from ._ops import _fake_q  # every tensor on one device (a mixed meta call raises)
+
+    return _fake_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
+                   positions, enable_pdl, head_scale)
 
 
 # ---- the known-answer check and the per-device choice --------------------------------------

@@ -1,5 +1,7 @@
 """Every error path: a torch error whose message names the argument, and outputs untouched."""
 
+import re
+
 import pytest
 import torch
 
@@ -210,3 +212,229 @@ def test_q_input_on_cpu_others_on_cuda(impl):
     a["q_input"] = a["q_input"].cpu()
     msg = check_error(OPS[impl], a, "q_fp8")
     assert "expected the device of q_input (cpu)" in msg, msg
+
+
+# ---- issue 22: mixed meta / CPU calls raise (the dispatcher sends them to the fake kernel) ----
+def _q_args(recipe="v4_fp8"):
+    import indexer_q
+    info = indexer_q.recipe_info(recipe)
+    a = valid("cpu")
+    q_out = (torch.zeros(B, H, 64, dtype=torch.uint8) if info.fp4 else a["q_fp8"])
+    q_sf = torch.zeros(B, H, dtype=torch.int32) if info.fp4 else None
+    return {"recipe": recipe, "q_input": a["q_input"], "q_out": q_out, "q_sf": q_sf,
+            "weight": a["weight"], "weights_out": a["weights_out"], "weight_scale": 0.5,
+            "freqs": a["freqs"], "positions": a["positions"]}
+
+
+def _call_q(op, a):
+    op(a["recipe"], a["q_input"], a["q_out"], a["q_sf"], a["weight"], a["weights_out"],
+       a["weight_scale"], a["freqs"], a["positions"], True, 1.0)
+
+
+def _k_args():
+    g = torch.Generator().manual_seed(3)
+    return {"recipe": "v4_k_fp8", "input": torch.randn(3, 128, generator=g),
+            "weight": torch.ones(128), "eps": 1e-6, "freqs": torch.randn(MAX_POS, 64, generator=g),
+            "positions": torch.tensor([0, 1, 2]), "slots": torch.tensor([0, 1, 2]),
+            "kvcache": torch.full((3, 132), 0xA5, dtype=torch.uint8), "page_size": 1}
+
+
+def _call_k(op, a):
+    op(a["recipe"], a["input"], a["weight"], a["eps"], a["freqs"], a["positions"], a["slots"],
+       a["kvcache"], a["page_size"], True)
+
+
+Q_OPS = ["quant_q", "quant_q_composed", "quant_q_check", "quant_q_reference", "quant_q_triton"]
+
+
+@pytest.mark.parametrize("opname", Q_OPS)
+@pytest.mark.parametrize("recipe", ["v4_fp8", "v4_fp4"])
+@pytest.mark.parametrize("arg", ["q_input", "q_out", "q_sf", "weight", "weights_out", "freqs",
+                                 "positions"])
+def test_one_meta_tensor_raises_naming_it(arg, recipe, opname):
+    a = _q_args(recipe)
+    if a[arg] is None:
+        pytest.skip(f"{recipe} takes no {arg}")
+    a[arg] = a[arg].to("meta")
+    outs = {k: a[k].clone() for k in ("q_out", "q_sf", "weights_out")
+            if a[k] is not None and a[k].device.type == "cpu"}
+    with pytest.raises(RuntimeError) as e:
+        _call_q(getattr(torch.ops.indexer_q, opname), a)
+    msg = str(e.value)
+    named = "q_out" if arg == "q_input" else arg  # the first tensor off q_input's device
+    assert f"indexer_q: {named}: expected the device of q_input" in msg, msg
+    for k, v in outs.items():  # nothing written
+        assert torch.equal(a[k], v), k
+
+
+@pytest.mark.parametrize("impl", ["native", "composed"])
+@pytest.mark.parametrize("arg", ["q_input", "q_fp8", "weight", "weights_out", "freqs",
+                                 "positions"])
+def test_one_meta_tensor_raises_v4_schema(arg, impl):
+    a = valid("cpu")
+    a[arg] = a[arg].to("meta")
+    with pytest.raises(RuntimeError) as e:
+        call(OPS[impl], a)
+    named = "q_fp8" if arg == "q_input" else arg
+    assert f"indexer_q: {named}: expected the device of q_input" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("opname", ["kside_store", "kside_store_composed"])
+@pytest.mark.parametrize("arg", ["input", "weight", "freqs", "positions", "slots", "kvcache"])
+def test_kside_one_meta_tensor_raises_naming_it(arg, opname):
+    a = _k_args()
+    a[arg] = a[arg].to("meta")
+    before = a["kvcache"].clone() if arg != "kvcache" else None
+    with pytest.raises(RuntimeError) as e:
+        _call_k(getattr(torch.ops.indexer_q, opname), a)
+    named = "weight" if arg == "input" else arg
+    assert f"indexer_q: {named}: expected the device of input" in str(e.value), str(e.value)
+    if before is not None:
+        assert torch.equal(a["kvcache"], before)
+
+
+def test_all_meta_still_traces():
+    # every tensor on meta (shape propagation, torch.compile's fake tensors): the fakes accept it
+    a = _q_args("v4_fp8")
+    for k in ("q_input", "q_out", "weight", "weights_out", "freqs", "positions"):
+        a[k] = a[k].to("meta")
+    _call_q(torch.ops.indexer_q.quant_q, a)
+    k = _k_args()
+    for n in ("input", "weight", "freqs", "positions", "slots", "kvcache"):
+        k[n] = k[n].to("meta")
+    _call_k(torch.ops.indexer_q.kside_store, k)
+    # a recipe without RoPE / weights: 0-element placeholders on another device are skipped
+    x = torch.zeros(2, 1, 128, device="meta")
+    torch.ops.indexer_q.quant_q("sgl_v41_fp4_quant_rne", x,
+                                torch.zeros(2, 1, 64, dtype=torch.uint8, device="meta"),
+                                torch.zeros(2, 1, dtype=torch.int32, device="meta"),
+                                torch.empty(0), torch.empty(0), 1.0, torch.empty(0),
+                                torch.empty(0), True, 1.0)
+
+
+# ---- issue 22: every scalar checked by the library's one validator, the argument named ----
+BAD_SCALARS = [
+    (float("nan"), "got nan"), (float("inf"), "got inf"), (float("-inf"), "got -inf"),
+    (1e300, "got 1e+300, which is inf in float32"), (-1e300, "got -1e+300, which is -inf in float32"),
+    (1e-50, "got 1e-50, which rounds to 0 in float32"),
+]
+
+
+@pytest.mark.parametrize("opname", ["quant_q", "quant_q_composed", "quant_q_check",
+                                    "quant_q_reference"])
+@pytest.mark.parametrize("which", ["weight_scale", "head_scale"])
+@pytest.mark.parametrize("value,text", BAD_SCALARS, ids=[t for _, t in BAD_SCALARS])
+def test_bad_scalar_is_refused_naming_it(value, text, which, opname):
+    a = _q_args("vllm_v4_fp8")
+    a["weights_out"] = torch.full((B, H), -7.25)
+    before = a["weights_out"].clone(), a["q_out"].view(torch.uint8).clone()
+    op = getattr(torch.ops.indexer_q, opname)
+    args = [a["recipe"], a["q_input"], a["q_out"], a["q_sf"], a["weight"], a["weights_out"],
+            0.5, a["freqs"], a["positions"], True, 1.0]
+    args[6 if which == "weight_scale" else 10] = value
+    with pytest.raises(RuntimeError) as e:
+        op(*args)
+    msg = str(e.value)
+    assert f"indexer_q: {which}: expected a finite number, {text}" in msg, msg
+    assert torch.equal(a["weights_out"], before[0])
+    assert torch.equal(a["q_out"].view(torch.uint8), before[1])
+
+
+@pytest.mark.parametrize("value,text", BAD_SCALARS, ids=[t for _, t in BAD_SCALARS])
+def test_bad_scalar_through_the_wrappers(value, text):
+    import indexer_q
+    a = valid("cpu")
+    with pytest.raises(RuntimeError, match=f"indexer_q: weight_scale: .*{re.escape(text)}"):
+        indexer_q.fused_q_indexer_rope_hadamard_quant(a["q_input"], a["weight"], value,
+                                                      a["freqs"], a["positions"])
+    with pytest.raises(RuntimeError, match=f"indexer_q: head_scale: .*{re.escape(text)}"):
+        indexer_q.quant_q("vllm_v4_fp8", a["q_input"], a["weight"], 0.5, a["freqs"],
+                          a["positions"], head_scale=value)
+    with pytest.raises(RuntimeError, match=f"indexer_q: head_scale: .*{re.escape(text)}"):
+        indexer_q.fused_indexer_q_rope_quant(a["positions"], a["q_input"], a["freqs"],
+                                             a["weight"], 0.5, value)
+
+
+def test_zero_and_negative_scales_are_valid_factors():
+    import indexer_q
+    a = valid("cpu")
+    for ws, hs in ((0.0, 1.0), (-0.5, 1.0), (0.5, -2.0), (0.5, 0.0)):
+        _, w = indexer_q.quant_q("vllm_v4_fp8", a["q_input"], a["weight"], ws, a["freqs"],
+                                 a["positions"], head_scale=hs)
+        assert bool(torch.isfinite(w).all())
+
+
+@pytest.mark.parametrize("value", ["0.5", None, [0.5], object()])
+def test_non_number_scalar_names_the_argument(value):
+    import indexer_q
+    a = valid("cpu")
+    with pytest.raises(TypeError, match="indexer_q: weight_scale: expected a float"):
+        indexer_q.quant_q("v4_fp8", a["q_input"], a["weight"], value, a["freqs"], a["positions"])
+    with pytest.raises(TypeError, match="indexer_q: head_scale: expected a float"):
+        indexer_q.quant_q("vllm_v4_fp8", a["q_input"], a["weight"], 0.5, a["freqs"],
+                          a["positions"], head_scale=value)
+    k = _k_args()
+    with pytest.raises(TypeError, match="indexer_q: eps: expected a float"):
+        indexer_q.kside_store(k["recipe"], k["input"], k["weight"], value, k["freqs"],
+                              k["positions"], k["slots"], k["kvcache"], 1)
+
+
+@pytest.mark.parametrize("opname", ["kside_store", "kside_store_composed"])
+@pytest.mark.parametrize("value,text", [
+    (float("nan"), "got nan"), (float("inf"), "got inf"), (-1e-6, "got -1e-06"),
+    (1e39, "got 1e+39, which is inf in float32"),
+    (1e-60, "got 1e-60, which rounds to 0 in float32")])
+def test_bad_eps_is_refused_naming_it(value, text, opname):
+    k = _k_args()
+    k["eps"] = value
+    before = k["kvcache"].clone()
+    with pytest.raises(RuntimeError) as e:
+        _call_k(getattr(torch.ops.indexer_q, opname), k)
+    assert f"indexer_q: eps: expected a finite number >= 0, {text}" in str(e.value), str(e.value)
+    assert torch.equal(k["kvcache"], before)
+
+
+def test_eps_zero_is_valid():
+    k = _k_args()
+    k["eps"] = 0.0
+    _call_k(torch.ops.indexer_q.kside_store, k)
+    assert not torch.equal(k["kvcache"], torch.full_like(k["kvcache"], 0xA5))
+
+
+@pytest.mark.parametrize("value", [4.7, "4", 2.5, None])
+def test_page_size_not_integral_is_refused(value):
+    import indexer_q
+    k = _k_args()
+    before = k["kvcache"].clone()
+    with pytest.raises(TypeError, match="indexer_q: page_size: expected an integer"):
+        indexer_q.kside_store(k["recipe"], k["input"], k["weight"], 1e-6, k["freqs"],
+                              k["positions"], k["slots"], k["kvcache"], value)
+    assert torch.equal(k["kvcache"], before)
+    # an integral float is its integer
+    indexer_q.kside_store(k["recipe"], k["input"], k["weight"], 1e-6, k["freqs"], k["positions"],
+                          k["slots"], k["kvcache"], 1.0)
+
+
+@pytest.mark.parametrize("value", [4.5, "4", None])
+def test_compress_ratio_not_integral_is_refused(value):
+    import indexer_q.kside as ks
+    plan = torch.zeros(2, 16, dtype=torch.uint8)
+    with pytest.raises(TypeError, match="indexer_q: compress_ratio: expected an integer"):
+        ks.plan_positions_slots(plan, torch.tensor([0, 1]), is_decode=True,
+                                compress_ratio=value)
+    ks.plan_positions_slots(plan, torch.tensor([0, 1]), is_decode=True, compress_ratio=4.0)
+
+
+def test_unknown_recipe_names_it():
+    a = _q_args()
+    a["recipe"] = "v4_fp9"
+    with pytest.raises(RuntimeError, match="indexer_q: recipe: unknown recipe 'v4_fp9'; "
+                                           "expected one of v4_fp8"):
+        _call_q(torch.ops.indexer_q.quant_q, a)
+    with pytest.raises(RuntimeError, match="unknown recipe 'nope'"):
+        torch.ops.indexer_q.recipe_info("nope")
+    k = _k_args()
+    k["recipe"] = "v4_k_fp9"
+    with pytest.raises(RuntimeError, match="unknown key-side recipe 'v4_k_fp9'; expected one of "
+                                           "v4_k_fp8"):
+        _call_k(torch.ops.indexer_q.kside_store, k)
