@@ -204,6 +204,16 @@ inline __m256i clamp_encode(__m256 q, const Consts& c) {
   return _mm256_add_epi32(raw, k);
 }
 
+// The E2M1 encoders' rounding (see e2m1_encode_bf16, mx_e2m1_encode): for a <= 6 (a >= 0, or
+// e2m1_encode_bf16's a - 2^-10), bits(t) - bits(m) + (bits(m) >> 22) with m = 2^max(exponent of
+// a, 0) and t = fma(m, 2^22, a) (a onto the E2M1 grid, nearest even); the magnitude is that
+// minus (22 << 23) + 254, which the sign constants c4pos / c4neg fold in.
+inline __m256i e2m1_grid_raw(__m256 a, const Consts& c) {
+  const __m256i m = _mm256_max_epi32(_mm256_castps_si256(_mm256_and_ps(a, c.expmask)), _mm256_castps_si256(c.one_f));
+  const __m256i t = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_castsi256_ps(m), c.c2p22, a));
+  return _mm256_add_epi32(_mm256_sub_epi32(t, m), _mm256_srli_epi32(m, 22));
+}
+
 // E2M1 code (0..15, clean 32-bit lanes) of v = y * inv, y a bf16 value and inv a power of two
 // (so v has at most 8 significant bits, or is below 2^-126).
 //
@@ -215,10 +225,7 @@ inline __m256i clamp_encode(__m256 q, const Consts& c) {
 // k = bits(t) - bits(m) - (22 << 23), magnitude = k + 2 * Ec = k + (bits(m) >> 22) - 254.
 // Sign: v < -0.25 exactly when v < 0 and the magnitude is not 0 (a NaN is never below).
 inline __m256i e2m1_encode_bf16(__m256 v, const Consts& c) {
-  const __m256 a = _mm256_sub_ps(_mm256_min_ps(_mm256_and_ps(v, c.absmask), c.c6), c.c2m10);
-  const __m256i m = _mm256_max_epi32(_mm256_castps_si256(_mm256_and_ps(a, c.expmask)), _mm256_castps_si256(c.one_f));
-  const __m256i t = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_castsi256_ps(m), c.c2p22, a));
-  const __m256i raw = _mm256_add_epi32(_mm256_sub_epi32(t, m), _mm256_srli_epi32(m, 22));
+  const __m256i raw = e2m1_grid_raw(_mm256_sub_ps(_mm256_min_ps(_mm256_and_ps(v, c.absmask), c.c6), c.c2m10), c);
   const __m256 neg = _mm256_cmp_ps(v, c.cm025, _CMP_LT_OQ);
   return _mm256_add_epi32(raw, _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(c.c4pos),
                                                                     _mm256_castsi256_ps(c.c4neg), neg)));
@@ -244,10 +251,7 @@ inline __m256i e2m1_encode_any(__m256 v, const Consts& c) {
 // NaN; it picks the constant.
 inline __m256i mx_e2m1_encode(__m256 v, const Consts& c) {
   const __m256 hi = _mm256_min_ps(v, c.c6);
-  const __m256 a = _mm256_min_ps(_mm256_and_ps(v, c.absmask), c.c6);
-  const __m256i m = _mm256_max_epi32(_mm256_castps_si256(_mm256_and_ps(a, c.expmask)), _mm256_castps_si256(c.one_f));
-  const __m256i t = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_castsi256_ps(m), c.c2p22, a));
-  const __m256i raw = _mm256_add_epi32(_mm256_sub_epi32(t, m), _mm256_srli_epi32(m, 22));
+  const __m256i raw = e2m1_grid_raw(_mm256_min_ps(_mm256_and_ps(v, c.absmask), c.c6), c);
   return _mm256_add_epi32(raw, _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(c.c4pos),
                                                                     _mm256_castsi256_ps(c.c4neg), hi)));
 }
@@ -256,10 +260,7 @@ inline __m256i mx_e2m1_encode(__m256 v, const Consts& c) {
 // float v: the magnitude of mx_e2m1_encode (nearest, ties to even, saturating at 6, NaN -> 7) and
 // the sign bit only on a nonzero magnitude of a negative v, i.e. exactly when v < -0.25.
 inline __m256i rne_e2m1_encode(__m256 v, const Consts& c) {
-  const __m256 a = _mm256_min_ps(_mm256_and_ps(v, c.absmask), c.c6);
-  const __m256i m = _mm256_max_epi32(_mm256_castps_si256(_mm256_and_ps(a, c.expmask)), _mm256_castps_si256(c.one_f));
-  const __m256i t = _mm256_castps_si256(_mm256_fmadd_ps(_mm256_castsi256_ps(m), c.c2p22, a));
-  const __m256i raw = _mm256_add_epi32(_mm256_sub_epi32(t, m), _mm256_srli_epi32(m, 22));
+  const __m256i raw = e2m1_grid_raw(_mm256_min_ps(_mm256_and_ps(v, c.absmask), c.c6), c);
   const __m256 neg = _mm256_cmp_ps(v, c.cm025, _CMP_LT_OQ);
   return _mm256_add_epi32(raw, _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(c.c4pos),
                                                                     _mm256_castsi256_ps(c.c4neg), neg)));

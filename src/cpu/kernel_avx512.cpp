@@ -149,15 +149,24 @@ inline __m512 round_bf16(__m512 x, const Consts& c) {
 // sign is the class "negative finite, -Inf or -0" of v (never a NaN: fmin(NaN, 448) = +448), and
 // (bits(m) >> 20) + 56 - bits(m) comes from a 16-entry table on m's exponent (enc_k).
 // kNanNeg (Quantizer::kSglangUe8m0): a NaN counts as negative too, so it gives -448 (0xfe).
-template <bool kNanNeg = false>
-inline __m512i clamp_encode(__m512 q, const Consts& c) {
+//
+// kFast (rows known to hold no NaN in q, see Avx512::front_body): a = min(|q|, bound) in one
+// vrangeps (min of the magnitudes, sign cleared; it would return a NaN as it is, hence the
+// condition) and the sign is q's sign bit. bound: 448, or 224 for Quantizer::kSglang224 (whose
+// clamp to [-224, 224] keeps the sign, -0 included).
+template <bool kNanNeg = false, bool kFast = false>
+inline __m512i clamp_encode(__m512 q, const Consts& c, __m512 bound) {
   // 0x40 negative finite, 0x10 -Inf, 0x04 -0 (kNanNeg: also 0x01 QNaN, 0x80 SNaN)
-  const __mmask16 neg = _mm512_fpclass_ps_mask(q, kNanNeg ? 0xD5 : 0x54);
-  const __m512 a = _mm512_min_ps(abs_ps(q, c), c.c448);
+  const __mmask16 neg = kFast ? _mm512_movepi32_mask(_mm512_castps_si512(q)) : _mm512_fpclass_ps_mask(q, kNanNeg ? 0xD5 : 0x54);
+  const __m512 a = kFast ? _mm512_range_ps(q, bound, 0x0A) : _mm512_min_ps(abs_ps(q, c), bound);
   const __m512i m = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), c.expmask), c.min_normal);
   const __m512i t = _mm512_castps_si512(_mm512_fmadd_ps(_mm512_castsi512_ps(m), c.c2p20, a));  // the one rounding
   const __m512i raw = _mm512_add_epi32(t, _mm512_permutexvar_epi32(_mm512_srli_epi32(m, 23), c.enc_k));
   return _mm512_mask_or_epi32(raw, neg, raw, c.c80_32);
+}
+template <bool kNanNeg = false, bool kFast = false>
+inline __m512i clamp_encode(__m512 q, const Consts& c) {
+  return clamp_encode<kNanNeg, kFast>(q, c, c.c448);
 }
 
 // E2M1 code (0..15, clean 32-bit lanes) of v, any float. a = min(|v|, 6) (NaN -> 6). The
@@ -166,8 +175,15 @@ inline __m512i clamp_encode(__m512 q, const Consts& c) {
 // exponent and the top 2 mantissa bits: every threshold is such a bucket edge. The bucket index
 // (0 below 0.125, at most 21 at a = 6) picks the magnitude from a 32-entry table.
 // Sign: v < -0.25 exactly when v < 0 and the magnitude is not 0 (a NaN is never below).
+// kFast (no NaN in v): a in one vrangeps, as in clamp_encode.
+template <bool kFast = false>
+inline __m512 min_abs6(__m512 v, const Consts& c) {
+  return kFast ? _mm512_range_ps(v, c.c6, 0x0A) : _mm512_min_ps(abs_ps(v, c), c.c6);  // minps: NaN -> 6
+}
+
+template <bool kFast = false>
 inline __m512i e2m1_encode(__m512 v, const Consts& c) {
-  const __m512 a = _mm512_min_ps(abs_ps(v, c), c.c6);
+  const __m512 a = min_abs6<kFast>(v, c);
   const __m512i idx = _mm512_srli_epi32(
       _mm512_max_epi32(_mm512_sub_epi32(_mm512_castps_si512(a), c.fp4_base), _mm512_setzero_si512()), 21);
   const __m512i mag = _mm512_permutex2var_epi32(c.fp4_lo, idx, c.fp4_hi);
@@ -180,22 +196,24 @@ inline __m512i e2m1_encode(__m512 v, const Consts& c) {
 // bits(t) - bits(m) + (bits(m) >> 22) - (22 << 23) - 254; bit 3 = the sign bit of v on every code
 // but a NaN's (0x7 whatever its sign): the class "negative finite, -Inf or -0" of v, as in
 // clamp_encode (negative subnormals included).
-inline __m512i mx_e2m1_encode(__m512 v, const Consts& c) {
-  const __m512 a = _mm512_min_ps(abs_ps(v, c), c.c6);  // minps: NaN -> 6 (2nd operand)
+inline __m512i e2m1_grid_mag(__m512 a, const Consts& c) {
   const __m512i m = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), c.expmask), c.one_bits);
   const __m512i t = _mm512_castps_si512(_mm512_fmadd_ps(_mm512_castsi512_ps(m), c.c2p22, a));
-  const __m512i mag = _mm512_add_epi32(_mm512_add_epi32(_mm512_sub_epi32(t, m), _mm512_srli_epi32(m, 22)), c.mx_off);
-  return _mm512_mask_or_epi32(mag, _mm512_fpclass_ps_mask(v, 0x54), mag, c.c8);
+  return _mm512_add_epi32(_mm512_add_epi32(_mm512_sub_epi32(t, m), _mm512_srli_epi32(m, 22)), c.mx_off);
+}
+template <bool kFast = false>
+inline __m512i mx_e2m1_encode(__m512 v, const Consts& c) {
+  const __m512i mag = e2m1_grid_mag(min_abs6<kFast>(v, c), c);
+  const __mmask16 neg = kFast ? _mm512_movepi32_mask(_mm512_castps_si512(v)) : _mm512_fpclass_ps_mask(v, 0x54);
+  return _mm512_mask_or_epi32(mag, neg, mag, c.c8);
 }
 
 // The V4.1 packer's E2M1 code (Quantizer::kFp4Rne / kFp4TwoStage, row.h's e2m1_encode_rne) of any
 // float v: mx_e2m1_encode's magnitude (ties to even, NaN -> 7), the sign only on a nonzero
 // magnitude of a negative v, i.e. exactly when v < -0.25 (never for a NaN).
+template <bool kFast = false>
 inline __m512i rne_e2m1_encode(__m512 v, const Consts& c) {
-  const __m512 a = _mm512_min_ps(abs_ps(v, c), c.c6);  // minps: NaN -> 6 (2nd operand)
-  const __m512i m = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), c.expmask), c.one_bits);
-  const __m512i t = _mm512_castps_si512(_mm512_fmadd_ps(_mm512_castsi512_ps(m), c.c2p22, a));
-  const __m512i mag = _mm512_add_epi32(_mm512_add_epi32(_mm512_sub_epi32(t, m), _mm512_srli_epi32(m, 22)), c.mx_off);
+  const __m512i mag = e2m1_grid_mag(min_abs6<kFast>(v, c), c);
   return _mm512_mask_or_epi32(mag, _mm512_cmp_ps_mask(v, c.cm025, _CMP_LT_OQ), mag, c.c8);
 }
 
@@ -213,33 +231,84 @@ inline __m512 stage1_values(__m512 x, __m512 inv1, __m512 sc, const Consts& c) {
   return _mm512_mul_ps(sg, sc);
 }
 
-template <class R>
+template <class R, bool kFast>
 inline __m512i fp4_encode(__m512 v, const Consts& c) {
-  if (R::kVllm) return mx_e2m1_encode(v, c);
-  if (kRneFp4<R>) return rne_e2m1_encode(v, c);
-  return e2m1_encode(v, c);
+  if (R::kVllm) return mx_e2m1_encode<kFast>(v, c);
+  if (kRneFp4<R>) return rne_e2m1_encode<kFast>(v, c);
+  return e2m1_encode<kFast>(v, c);
 }
 
 // vLLM's FP8 code of q = x * inv (row.h's vllm_fp8_code): clamp_encode (NaN -> min(NaN, 448) =
 // 448, positive: 0x7e), or 1 on the NaN lanes (0x7f).
+// kFast (no NaN in q): clamp_encode alone.
+template <bool kFast = false>
 inline __m512i vllm_fp8_encode(__m512 q, const Consts& c) {
-  const __m512i code = clamp_encode(q, c);
+  const __m512i code = clamp_encode<false, kFast>(q, c);
+  if (kFast) return code;
   return _mm512_mask_or_epi32(code, _mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q), code, c.c1);
 }
 
-template <class R>
+template <class R, bool kFast>
 inline __m512i fp8_encode(__m512 q, const Consts& c) {
   // gfx942 (see kernel_avx2.cpp): kSglang224 clamps to [-224, 224] first (NaN -> 224); kVllmFnuz224
   // (q = 2 * x / q_scale) takes vLLM's code (NaN -> 0x7f), made e4m3fnuz in back_body.
-  if constexpr (R::kQuant == Quantizer::kSglang224)
+  if constexpr (R::kQuant == Quantizer::kSglang224) {
+    if constexpr (kFast) return clamp_encode<false, true>(q, c, c.c224);
     return clamp_encode(_mm512_max_ps(_mm512_min_ps(q, c.c224), c.cm224), c);
-  if constexpr (R::kQuant == Quantizer::kVllmFnuz224) return vllm_fp8_encode(q, c);
-  return kNanCode7f<R> ? vllm_fp8_encode(q, c) : clamp_encode<kNanCodeFe<R>>(q, c);
+  }
+  if constexpr (R::kQuant == Quantizer::kVllmFnuz224) return vllm_fp8_encode<kFast>(q, c);
+  if constexpr (kNanCode7f<R>) return vllm_fp8_encode<kFast>(q, c);
+  return clamp_encode<kNanCodeFe<R>, kFast>(q, c);
 }
 
 // Max of a 16-lane vector into 8 lanes (max is exact, order free; no NaN reaches here).
 inline __m256 half_max(__m512 m) {
   return _mm256_max_ps(_mm512_castps512_ps256(m), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1)));
+}
+
+// The amax by vrangeps (max of the magnitudes, sign cleared: |a| or |b|, one instruction for
+// abs + max), for every recipe but the two-stage FP4 one. Like maxps it ignores a quiet NaN
+// operand (it returns the other one), but a signalling NaN gives a NaN. Beside it, one fma per
+// 32 values, f = fma(e, o, f), tells whether the step's values (1 or 2 rows) are all finite: a
+// NaN or an infinity among them leaves f NaN or infinite for good (NaN * x, Inf * 0, Inf + -Inf:
+// NaN; Inf * x, Inf + x: Inf), and finite values leave it finite unless a product or the sum
+// overflows, which only sends a finite step down the exact path. A step whose f is not finite is
+// re-reduced from buf the NaN-ignoring way (amax_exact) and encoded by the exact encoders;
+// otherwise no value is NaN or infinite, not even q = y * inv (finite y, finite inv), so the
+// encoders may drop the NaN cases (kFast).
+template <class R>
+constexpr bool kRangeAmax = R::kQuant != Quantizer::kFp4TwoStage;
+inline __m512 range_max(__m512 a, __m512 b) { return _mm512_range_ps(a, b, 0x0B); }
+inline __m256 range_max(__m256 a, __m256 b) { return _mm256_range_ps(a, b, 0x0B); }
+inline __m128 range_max(__m128 a, __m128 b) { return _mm_range_ps(a, b, 0x0B); }
+inline __m256 half_range_max(__m512 m) {
+  return range_max(_mm512_castps512_ps256(m), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1)));
+}
+// max4x8 of kernel_common.h with NaN propagated (inputs >= 0 or NaN).
+inline __m128 range_max4x8(__m256 m0, __m256 m1, __m256 m2, __m256 m3) {
+  const __m256 a = range_max(_mm256_unpacklo_ps(m0, m1), _mm256_unpackhi_ps(m0, m1));
+  const __m256 b = range_max(_mm256_unpacklo_ps(m2, m3), _mm256_unpackhi_ps(m2, m3));
+  const __m256 c = range_max(_mm256_shuffle_ps(a, b, 0x44), _mm256_shuffle_ps(a, b, 0xEE));
+  return range_max(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
+}
+// A row's amax from buf ignoring NaN (maxps returns its 2nd operand, the running max, for a NaN):
+// FP8, every lane the row's; FP4, lane k block k's. Rare (rows with a NaN or an Inf).
+template <bool kFp4>
+__attribute__((noinline, cold)) __m128 amax_exact(const float* row, const Consts& c) {
+  if (kFp4) {
+    __m256 mb[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m512 e = _mm512_load_ps(row + 32 * k), o = _mm512_load_ps(row + 32 * k + 16);
+      mb[k] = half_max(_mm512_max_ps(abs_ps(e, c), _mm512_max_ps(abs_ps(o, c), _mm512_setzero_ps())));
+    }
+    return max4x8(mb[0], mb[1], mb[2], mb[3]);
+  }
+  __m512 m = _mm512_setzero_ps();
+  for (int k = 0; k < 8; ++k) m = _mm512_max_ps(abs_ps(_mm512_load_ps(row + 16 * k), c), m);
+  const __m256 m8 = half_max(m);
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+  m4 = _mm_max_ps(m4, _mm_permute_ps(m4, 0x4E));
+  return _mm_max_ps(m4, _mm_permute_ps(m4, 0xB1));
 }
 
 struct Avx512 {
@@ -333,6 +402,7 @@ struct Avx512 {
     // ignoring NaN (maxps returns its 2nd operand, the running max, when the new value is NaN) of
     // the row (FP8) or of each block of 32 = E[k], O[k] (FP4). Results to buf for the back phase.
     __m128 amax[kRows];
+    __m512 fin = _mm512_setzero_ps();  // kRangeAmax: finite while every value of the step is
 #pragma GCC unroll 2
     for (int n = 0; n < kRows; ++n) {
       __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
@@ -348,7 +418,13 @@ struct Avx512 {
           e = round_bf16<kDt>(e, c);
           o = round_bf16<kDt>(o, c);
         }
-        if (R::kFp4) {
+        if (kRangeAmax<R>) fin = _mm512_fmadd_ps(e, o, fin);
+        if (R::kFp4 && kRangeAmax<R>) {
+          mb[k] = half_range_max(range_max(e, o));
+        } else if (kRangeAmax<R>) {
+          m0 = range_max(e, m0);
+          m1 = range_max(o, m1);
+        } else if (R::kFp4) {
           // maxps returns its 2nd operand when either is NaN: the inner max turns a NaN of o
           // into 0, the outer one ignores a NaN of e.
           mb[k] = half_max(_mm512_max_ps(abs_ps(e, c), _mm512_max_ps(abs_ps(o, c), _mm512_setzero_ps())));
@@ -359,7 +435,9 @@ struct Avx512 {
         _mm512_store_ps(buf[n] + 32 * k, e);
         _mm512_store_ps(buf[n] + 32 * k + 16, o);
       }
-      if (R::kFp4) {
+      if (R::kFp4 && kRangeAmax<R>) {
+        amax[n] = range_max4x8(mb[0], mb[1], mb[2], mb[3]);  // lane k = block k
+      } else if (R::kFp4) {
         amax[n] = max4x8(mb[0], mb[1], mb[2], mb[3]);  // lane k = block k
         if constexpr (R::kQuant == Quantizer::kFp4TwoStage) {
           // Stage 1 of the two-stage quantizer: the fake-quantized values replace the row in buf,
@@ -379,6 +457,11 @@ struct Avx512 {
           }
           amax[n] = max4x8(mb[0], mb[1], mb[2], mb[3]);
         }
+      } else if (kRangeAmax<R>) {
+        const __m256 m8 = half_range_max(range_max(m0, m1));
+        __m128 m4 = range_max(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+        m4 = range_max(m4, _mm_permute_ps(m4, 0x4E));
+        amax[n] = range_max(m4, _mm_permute_ps(m4, 0xB1));  // all lanes hold the max
       } else {
         const __m256 m8 = half_max(_mm512_max_ps(m0, m1));
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
@@ -386,50 +469,73 @@ struct Avx512 {
         amax[n] = _mm_max_ps(m4, _mm_permute_ps(m4, 0xB1));  // all lanes hold the max
       }
     }
-    return scales_of<R, kRows>(amax);
+    // One test for the rows of the step: any lane of fin NaN (0x01 quiet, 0x80 signalling) or
+    // infinite (0x08, 0x10).
+    bool slow = false;
+    if constexpr (kRangeAmax<R>) {
+      if (__builtin_expect(_mm512_fpclass_ps_mask(fin, 0x99) != 0, 0)) {
+#pragma GCC unroll 2
+        for (int n = 0; n < kRows; ++n) amax[n] = amax_exact<R::kFp4>(buf[n], c);
+        slow = true;
+      }
+    }
+    RowScales rs = scales_of<R, kRows>(amax);
+    rs.slow = slow;
+    return rs;
+  }
+
+  // Codes, sf bytes and weights_out of row n of the pair (kFast: see kRangeAmax).
+  template <class R, DType kDt, int kRows, bool kFast>
+  __attribute__((always_inline)) static void back_row(const Problem& p, std::int64_t r0, std::int64_t b, std::int64_t h0,
+                                                      const Consts& c, const float (*buf)[128], const RowScales& rs,
+                                                      int n) {
+    if (R::kFp4) {
+      // Block k: codes of E[k] (low nibbles) and O[k] (high nibbles), 16 bytes in order.
+      std::uint8_t* out = p.q_out + (r0 + n) * 64;
+      const __m512 inv8 = _mm512_castps256_ps512(rs.inv4);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512 vinv = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * n + k), inv8);
+        const __m512i e = fp4_encode<R, kFast>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv), c);
+        const __m512i o = fp4_encode<R, kFast>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv), c);
+        const __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 4), c.c0f, 0xE4);  // c ? e : o<<4
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * k), _mm512_cvtepi32_epi8(w));
+      }
+      const std::uint32_t sf = fp4_sf_word(rs.e4, n);
+      std::memcpy(p.q_sf + 4 * (r0 + n), &sf, 4);
+      write_weight<R>(p, r0 + n, b, h0 + n, 0.0f);
+      return;
+    }
+    // Steps 8-9 (vLLM: x * (1 / q_scale), the same floats as x / q_scale, see vllm_fp8_scales);
+    // the even/odd codes of each pair go to the two bytes of a 16-bit word.
+    const __m512 vinv = _mm512_set1_ps(n == 0 ? lane_of<0>(rs.inv) : lane_of<1>(rs.inv));
+    std::uint8_t* out = p.q_out + (r0 + n) * 128;
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m512i e = fp8_encode<R, kFast>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv), c);
+      const __m512i o = fp8_encode<R, kFast>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv), c);
+      // (e & 0xff) | (o << 8), low 16 bits of each lane, then narrowed to 16 words.
+      const __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 8), c.cff, 0xE4);
+      __m256i v = _mm512_cvtepi32_epi16(w);
+      if (R::kFnuz) v = _mm256_andnot_si256(_mm256_cmpeq_epi8(v, c.c80), v);  // -0 -> +0
+      if constexpr (R::kQuant == Quantizer::kVllmFnuz224)
+        if (!kFast) v = _mm256_sub_epi8(v, _mm256_cmpeq_epi8(v, c.c7f));  // NaN: 0x7f -> 0x80, e4m3fnuz's NaN
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * k), v);
+    }
+    write_weight<R>(p, r0 + n, b, h0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));
+    write_scale_out<R>(p, r0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));
   }
 
   template <class R, DType kDt, int kRows>
   __attribute__((always_inline)) static void back_body(const Problem& p, std::int64_t r0, std::int64_t b,
                                                        std::int64_t h0, const Consts& c, const float (*buf)[128],
                                                        const RowScales& rs) {
+    if (kRangeAmax<R> && __builtin_expect(!rs.slow, 1)) {
 #pragma GCC unroll 2
-    for (int n = 0; n < kRows; ++n) {
-      if (R::kFp4) {
-        // Block k: codes of E[k] (low nibbles) and O[k] (high nibbles), 16 bytes in order.
-        std::uint8_t* out = p.q_out + (r0 + n) * 64;
-        const __m512 inv8 = _mm512_castps256_ps512(rs.inv4);
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k) {
-          const __m512 vinv = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * n + k), inv8);
-          const __m512i e = fp4_encode<R>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv), c);
-          const __m512i o = fp4_encode<R>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv), c);
-          const __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 4), c.c0f, 0xE4);  // c ? e : o<<4
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * k), _mm512_cvtepi32_epi8(w));
-        }
-        const std::uint32_t sf = fp4_sf_word(rs.e4, n);
-        std::memcpy(p.q_sf + 4 * (r0 + n), &sf, 4);
-        write_weight<R>(p, r0 + n, b, h0 + n, 0.0f);
-        continue;
-      }
-      // Steps 8-9 (vLLM: x * (1 / q_scale), the same floats as x / q_scale, see vllm_fp8_scales);
-      // the even/odd codes of each pair go to the two bytes of a 16-bit word.
-      const __m512 vinv = _mm512_set1_ps(n == 0 ? lane_of<0>(rs.inv) : lane_of<1>(rs.inv));
-      std::uint8_t* out = p.q_out + (r0 + n) * 128;
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        const __m512i e = fp8_encode<R>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv), c);
-        const __m512i o = fp8_encode<R>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv), c);
-        // (e & 0xff) | (o << 8), low 16 bits of each lane, then narrowed to 16 words.
-        const __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 8), c.cff, 0xE4);
-        __m256i v = _mm512_cvtepi32_epi16(w);
-        if (R::kFnuz) v = _mm256_andnot_si256(_mm256_cmpeq_epi8(v, c.c80), v);  // -0 -> +0
-        if constexpr (R::kQuant == Quantizer::kVllmFnuz224)
-          v = _mm256_sub_epi8(v, _mm256_cmpeq_epi8(v, c.c7f));  // NaN: 0x7f -> 0x80, e4m3fnuz's NaN
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * k), v);
-      }
-      write_weight<R>(p, r0 + n, b, h0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));
-      write_scale_out<R>(p, r0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));
+      for (int n = 0; n < kRows; ++n) back_row<R, kDt, kRows, kRangeAmax<R>>(p, r0, b, h0, c, buf, rs, n);
+    } else {
+#pragma GCC unroll 2
+      for (int n = 0; n < kRows; ++n) back_row<R, kDt, kRows, false>(p, r0, b, h0, c, buf, rs, n);
     }
   }
 };

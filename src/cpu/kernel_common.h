@@ -141,32 +141,29 @@ inline void mx_scales(__m256 am, __m256& inv, __m256i& e) {
   inv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
 }
 
-// vLLM's V3.2 FP8 row scale (Quantizer::kVllmV32): q_scale = pow2_ceil(fmax(amax, 1e-10) *
-// fl(1/448)) (a power of two in [2^-42, 2^120], or +Inf for an infinite amax), inv = 1 / q_scale
-// (exact, or 0): x * inv is x / q_scale, as in vllm_fp8_scales.
-inline void v32_fp8_scales(__m128 am, __m128& scale, __m128& inv) {
-  const __m128 s = _mm_mul_ps(_mm_max_ps(am, _mm_set1_ps(kV32FloorK)), _mm_set1_ps(kInv448K));
+// Power-of-two row scales from fmax(amax, floor) * factor (IEEE product; amax NaN: the floor).
+// pow2_mask_scales: q_scale = that product rounded up to a power of two from its bits: (bits +
+// 0x7fffff) with the mantissa cleared (positive, so no carry reaches the sign; +Inf stays +Inf),
+// inv = 1 / q_scale (exact, or 0 for +Inf): x * inv is x / q_scale, as in vllm_fp8_scales.
+//   vLLM's V3.2 quantizer (Quantizer::kVllmV32): floor 1e-10, factor fl(1/448): q_scale in
+//   [2^-42, 2^120] or +Inf for an infinite amax;
+//   SGLang's V3.2 act_quant (Quantizer::kSglangUe8m0): floor 1e-4, factor fl(1/448): q_scale in
+//   [2^-22, 2^120] or +Inf (Inf / Inf and Inf * 0: NaN).
+inline void pow2_mask_scales(__m128 am, float floor, float factor, __m128& scale, __m128& inv) {
+  const __m128 s = _mm_mul_ps(_mm_max_ps(am, _mm_set1_ps(floor)), _mm_set1_ps(factor));
   scale = _mm_castsi128_ps(_mm_and_si128(_mm_add_epi32(_mm_castps_si128(s), _mm_set1_epi32(0x7fffff)),
                                          _mm_set1_epi32(int(0xff800000u))));
   inv = _mm_div_ps(_mm_set1_ps(1.0f), scale);
 }
 
-// SGLang's V3.2 act_quant row scale (Quantizer::kSglangUe8m0): q_scale = pow2_ceil(fmax(amax, 1e-4) *
-// fl(1/448)) (a power of two in [2^-22, 2^120], or +Inf for an infinite amax), inv = 1 / q_scale
-// (exact, or 0): x * inv is x / q_scale, as in vllm_fp8_scales (Inf / Inf and Inf * 0: NaN).
-inline void ue8m0_fp8_scales(__m128 am, __m128& scale, __m128& inv) {
-  const __m128 s = _mm_mul_ps(_mm_max_ps(am, _mm_set1_ps(kScaleFloorK)), _mm_set1_ps(kInv448K));
-  scale = _mm_castsi128_ps(_mm_and_si128(_mm_add_epi32(_mm_castps_si128(s), _mm_set1_epi32(0x7fffff)),
-                                         _mm_set1_epi32(int(0xff800000u))));
-  inv = _mm_div_ps(_mm_set1_ps(1.0f), scale);
-}
-
-// vLLM's CuTe FP8 row scale (Quantizer::kVllmCute): e = exponent of fmax(amax, 1e-4) * fl(1/448)
-// rounded up ((bits + 0x7fffff) >> 23: 1..254 for a finite amax, 255 for +Inf), scale = bits
-// e << 23 (+Inf at 255), inv = bits (254 - e) << 23 in 32-bit unsigned arithmetic (0 at 254, -Inf
-// at 255).
-inline void cute_fp8_scales(__m128 am, __m128& scale, __m128& inv) {
-  const __m128 s = _mm_mul_ps(_mm_max_ps(am, _mm_set1_ps(kScaleFloorK)), _mm_set1_ps(kInv448K));
+// pow2_exp_scales: e = the exponent of the product rounded up ((bits + 0x7fffff) >> 23: 1..254 for
+// a finite amax, 255 for +Inf; not clamped), scale = bits e << 23 (+Inf at 255), inv = bits
+// (254 - e) << 23 in 32-bit unsigned arithmetic (0 at 254, -Inf at 255).
+//   vLLM's CuTe FP8 row scale (Quantizer::kVllmCute): floor 1e-4, factor fl(1/448);
+//   stage 1 of Quantizer::kFp4TwoStage, the exponents of up to 4 blocks (lane k = block k):
+//   floor 6 * 2^-126, factor fl(1/6) (scale = the stage-1 sc, inv = its inv1).
+inline void pow2_exp_scales(__m128 am, float floor, float factor, __m128& scale, __m128& inv) {
+  const __m128 s = _mm_mul_ps(_mm_max_ps(am, _mm_set1_ps(floor)), _mm_set1_ps(factor));
   const __m128i e = _mm_srli_epi32(_mm_add_epi32(_mm_castps_si128(s), _mm_set1_epi32(0x7fffff)), 23);
   scale = _mm_castsi128_ps(_mm_slli_epi32(e, 23));
   inv = _mm_castsi128_ps(_mm_slli_epi32(_mm_sub_epi32(_mm_set1_epi32(254), e), 23));
@@ -209,15 +206,8 @@ inline void rne_scales(__m256 am, __m256& inv, __m256i& e) {
   inv = _mm256_castsi256_ps(ib);
 }
 
-// Stage 1 of Quantizer::kFp4TwoStage, the exponents of up to 4 blocks (lane k = block k):
-// e1 = exponent of fmax(amax, 6 * 2^-126) * fl(1/6) rounded up, not clamped (an infinite amax
-// gives 255); sc = bits e1 << 23 (+Inf at 255), inv1 = bits (254 - e1) << 23 (0 at 254, -Inf at 255).
-inline void stage1_scales(__m128 am, __m128& inv1, __m128& sc) {
-  const __m128 ratio = _mm_mul_ps(_mm_max_ps(am, _mm_set1_ps(kMxAmaxFloorK)), _mm_set1_ps(kMxSixthK));
-  const __m128i e1 = _mm_srli_epi32(_mm_add_epi32(_mm_castps_si128(ratio), _mm_set1_epi32(0x7fffff)), 23);
-  sc = _mm_castsi128_ps(_mm_slli_epi32(e1, 23));
-  inv1 = _mm_castsi128_ps(_mm_slli_epi32(_mm_sub_epi32(_mm_set1_epi32(254), e1), 23));
-}
+// Stage 1 of Quantizer::kFp4TwoStage (see pow2_exp_scales): inv1 and sc of up to 4 blocks.
+inline void stage1_scales(__m128 am, __m128& inv1, __m128& sc) { pow2_exp_scales(am, kMxAmaxFloorK, kMxSixthK, sc, inv1); }
 
 // The recipe's scale steps (SGLang's, vLLM's, SGLang V3.2 act_quant's or SGLang V4.1's quantizer).
 template <class R>
@@ -227,9 +217,9 @@ inline void row_scales_fp8(__m128 am, __m128& scale, __m128& inv) {
     return;
   }
   if (R::kQuant == Quantizer::kVllm) vllm_fp8_scales(am, scale, inv);
-  else if (R::kQuant == Quantizer::kVllmV32) v32_fp8_scales(am, scale, inv);
-  else if (R::kQuant == Quantizer::kVllmCute) cute_fp8_scales(am, scale, inv);
-  else if (R::kQuant == Quantizer::kSglangUe8m0) ue8m0_fp8_scales(am, scale, inv);
+  else if (R::kQuant == Quantizer::kVllmV32) pow2_mask_scales(am, kV32FloorK, kInv448K, scale, inv);
+  else if (R::kQuant == Quantizer::kVllmCute) pow2_exp_scales(am, kScaleFloorK, kInv448K, scale, inv);
+  else if (R::kQuant == Quantizer::kSglangUe8m0) pow2_mask_scales(am, kScaleFloorK, kInv448K, scale, inv);
   else fp8_scales(am, scale, inv);
 }
 template <class R>
@@ -275,6 +265,7 @@ struct RowScales {
   __m128 scale, inv;  // FP8
   __m256 inv4;        // FP4
   __m256i e4;         // FP4
+  bool slow = false;  // AVX-512: the rows need the exact (NaN-aware) encoders
 };
 
 // The scales of kRows rows from their amax registers (FP8: lane 0 of amax[n] is row n's amax;
@@ -332,8 +323,12 @@ __attribute__((always_inline)) inline void back_of(const Problem& p, std::int64_
 // Rows of one token go in pairs, software-pipelined: the front of pair i is issued before the
 // back of pair i - 1, so that one pair's amax reduction and divisions (a long dependency chain)
 // overlap with the other pair's independent encoding work.
+// (The Problem is copied into a local: the code stores go through uint8_t pointers, which may
+// alias anything reachable, so fields read through the caller's reference would be re-read
+// from memory after every store; the local's fields stay in registers.)
 template <class K, class R, DType kDt>
-void run_rows(const Problem& p, std::int64_t row_begin, std::int64_t row_end) {
+void run_rows(const Problem& problem, std::int64_t row_begin, std::int64_t row_end) {
+  const Problem p = problem;
   const typename K::Consts c;
   const std::int64_t H = p.H;
   std::int64_t r = row_begin;
