@@ -120,11 +120,11 @@ def _warn_cuda_backend():
 
     import torch
 
-    from . import triton_dispatch
+    from . import routing
 
     if os.environ.get("INDEXER_Q_NO_CUDA_OK"):
         return
-    msg = _cuda_backend_warning(torch.version.cuda, "CUDA" in triton_dispatch.AUTO_KEYS)
+    msg = _cuda_backend_warning(torch.version.cuda, "cuda" not in routing.native_devices())
     if msg:
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
 

@@ -104,22 +104,31 @@ if has pdl; then
   say "pdl_gpu (v4_fp8 + SGLang-design baseline, PDL on/off; every recipe at decode sizes) rc=$? ($(el))"
 fi
 if has bench; then
-  timeout 150 "$B/bench/indexer_q_cuda_bench" --tokens "$TOKENS" --heads 64 \
+  timeout 240 "$B/bench/indexer_q_cuda_bench" --tokens "$TOKENS" --heads 64 \
     >"$L/cuda_bench_recipes.txt" 2>&1
   say "cuda bench, every recipe (and the SGLang-design baseline, PDL on/off) rc=$? ($(el))"
   timeout 150 "$B/bench/indexer_q_cuda_kside_bench" --dtype fp32 --pdl both \
     --tokens "$TOKENS" >"$L/kside_bench_fp32.txt" 2>&1
   say "kside bench fp32 rc=$?"
   grep -E '^csv,.*,(baseline-warp-per-token|ours-auto)' "$L/kside_bench_fp32.txt" >>"$SUM"
-  # the host CPU, one thread per ISA: query side (ns per row = us / (tokens * heads)) beside the
-  # key side (ns per token), same run
+  # the host CPU (issue 20's targets): every query recipe at 4096 x 64, one thread per ISA, and
+  # 16 threads, each beside a same-run copy (bench/cpu_bench.cpp); the key side per token, same run
+  timeout 200 "$B/bench/indexer_q_cpu_bench" --isa ${CPU_ISAS_CSV:-avx512,avx2} --threads 1 \
+    --tokens 4096 --heads 64 --recipe all --iters ${CPU_ITERS:-10} --format csv >"$L/cpu_bench_1t.csv" 2>&1
+  say "cpu bench every recipe, 1 thread, 4096 x 64 rc=$?"
+  timeout 100 "$B/bench/indexer_q_cpu_bench" --isa avx512 --threads $(nproc) \
+    --tokens 16384 --heads 64 --recipe all --iters ${CPU_ITERS:-10} --format csv >"$L/cpu_bench_nt.csv" 2>&1
+  say "cpu bench every recipe, $(nproc) threads, 16384 x 64 rc=$?"
   for isa in ${CPU_ISAS:-avx512 avx2}; do
     timeout 100 taskset -c 2 "$B/tools/indexer-q" bench --backend cpu --isa $isa --threads 1 \
-      --recipe v4_fp8,v4_fp4 --tokens 64 --heads 64 --format csv >>"$L/cpu_bench_1t.csv" 2>&1
-    timeout 100 taskset -c 2 "$B/tools/indexer-q" bench --backend cpu --isa $isa --threads 1 \
-      --recipe v4_k_fp8,v4_k_fp4 --tokens 4096 --format csv >>"$L/cpu_bench_1t.csv" 2>&1
+      --recipe v4_k_fp8,v4_k_fp4 --tokens 4096 --format csv >>"$L/kside_cpu_1t.csv" 2>&1
   done
-  say "cpu bench 1 thread (query vs key side, avx512 and avx2) rc=$?"
-  cat "$L/cpu_bench_1t.csv" >>"$SUM"
+  say "cpu key side 1 thread (avx512 and avx2) rc=$?"
+  cat "$L/cpu_bench_1t.csv" "$L/cpu_bench_nt.csv" "$L/kside_cpu_1t.csv" >>"$SUM"
+  # what the Python entry points add to the op per call (CPU, 1 token)
+  INDEXER_Q_TORCH_LIBRARY=$(TORCH_LIB) PYTHONPATH=python timeout 120 taskset -c 3 python3 \
+    bench/python_overhead.py --calls ${PY_CALLS:-5000} >"$L/python_overhead.txt" 2>&1
+  say "python overhead rc=$?"
+  cat "$L/python_overhead.txt" >>"$SUM"
 fi
 finish 0
