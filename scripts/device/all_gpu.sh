@@ -11,6 +11,8 @@
 #   PYTEST_ARGS="tests/python/test_triton.py ..."  (default: every tests/python/test_*.py, one run per file)
 #   PYTEST_FILE_TIMEOUT=s (default 300)
 #   BUILD_DIR=dir (default build-gpu)   CUDA_ARCHS=list (default 90-real: this GPU)
+#   BUILD_TORCH=OFF (no torch operator: without the pytest step)   BUILD_TARGETS="t1 t2" (default all)
+#   CTEST_ARGS="-R Cuda" (a subset; each test has a 120 s limit)   CUDA_BENCH_ARGS="--pdl on ..."
 #   GTEST_SRC=dir (default .dev/googletest: a copy of /usr/src/googletest carried along)
 # Everything is logged under $OUT/logs and packed into $OUT/logs.tgz at the end (the device tool
 # returns at most 8 files); $OUT/summary.txt holds one line per step.
@@ -40,17 +42,18 @@ TORCH_LIB() { ls "$B"/bindings/torch/_indexer_q_ops*.so 2>/dev/null | head -1; }
 
 if has build; then
   cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINDEXER_Q_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90-real}" -DINDEXER_Q_BUILD_TORCH=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90-real}" -DINDEXER_Q_BUILD_TORCH="${BUILD_TORCH:-ON}" \
     -DPython_EXECUTABLE="$(command -v python3)" \
     -DINDEXER_Q_GTEST_SOURCE_DIR="${GTEST_SRC:-$PWD/.dev/googletest}" >"$L/build.log" 2>&1 &&
-    cmake --build "$B" -j"$J" >>"$L/build.log" 2>&1
+    cmake --build "$B" -j"$J" ${BUILD_TARGETS:+--target $BUILD_TARGETS} >>"$L/build.log" 2>&1
   rc=$?
   say "build rc=$rc ($(el))"
   if [ $rc -ne 0 ]; then grep -E "error|Error" "$L/build.log" | head -30 | tee -a "$SUM"; finish 1; fi
 fi
 
 if has ctest; then
-  timeout 300 ctest --test-dir "$B" -j8 --output-on-failure >"$L/ctest.log" 2>&1
+  # shellcheck disable=SC2086
+  timeout ${CTEST_TIMEOUT:-300} ctest --test-dir "$B" -j8 --timeout 120 --output-on-failure ${CTEST_ARGS:-} >"$L/ctest.log" 2>&1
   say "ctest rc=$?: $(grep -E 'tests passed|tests failed' "$L/ctest.log" | tail -1) ($(el))"
   grep -E "^\s+[0-9]+ - .*\((Failed|Skipped|Timeout|Not Run)\)" "$L/ctest.log" | head -20 | tee -a "$SUM"
   "$B/tests/indexer_q_tests" --gtest_filter='Cuda*' --gtest_brief=1 >"$L/gtest_cuda.log" 2>&1
@@ -104,7 +107,8 @@ if has pdl; then
   say "pdl_gpu (v4_fp8 + SGLang-design baseline, PDL on/off; every recipe at decode sizes) rc=$? ($(el))"
 fi
 if has bench; then
-  timeout 240 "$B/bench/indexer_q_cuda_bench" --tokens "$TOKENS" --heads 64 \
+  # shellcheck disable=SC2086
+  timeout 240 "$B/bench/indexer_q_cuda_bench" --tokens "$TOKENS" --heads 64 ${CUDA_BENCH_ARGS:-} \
     >"$L/cuda_bench_recipes.txt" 2>&1
   say "cuda bench, every recipe (and the SGLang-design baseline, PDL on/off) rc=$? ($(el))"
   timeout 150 "$B/bench/indexer_q_cuda_kside_bench" --dtype fp32 --pdl both \

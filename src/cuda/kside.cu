@@ -314,7 +314,10 @@ __global__ void __launch_bounds__(256) kside_kernel(const KProblem p) {
     for (int k = 0; k < 4; ++k) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
 
   // Stored only by the last token of its slot (lane 0's claim check, for the token's lanes).
-  const bool valid = stored && __shfl_sync(0xffffffffu, int(claim_ok), int(threadIdx.x % 32) - l) != 0;
+  // (The shuffle is outside the && on purpose: every lane of the warp must execute it, also those
+  // of tokens that store nothing; a lane skipping a full-mask shuffle hangs the warp.)
+  const int claim_of_token = __shfl_sync(0xffffffffu, int(claim_ok), int(threadIdx.x % 32) - l);
+  const bool valid = stored && claim_of_token != 0;
   // Where the token lands (section 3); used only when valid.
   const std::int64_t sl = valid ? slot : 0;
   std::uint8_t* page = p.cache + (sl >> p.log2_page) * p.page_bytes;
