@@ -120,13 +120,27 @@ def _warn_cuda_backend():
 
     import torch
 
-    from . import triton_dispatch
+    from . import routing
 
     if os.environ.get("INDEXER_Q_NO_CUDA_OK"):
         return
-    msg = _cuda_backend_warning(torch.version.cuda, "CUDA" in triton_dispatch.AUTO_KEYS)
+    msg = _cuda_backend_warning(torch.version.cuda, "cuda" not in routing.native_devices())
     if msg:
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
 _warn_cuda_backend()
+
+
+def _integrate_from_environment():
+    """INDEXER_Q_INTEGRATE=sglang,vllm (or all): routes those engines' call sites of the family
+    (indexer_q.integrations; docs/INTEGRATIONS.md). Unset: nothing is imported or routed."""
+    import os
+
+    if os.environ.get("INDEXER_Q_INTEGRATE", "").strip():
+        from .integrations import _env
+
+        _env.install_from_environment()
+
+
+_integrate_from_environment()
