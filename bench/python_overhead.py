@@ -7,12 +7,18 @@ one token).
 For each entry point the same run times, in alternating rounds, (a) the operator alone
 (``torch.ops.indexer_q.<op>.default`` on preallocated outputs: dispatcher + binding + kernel)
 and (b) the public wrapper (allocating its outputs, checking its arguments, resolving the recipe),
-and prints the median per-call time of each and their difference. Nothing here is a test.
+and prints the median per-call time of each and their difference; for the key side SGLang's
+call with its plan (positions and slots derived on the device) against the operator given them,
+and the integrations' routed SGLang / vLLM functions (indexer_q.integrations: binding the call
+against the engine's signature, the adapter, the wrapper) against the operator. Nothing here is
+a test.
 """
 
 import argparse
 import statistics
+import sys
 import time
+import types
 
 import torch
 
@@ -47,6 +53,12 @@ def cases(tokens, heads, device):
     kw = torch.ones(128, device=device)
     kslots = torch.arange(tokens, device=device)
     cache = torch.zeros(max(tokens, 1), 132, dtype=torch.uint8, device=device)
+    plan = torch.zeros(tokens, 16, dtype=torch.uint8, device=device)
+    plan.view(torch.int32)[:, 0] = 8  # decode, seq_len 8: position 4, slot out_loc[t]
+    out_loc = torch.arange(tokens, device=device)
+    kpos = torch.full((tokens,), 4, dtype=torch.int64, device=device)
+    cis = torch.view_as_complex(freqs.view(4096, 32, 2))
+    sg_q, vl_v4 = routed_engine_functions()
     v4 = OPS.fused_q_indexer_rope_hadamard_quant.default
     qq = OPS.quant_q.default
     ks = OPS.kside_store.default
@@ -70,7 +82,64 @@ def cases(tokens, heads, device):
         ("kside_store (v4_k_fp8)",
          lambda: ks("v4_k_fp8", kx, kw, 1e-6, freqs, pos, kslots, cache, 1, True),
          lambda: indexer_q.kside_store("v4_k_fp8", kx, kw, 1e-6, freqs, pos, kslots, cache, 1)),
+        ("compress_norm_rope_store (v4_k_fp8, decode plan)",
+         lambda: ks("v4_k_fp8", kx, kw, 1e-6, freqs, kpos, out_loc, cache, 1, True),
+         lambda: indexer_q.compress_norm_rope_store(
+             kx, plan, norm_weight=kw, norm_eps=1e-6, freq_cis=freqs, out_loc=out_loc,
+             kvcache=cache, page_size=1, is_decode=True)),
+        ("routed SGLang fused_q_indexer_rope_hadamard_quant",
+         lambda: v4(q, q8, w, wo3, 0.125, freqs, pos, True),
+         lambda: sg_q(q, w, 0.125, cis, pos)),
+        ("routed vLLM fused_indexer_q_rope_quant",
+         lambda: qq("vllm_v4_fp8", q, q8, None, w, wo2, 0.125, freqs, pos, True, 0.5),
+         lambda: vl_v4(pos, q, freqs, w, 0.125, 0.5)),
     ]
+
+
+def routed_engine_functions():
+    """The integrations' routed twins (indexer_q.integrations, the bind-and-convert layer) of
+    SGLang's and vLLM's V4 query functions, with the engines' signatures, on stand-in modules
+    (the engines themselves are not needed: the routed function binds the call against the
+    signature and runs the adapter)."""
+    from indexer_q.integrations import _route, sglang, vllm
+
+    def fused_q_indexer_rope_hadamard_quant(q_input, weight, weight_scale, freqs_cis, positions):
+        raise RuntimeError("not routed")
+
+    def fused_indexer_q_rope_quant(positions, index_q, index_q_cos_sin_cache, index_weights,
+                                   index_weights_softmax_scale, index_weights_head_scale,
+                                   use_fp4=False, weights_out_dtype=torch.float32):
+        raise RuntimeError("not routed")
+
+    class CudaPlatform:  # vLLM's current_platform on CUDA
+        def is_xpu(self):
+            return False
+
+        def is_cpu(self):
+            return False
+
+        def fp8_dtype(self):
+            return torch.float8_e4m3fn
+
+    # what the adapters read from the engine module at call time, as the engines' modules have it
+    # (SGLang's norm_rope: _is_hip / _is_xpu; vLLM's fused_indexer_q: current_platform and
+    # has_cutedsl), answering as on CUDA
+    module_attrs = ({"_is_hip": False, "_is_xpu": False},
+                    {"current_platform": CudaPlatform(), "has_cutedsl": lambda: False})
+    out = []
+    for engine, fn, attrs in ((sglang, fused_q_indexer_rope_hadamard_quant, module_attrs[0]),
+                              (vllm, fused_indexer_q_rope_quant, module_attrs[1])):
+        name = f"indexer_q_bench_{engine.__name__.rsplit('.', 1)[1]}"
+        mod = types.ModuleType(name)
+        setattr(mod, fn.__name__, fn)
+        for k, v in attrs.items():
+            setattr(mod, k, v)
+        sys.modules[name] = mod
+        adapter = next(a for m, f, a in engine.TARGETS if f == fn.__name__)
+        why = _route.route((name,), name, fn.__name__, adapter)
+        assert why is None, why
+        out.append(getattr(mod, fn.__name__))
+    return out
 
 
 def main():

@@ -130,3 +130,17 @@ def _warn_cuda_backend():
 
 
 _warn_cuda_backend()
+
+
+def _integrate_from_environment():
+    """INDEXER_Q_INTEGRATE=sglang,vllm (or all): routes those engines' call sites of the family
+    (indexer_q.integrations; docs/INTEGRATIONS.md). Unset: nothing is imported or routed."""
+    import os
+
+    if os.environ.get("INDEXER_Q_INTEGRATE", "").strip():
+        from .integrations import _env
+
+        _env.install_from_environment()
+
+
+_integrate_from_environment()

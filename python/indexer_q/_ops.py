@@ -336,7 +336,9 @@ def _freqs_table(freqs_cis: torch.Tensor) -> torch.Tensor:
             )
         if not freqs_cis.is_contiguous():
             raise ValueError("indexer_q: freqs_cis: expected a contiguous table")
-        return torch.view_as_real(freqs_cis).view(freqs_cis.shape[0], 64)
+        # the same (max_pos, 64) float32 view of the same bytes as view_as_real(...).view(...),
+        # in one view op instead of two (about 3 us less a call on the CPU)
+        return freqs_cis.view(torch.float32)
     return freqs_cis  # the real (max_pos, 64) view; the library checks it
 
 

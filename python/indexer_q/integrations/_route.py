@@ -35,18 +35,56 @@ def _warn_once(label: str, reason: str) -> None:
                   HandBackWarning, stacklevel=3)
 
 
+def _binder(sig: inspect.Signature) -> Callable:
+    """``bind(args, kwargs)``: the call's arguments by name, defaults applied, as
+    ``sig.bind(*args, **kwargs)`` + ``apply_defaults()`` give them (TypeError for a malformed
+    call), without building a BoundArguments on every call: for a signature of plain parameters
+    (positional-or-keyword and keyword-only, the engines' form) the names and defaults are read
+    once here; any other signature binds through inspect."""
+    params = list(sig.parameters.values())
+    plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if not all(p.kind in plain for p in params):
+        def bind_slow(args, kwargs):
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return bound.arguments
+        return bind_slow
+    positional = tuple(p.name for p in params
+                       if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = frozenset(p.name for p in params)
+    defaults = tuple((p.name, p.default) for p in params if p.default is not p.empty)
+    required = frozenset(p.name for p in params if p.default is p.empty)
+    npos, nall = len(positional), len(params)
+
+    def bind(args, kwargs):
+        if len(args) > npos:
+            raise TypeError(f"too many positional arguments ({len(args)} > {npos})")
+        out = dict(zip(positional, args))
+        for k, v in kwargs.items():
+            if k in out or k not in names:
+                raise TypeError(f"unexpected or repeated argument {k!r}")
+            out[k] = v
+        if len(out) != nall:
+            if not required <= out.keys():
+                raise TypeError(f"missing arguments {sorted(required - out.keys())}")
+            for k, v in defaults:
+                if k not in out:
+                    out[k] = v
+        return out
+    return bind
+
+
 def _routed(label: str, module, original: Callable, adapter: Callable) -> Callable:
-    sig = inspect.signature(original)
+    bind = _binder(inspect.signature(original))
 
     @functools.wraps(original)
     def routed(*args, **kwargs):
         try:
-            bound = sig.bind(*args, **kwargs)
+            arguments = bind(args, kwargs)
         except TypeError:
             return original(*args, **kwargs)  # the engine's own error for a malformed call
-        bound.apply_defaults()
         try:
-            return adapter(module, **bound.arguments)
+            return adapter(module, **arguments)
         except Unsupported as e:
             reason = str(e)
         except (TypeError, ValueError, NotImplementedError) as e:
@@ -107,3 +145,103 @@ def routed_bindings(engine_prefixes: Tuple[str, ...]) -> Dict[str, str]:
     """``{"module.attr": "engine module.function"}`` of every routed binding now in place."""
     return {f"{n}.{a}": new.__indexer_q_label__ for n, a, new, _ in _PATCHED
             if n.startswith(engine_prefixes)}
+
+
+# ---- routing on import (INDEXER_Q_INTEGRATE) -----------------------------------------------------
+class _RoutingLoader:
+    """Wraps the loader of a watched engine module: runs the module as its own loader would, then
+    routes the module's targets (before any other module can bind them by name)."""
+
+    def __init__(self, loader, name: str):
+        self._loader = loader
+        self._name = name
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _route_watched(self._name)
+
+    def __getattr__(self, attr):  # get_source, is_package, get_resource_reader, ...
+        return getattr(self._loader, attr)
+
+
+class _Watcher:
+    """A finder at the front of ``sys.meta_path`` that finds nothing itself: for a watched engine
+    module it takes the spec the other finders give and wraps its loader (:class:`_RoutingLoader`).
+    Every other import costs one dictionary lookup."""
+
+    def find_spec(self, name, path, target=None):
+        if name not in _WATCHED:
+            return None
+        for finder in sys.meta_path:
+            if finder is self:
+                continue
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _RoutingLoader(spec.loader, name)
+        return spec
+
+    def invalidate_caches(self):
+        pass
+
+
+# module name -> [(engine prefixes, attr, adapter)] routed when the module is imported
+_WATCHED: Dict[str, List[Tuple[Tuple[str, ...], str, Callable]]] = {}
+_WATCHER = _Watcher()
+
+
+def _route_watched(name: str) -> None:
+    for prefixes, attr, adapter in _WATCHED.get(name, ()):
+        try:
+            why = route(prefixes, name, attr, adapter)
+        except Exception as e:  # never break the engine's import
+            why = f"{type(e).__name__}: {e}"
+        if why is not None:
+            warnings.warn(f"indexer_q: {name}.{attr}: not routed on import: {why}",
+                          RuntimeWarning, stacklevel=2)
+
+
+def route_on_import(engine_prefixes: Tuple[str, ...],
+                    targets: Tuple[Tuple[str, str, Callable], ...]) -> Dict[str, str]:
+    """Routes each target ``(module, attr, adapter)`` whose module is loaded now (as
+    :func:`route`), and watches the others: when the engine imports one later, it is routed as
+    soon as it has run, so the engine modules that import its functions by name afterwards bind
+    the routed ones. Imports nothing itself. Returns ``{"module.attr": "routed" | "on import"}``.
+    """
+    out = {}
+    for m, a, fn in targets:
+        mod = sys.modules.get(m)
+        if mod is not None and getattr(mod, a, None) is not None:
+            why = route(engine_prefixes, m, a, fn)
+            out[f"{m}.{a}"] = "routed" if why is None else why
+        else:
+            out[f"{m}.{a}"] = "on import"
+        entry = (engine_prefixes, a, fn)
+        watched = _WATCHED.setdefault(m, [])
+        if entry not in watched:
+            watched.append(entry)  # also routes the module again if it is reloaded
+    if _WATCHED and _WATCHER not in sys.meta_path:
+        sys.meta_path.insert(0, _WATCHER)
+    return out
+
+
+def unwatch(engine_prefixes: Tuple[str, ...]) -> None:
+    """Stops routing ``engine_prefixes`` modules on import (:func:`route_on_import`)."""
+    for m in list(_WATCHED):
+        _WATCHED[m] = [e for e in _WATCHED[m] if e[0] != engine_prefixes]
+        if not _WATCHED[m]:
+            del _WATCHED[m]
+    if not _WATCHED and _WATCHER in sys.meta_path:
+        sys.meta_path.remove(_WATCHER)
+
+
+def watching() -> Tuple[str, ...]:
+    """The engine modules routed when imported."""
+    return tuple(sorted(_WATCHED))

@@ -23,7 +23,8 @@ import torch
 
 from .. import _ops
 from .. import kside as _kside
-from ._route import Unsupported, route, routed_bindings, unroute
+from ._route import (Unsupported, route, route_on_import, routed_bindings, unroute,
+                     unwatch)
 
 ENGINE = ("sglang", "sgl_kernel")
 VERSION = "0.5.23"
@@ -125,8 +126,18 @@ def install() -> Dict[str, Optional[str]]:
     return {f"{m}.{a}": route(ENGINE, m, a, fn) for m, a, fn in TARGETS}
 
 
+def install_on_import() -> Dict[str, str]:
+    """What ``INDEXER_Q_INTEGRATE`` does when indexer_q is imported: routes the functions of
+    :data:`TARGETS` whose modules are loaded now (as :func:`install`) and, without importing
+    anything, each other one as soon as SGLang imports its module. Returns ``{"module.function":
+    "routed" | "on import"}`` (or why it is not routed)."""
+    return route_on_import(ENGINE, TARGETS)
+
+
 def uninstall() -> int:
-    """Restores SGLang's own functions; returns how many bindings were restored."""
+    """Restores SGLang's own functions (and stops routing its modules on import); returns how many
+    bindings were restored."""
+    unwatch(ENGINE)
     return unroute(ENGINE)
 
 
