@@ -245,3 +245,37 @@ def unwatch(engine_prefixes: Tuple[str, ...]) -> None:
 def watching() -> Tuple[str, ...]:
     """The engine modules routed when imported."""
     return tuple(sorted(_WATCHED))
+
+
+def engine_entry_points(engine_prefixes: Tuple[str, ...], targets, name: str):
+    """The four public functions of an engine's integration module (``install``,
+    ``install_on_import``, ``uninstall``, ``routed``) over its ``targets`` ((module, function,
+    replacement) triples); ``name`` is the engine's name in their docstrings."""
+
+    def install() -> Dict[str, Optional[str]]:
+        return {f"{m}.{a}": route(engine_prefixes, m, a, fn) for m, a, fn in targets}
+
+    def install_on_import() -> Dict[str, str]:
+        return route_on_import(engine_prefixes, targets)
+
+    def uninstall() -> int:
+        unwatch(engine_prefixes)
+        return unroute(engine_prefixes)
+
+    def routed() -> Dict[str, str]:
+        return routed_bindings(engine_prefixes)
+
+    install.__doc__ = (
+        f"Routes {name}'s functions (TARGETS) to indexer_q, in the defining modules and in every "
+        f"loaded {name} module that imported them by name; modules imported later get the routed "
+        'functions from the defining modules. Returns {"module.function": None} for each routed '
+        "function, or the reason it is not routed (its module does not import). Idempotent.")
+    install_on_import.__doc__ = (
+        "What INDEXER_Q_INTEGRATE does when indexer_q is imported: routes the functions of "
+        "TARGETS whose modules are loaded now (as install) and, without importing anything, each "
+        f'other one as soon as {name} imports its module. Returns {{"module.function": "routed" | '
+        '"on import"} (or why it is not routed).')
+    uninstall.__doc__ = (f"Restores {name}'s own functions (and stops routing its modules on "
+                         "import); returns how many bindings were restored.")
+    routed.__doc__ = 'Every binding now routed: {"module.attr": "defining module.function"}.'
+    return install, install_on_import, uninstall, routed

@@ -17,14 +17,12 @@ pre-shuffled stores, ``rne=False``) and any call indexer_q's validator refuses.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
 
 import torch
 
 from .. import _ops
 from .. import kside as _kside
-from ._route import (Unsupported, route, route_on_import, routed_bindings, unroute,
-                     unwatch)
+from ._route import Unsupported, engine_entry_points
 
 ENGINE = ("sglang", "sgl_kernel")
 VERSION = "0.5.23"
@@ -118,29 +116,4 @@ TARGETS = (
 )
 
 
-def install() -> Dict[str, Optional[str]]:
-    """Routes SGLang's functions (:data:`TARGETS`) to indexer_q, in the defining modules and in
-    every loaded SGLang module that imported them by name; modules imported later get the routed
-    functions from the defining modules. Returns ``{"module.function": None}`` for each routed
-    function, or the reason it is not routed (its module does not import). Idempotent."""
-    return {f"{m}.{a}": route(ENGINE, m, a, fn) for m, a, fn in TARGETS}
-
-
-def install_on_import() -> Dict[str, str]:
-    """What ``INDEXER_Q_INTEGRATE`` does when indexer_q is imported: routes the functions of
-    :data:`TARGETS` whose modules are loaded now (as :func:`install`) and, without importing
-    anything, each other one as soon as SGLang imports its module. Returns ``{"module.function":
-    "routed" | "on import"}`` (or why it is not routed)."""
-    return route_on_import(ENGINE, TARGETS)
-
-
-def uninstall() -> int:
-    """Restores SGLang's own functions (and stops routing its modules on import); returns how many
-    bindings were restored."""
-    unwatch(ENGINE)
-    return unroute(ENGINE)
-
-
-def routed() -> Dict[str, str]:
-    """Every binding now routed: ``{"module.attr": "defining module.function"}``."""
-    return routed_bindings(ENGINE)
+install, install_on_import, uninstall, routed = engine_entry_points(ENGINE, TARGETS, "SGLang")
