@@ -211,9 +211,9 @@ inline HostCase random_case(std::int64_t B, std::int64_t H, DType dtype, DType p
   {
     std::uniform_real_distribution<float> ls(-2.0f, 1.0f);
     // The factors must be > 0 (the validator refuses 0 and negative ones); the sign drawn for
-    // each (as these cases once drew negative factors) flips the weights instead (below), so that
-    // weights_out = w * weight_scale (* head_scale) keeps the same values and signs, -0 included
-    // (a zero weight becomes -0): RNE is symmetric, so (-w) * a * b = -(w * a * b) bit for bit.
+    // each (these cases once drew negative factors) negates the weights instead (below), so that
+    // weights_out = w * weight_scale (* head_scale) meets the values and signs a negative factor
+    // gave, -0 included (a zero weight becomes -0): RNE is symmetric, (-w) * a = -(w * a).
     c.weight_scale = std::pow(10.0f, ls(rng));
     flip_weights = (rng() & 1) != 0;
     // Two-factor folds (vllm_*): a head_scale != 1 too, so that a backend ignoring it (or
