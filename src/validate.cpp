@@ -128,18 +128,26 @@ bool overlaps(const Span& x, const Span& y) {
 // ---------------------------------------------------------------------------------------
 namespace {
 
-struct ScalarSpec {
-  const char* name;
-  bool non_negative;  // true: >= 0 (and not -0); false: any sign, 0 included
-  const char* range;  // the message's "expected ..." text
+enum class ScalarRange {
+  kPositive,     // > 0: its float32 value finite and > 0 (0, -0, negative and tiny values refused)
+  kNonNegative,  // >= 0 and not -0: its float32 value finite and, for a value > 0, > 0
 };
 
-// weight_scale and head_scale may be 0 or negative: weights_out = w * weight_scale (* head_scale)
-// is defined for any finite factor, and the conformance grids test negative ones (sign handling).
+struct ScalarSpec {
+  const char* name;
+  ScalarRange range;
+  const char* expected;  // the message's "expected ..." text
+};
+
+// weight_scale and head_scale are factors of every weights_out (w * weight_scale (* head_scale)):
+// 0 makes every output 0 (or NaN for an infinite weight), a negative factor flips every sign the
+// scorer ranks by; no engine passes either (softmax_scale = d^-0.5, head_scale = H^-0.5), so both
+// are refused. eps is the RMS norm's epsilon: 0 is the plain norm, a negative one can make the
+// sum negative (a NaN row).
 const ScalarSpec& scalar_spec(ScalarArg arg) {
-  static const ScalarSpec kWeightScale{"weight_scale", false, "a finite number"};
-  static const ScalarSpec kHeadScale{"head_scale", false, "a finite number"};
-  static const ScalarSpec kEps{"eps", true, "a finite number >= 0"};
+  static const ScalarSpec kWeightScale{"weight_scale", ScalarRange::kPositive, "a finite number > 0"};
+  static const ScalarSpec kHeadScale{"head_scale", ScalarRange::kPositive, "a finite number > 0"};
+  static const ScalarSpec kEps{"eps", ScalarRange::kNonNegative, "a finite number >= 0"};
   switch (arg) {
     case ScalarArg::kHeadScale: return kHeadScale;
     case ScalarArg::kEps: return kEps;
@@ -168,12 +176,13 @@ const char* scalar_arg_name(ScalarArg arg) noexcept {
 Status check_scalar(ScalarArg arg, double value, float* out) {
   const ScalarSpec& spec = scalar_spec(arg);
   const auto refuse = [&](const char* why) {
-    return detail::bad_arg(spec.name, std::string("expected ") + spec.range + ", got " + number_text(value) + why);
+    return detail::bad_arg(spec.name, std::string("expected ") + spec.expected + ", got " + number_text(value) + why);
   };
-  // (for a non-negative argument -0 is refused too: its sign says it came from a negative value)
-  if (!std::isfinite(value) || (spec.non_negative && std::signbit(value))) return refuse("");
+  // -0 is refused by both ranges: its sign says it came from a negative value
+  if (!std::isfinite(value) || std::signbit(value)) return refuse("");
+  if (spec.range == ScalarRange::kPositive && value == 0.0) return refuse("");
   const float f = static_cast<float>(value);  // round to nearest, as every caller rounds it
-  if (!std::isfinite(f)) return refuse(f > 0 ? ", which is inf in float32" : ", which is -inf in float32");
+  if (!std::isfinite(f)) return refuse(", which is inf in float32");
   if (f == 0.0f && value != 0.0) return refuse(", which rounds to 0 in float32");
   if (out) *out = f;
   return Status::Ok();

@@ -207,15 +207,22 @@ inline HostCase random_case(std::int64_t B, std::int64_t H, DType dtype, DType p
     const float m = std::pow(10.0f, float(int(rng() % 5)) - 2.0f);
     for (int j = 0; j < 64; ++j) c.freqs[std::size_t(p * 64 + j)] = normal(rng) * m;
   }
+  bool flip_weights = false;  // negative weights: the sign coverage of weights_out
   {
     std::uniform_real_distribution<float> ls(-2.0f, 1.0f);
-    c.weight_scale = std::pow(10.0f, ls(rng)) * ((rng() & 1) ? -1.0f : 1.0f);
+    // The factors must be > 0 (the validator refuses 0 and negative ones); the sign drawn for
+    // each (these cases once drew negative factors) negates the weights instead (below), so that
+    // weights_out = w * weight_scale (* head_scale) meets the values and signs a negative factor
+    // gave, -0 included (a zero weight becomes -0): RNE is symmetric, (-w) * a = -(w * a).
+    c.weight_scale = std::pow(10.0f, ls(rng));
+    flip_weights = (rng() & 1) != 0;
     // Two-factor folds (vllm_*): a head_scale != 1 too, so that a backend ignoring it (or
     // multiplying in another order) shows.
     const WeightFold fold = indexer_q::recipe(recipe_id).fold;
-    if (fold == WeightFold::kScaleThenTwoFactors || fold == WeightFold::kTwoFactors)
-      c.head_scale = std::pow(10.0f, ls(rng)) * ((rng() & 1) ? -1.0f : 1.0f);
-    else
+    if (fold == WeightFold::kScaleThenTwoFactors || fold == WeightFold::kTwoFactors) {
+      c.head_scale = std::pow(10.0f, ls(rng));
+      flip_weights ^= (rng() & 1) != 0;
+    } else
       c.head_scale = 0.75f;  // the other folds ignore it: a backend that does not would show
   }
   const bool f16 = dtype == DType::kFloat16;
@@ -288,6 +295,7 @@ inline HostCase random_case(std::int64_t B, std::int64_t H, DType dtype, DType p
       float w = normal(rng);
       if (h >= H) w = NAN;             // padding: never read
       else if (rng() % 20 == 0) w = 0.0f;
+      if (flip_weights && h < H) w = -w;
       store_as(c.weight, dtype, std::size_t(b * weight_stride + h), w);
     }
     std::int64_t p = std::int64_t(rng() % std::uint64_t(max_pos));

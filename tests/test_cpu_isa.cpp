@@ -745,20 +745,51 @@ TEST(CpuIsaVllm, EdgeRowsEveryIsa) {
 }
 
 // head_scale reaches weights_out as the last factor of both two-factor folds, on every ISA:
-// several values (1, powers of two, others, 0, negative) against the reference. (A non-finite
-// head_scale is refused by the validator: tests/test_validation.cpp, ScalarSpecs.)
+// several values (1, powers of two, others, a float32 subnormal) against the reference. head_scale
+// must be > 0 (0, negative and non-finite values are refused by the validator:
+// tests/test_validation.cpp, ScalarSpecs); the signs of weights_out are covered by the weights
+// (uniform in (-4, 4), some 0) and, for 2.5, by the same case with every weight negated: its
+// weights_out must be the exact negation (RNE is symmetric), -0 for a zero weight included
+// (NaN rows excepted: a NaN keeps the sign it has).
+void negate_weights(Case& c) {
+  const std::size_t es = dtype_size(c.dt);
+  for (std::size_t i = es - 1; i < c.w.size(); i += es) c.w[i] ^= 0x80;  // little-endian sign bit
+}
+
 TEST(CpuIsaVllm, HeadScaleEveryIsa) {
+  struct Hs {
+    float hs;
+    bool negate;
+  };
   for (RecipeId rid : all_recipes()) {
     if (recipe(rid).quant != Quantizer::kVllm) continue;
-    for (float hs : {1.0f, 0.125f, 0.1234567f, 3.0f, 0.0f, -2.5f}) {
+    RecipeOut pos25;  // the reference for head_scale 2.5 and the weights as drawn
+    for (const Hs& v : {Hs{1.0f, false}, Hs{0.125f, false}, Hs{0.1234567f, false}, Hs{3.0f, false},
+                        Hs{1e-40f, false}, Hs{2.5f, false}, Hs{2.5f, true}}) {
       Case c = make_case(3, 8, DType::kBFloat16, DType::kInt32, 606);
-      c.head_scale = hs;
+      c.head_scale = v.hs;
+      if (v.negate) negate_weights(c);
       RecipeOut ref;
       ASSERT_NO_FATAL_FAILURE(run_recipe_reference(c, rid, &ref));
-      ASSERT_NO_FATAL_FAILURE(expect_every_isa_matches(c, rid, ref, {1}, " head_scale=" + testing::PrintToString(hs)));
-      if (hs == 0.1234567f && recipe(rid).format == OutFormat::kE2M1) {  // (w * weight_scale) * head_scale
+      ASSERT_NO_FATAL_FAILURE(expect_every_isa_matches(
+          c, rid, ref, {1}, " head_scale=" + testing::PrintToString(v.hs) + (v.negate ? " negated weights" : "")));
+      if (v.hs == 0.1234567f && recipe(rid).format == OutFormat::kE2M1) {  // (w * weight_scale) * head_scale
         for (int r = 0; r < 24; ++r)
-          EXPECT_EQ(bits(ref.w[r]), bits((weight_of(c, r / 8, r % 8) * c.weight_scale) * hs)) << r;
+          EXPECT_EQ(bits(ref.w[r]), bits((weight_of(c, r / 8, r % 8) * c.weight_scale) * v.hs)) << r;
+      }
+      if (v.hs == 2.5f && !v.negate) pos25 = ref;
+      if (v.negate) {
+        ASSERT_EQ(ref.w.size(), pos25.w.size());
+        int negative_zeros = 0;
+        for (std::size_t r = 0; r < ref.w.size(); ++r) {
+          if (std::isnan(pos25.w[r])) {  // a NaN row (its q_scale NaN, or 0 * Inf): NaN either way
+            EXPECT_TRUE(std::isnan(ref.w[r])) << r;
+            continue;
+          }
+          EXPECT_EQ(bits(ref.w[r]), bits(pos25.w[r]) ^ 0x80000000u) << r;
+          negative_zeros += bits(ref.w[r]) == 0x80000000u;
+        }
+        EXPECT_GT(negative_zeros, 0) << "a zero weight, negated, gives -0";
       }
     }
   }

@@ -241,7 +241,10 @@ HostCase model_case(std::int64_t B, std::int64_t H, DType dt, DType pos_dt, bool
   std::normal_distribution<double> nd;
   std::uniform_real_distribution<double> uni;
   HostCase c = iqtest::blank_case(B, H, dt, pos_dt, H + 3, 8192);
-  c.weight_scale = unit_weights ? 1.0f : float(0.01 + uni(rng)) * ((rng() & 1) ? -1.0f : 1.0f);
+  // weight_scale > 0 (the validator refuses 0 and negative factors): the sign once drawn for it
+  // flips the weights instead, so weights_out keeps both signs (the weights are normal too)
+  c.weight_scale = unit_weights ? 1.0f : float(0.01 + uni(rng));
+  const float weight_sign = unit_weights ? 1.0f : ((rng() & 1) ? -1.0f : 1.0f);
   const bool f16 = dt == DType::kFloat16;
   const double lo = f16 ? -3.0 : -6.0, hi = f16 ? 2.0 : 3.0;
   int outlier[3];
@@ -260,7 +263,7 @@ HostCase model_case(std::int64_t B, std::int64_t H, DType dt, DType pos_dt, bool
   }
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t h = 0; h < H + 3; ++h)
-      iqtest::store_as(c.weight, dt, std::size_t(b * (H + 3) + h), unit_weights ? 1.0f : float(nd(rng)));
+      iqtest::store_as(c.weight, dt, std::size_t(b * (H + 3) + h), unit_weights ? 1.0f : weight_sign * float(nd(rng)));
     iqtest::set_position(c, b, std::int64_t(rng() % 8192));
   }
   return c;

@@ -1153,28 +1153,32 @@ TEST_P(RecipeValidation, EmptyBatchIsValidAndWritesNothing) {
 }
 
 // The scalars (issue 22): weight_scale and head_scale are checked for every recipe (whether it
-// reads them or not), against their spec: finite. Nothing written; validate() and run() say the
-// same; the message names the argument and gives the value.
+// reads them or not), against their spec: finite and > 0 (0, -0 and negative factors refused).
+// Nothing written; validate() and run() say the same; the message names the argument and gives
+// the value.
 TEST_P(RecipeValidation, Scalars) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float denorm = std::numeric_limits<float>::denorm_min();
+  const float fmax = std::numeric_limits<float>::max();
   struct Bad {
     float v;
     const char* text;
   };
-  const Bad bad[] = {{nan, "got nan"}, {-nan, "got -nan"}, {inf, "got inf"}, {-inf, "got -inf"}};
+  const Bad bad[] = {{nan, "got nan"},   {-nan, "got -nan"},      {inf, "got inf"},
+                     {-inf, "got -inf"}, {0.0f, "got 0"},         {-0.0f, "got -0"},
+                     {-0.5f, "got -0.5"}, {-denorm, "got -1.40129846e-45"}, {-fmax, "got -3.40282347e+38"}};
   for (const Bad& b : bad) {
     expect_error(std::string("weight_scale ") + b.text, [&](RArgs& r) { r.a.weight_scale = b.v; },
-                 {"indexer_q: weight_scale: expected a finite number, ", b.text});
+                 {"indexer_q: weight_scale: expected a finite number > 0, ", b.text});
     expect_error(std::string("head_scale ") + b.text, [&](RArgs& r) { r.a.head_scale = b.v; },
-                 {"indexer_q: head_scale: expected a finite number, ", b.text});
+                 {"indexer_q: head_scale: expected a finite number > 0, ", b.text});
   }
-  // every finite float32 is a valid factor, the extremes, 0 and negative values included
+  // every positive finite float32 is a valid factor, the extremes included
   expect_ok("weight_scale denorm_min", [&](RArgs& r) { r.a.weight_scale = denorm; });
-  expect_ok("weight_scale -max", [&](RArgs& r) { r.a.weight_scale = -std::numeric_limits<float>::max(); });
+  expect_ok("weight_scale max", [&](RArgs& r) { r.a.weight_scale = fmax; });
   expect_ok("head_scale denorm_min", [&](RArgs& r) { r.a.head_scale = denorm; });
-  expect_ok("head_scale -0.5", [&](RArgs& r) { r.a.head_scale = -0.5f; });
+  expect_ok("head_scale 0.5", [&](RArgs& r) { r.a.head_scale = 0.5f; });
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, RecipeValidation, testing::ValuesIn(all_recipes()),
@@ -1263,17 +1267,30 @@ TEST(ScalarSpecs, CheckScalarOnDoubles) {
   const double inf = std::numeric_limits<double>::infinity();
   const Case cases[] = {
       {ScalarArg::kWeightScale, 0.5, true, ""},
-      {ScalarArg::kWeightScale, -0.5, true, ""},  // any sign
-      {ScalarArg::kWeightScale, 0.0, true, ""},
-      {ScalarArg::kWeightScale, 1e-40, true, ""},  // a float32 subnormal: still nonzero
+      {ScalarArg::kWeightScale, 1e-40, true, ""},  // a float32 subnormal: still > 0
       {ScalarArg::kWeightScale, 3.4028234663852886e38, true, ""},  // FLT_MAX
-      {ScalarArg::kWeightScale, 1e300, false, "weight_scale: expected a finite number, got 1e+300, which is inf in float32"},
-      {ScalarArg::kWeightScale, -1e300, false, "got -1e+300, which is -inf in float32"},
+      {ScalarArg::kHeadScale, 0.125, true, ""},
+      {ScalarArg::kHeadScale, 1e-45, true, ""},  // rounds to denorm_min, not 0
+      // > 0: 0, -0, negative and tiny-positive-that-rounds-to-0 values refused, for both factors
+      {ScalarArg::kWeightScale, 0.0, false, "weight_scale: expected a finite number > 0, got 0"},
+      {ScalarArg::kWeightScale, -0.0, false, "weight_scale: expected a finite number > 0, got -0"},
+      {ScalarArg::kWeightScale, -0.5, false, "weight_scale: expected a finite number > 0, got -0.5"},
+      {ScalarArg::kWeightScale, -1e-40, false, "weight_scale: expected a finite number > 0, got -1e-40"},
+      {ScalarArg::kWeightScale, 1e-50, false, "weight_scale: expected a finite number > 0, got 1e-50, which rounds to 0 in float32"},
+      {ScalarArg::kWeightScale, 7e-46, false, "weight_scale: expected a finite number > 0, got 7e-46, which rounds to 0 in float32"},
+      {ScalarArg::kHeadScale, 0.0, false, "head_scale: expected a finite number > 0, got 0"},
+      {ScalarArg::kHeadScale, -0.0, false, "head_scale: expected a finite number > 0, got -0"},
+      {ScalarArg::kHeadScale, -2.0, false, "head_scale: expected a finite number > 0, got -2"},
+      {ScalarArg::kHeadScale, 1e-50, false, "head_scale: expected a finite number > 0, got 1e-50, which rounds to 0 in float32"},
+      {ScalarArg::kHeadScale, -1e-46, false, "head_scale: expected a finite number > 0, got -1e-46"},
+      // finite, and finite in float32
+      {ScalarArg::kWeightScale, 1e300, false, "weight_scale: expected a finite number > 0, got 1e+300, which is inf in float32"},
+      {ScalarArg::kWeightScale, -1e300, false, "weight_scale: expected a finite number > 0, got -1e+300"},
       {ScalarArg::kWeightScale, 3.5e38, false, "got 3.5e+38, which is inf in float32"},
-      {ScalarArg::kWeightScale, 1e-50, false, "weight_scale: expected a finite number, got 1e-50, which rounds to 0 in float32"},
-      {ScalarArg::kHeadScale, -1e-46, false, "head_scale: expected a finite number, got -1e-46, which rounds to 0 in float32"},
-      {ScalarArg::kHeadScale, std::nan(""), false, "head_scale: expected a finite number, got nan"},
-      {ScalarArg::kHeadScale, -inf, false, "head_scale: expected a finite number, got -inf"},
+      {ScalarArg::kHeadScale, 3.5e38, false, "head_scale: expected a finite number > 0, got 3.5e+38, which is inf in float32"},
+      {ScalarArg::kHeadScale, std::nan(""), false, "head_scale: expected a finite number > 0, got nan"},
+      {ScalarArg::kHeadScale, -inf, false, "head_scale: expected a finite number > 0, got -inf"},
+      {ScalarArg::kWeightScale, inf, false, "weight_scale: expected a finite number > 0, got inf"},
       {ScalarArg::kEps, 0.0, true, ""},  // eps >= 0: 0 is the plain RMS norm
       {ScalarArg::kEps, 1e-6, true, ""},
       {ScalarArg::kEps, -1e-6, false, "eps: expected a finite number >= 0, got -1e-06"},
@@ -1297,7 +1314,8 @@ TEST(ScalarSpecs, CheckScalarOnDoubles) {
     }
   }
   EXPECT_EQ(check_scalar(ScalarArg::kWeightScale, std::nan("")).message(),
-            "indexer_q: weight_scale: expected a finite number, got nan");
+            "indexer_q: weight_scale: expected a finite number > 0, got nan");
+  EXPECT_EQ(check_scalar(ScalarArg::kHeadScale, 0.0).message(), "indexer_q: head_scale: expected a finite number > 0, got 0");
 }
 
 // validate() on the float32 field gives exactly check_scalar's message for the same value.
@@ -1314,7 +1332,8 @@ TEST(ScalarSpecs, ValidateAgreesWithCheckScalar) {
   a.freqs = TensorView::contiguous(fr.data(), DType::kFloat32, {kMaxPos, 64});
   a.positions = TensorView::contiguous(pos, DType::kInt64, {kB});
   for (float v : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(),
-                  std::numeric_limits<float>::infinity()}) {
+                  std::numeric_limits<float>::infinity(), 0.0f, -0.0f, -0.5f,
+                  -std::numeric_limits<float>::denorm_min()}) {
     OpArgs b = a;
     b.weight_scale = v;
     EXPECT_EQ(validate(b).message(), check_scalar(ScalarArg::kWeightScale, double(v)).message());

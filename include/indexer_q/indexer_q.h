@@ -283,12 +283,13 @@ struct OpArgs {
 // weight_scale and head_scale (OpArgs) and eps (KStoreArgs, below) are float32 in the API; the
 // PyTorch binding and the CLI receive doubles and round them once. Each is checked against its
 // spec, by validate() on the float32 value and by check_scalar() on a double before it is rounded:
-//   weight_scale, head_scale  finite (0 and negative values are valid factors), and its float32
-//                             value finite and, for a nonzero value, nonzero
+//   weight_scale, head_scale  finite and > 0 (0, -0 and negative values refused), and its
+//                             float32 value finite and > 0
 //   eps                       finite and >= 0 (-0 refused), and its float32 value finite and,
 //                             for a value > 0, > 0 (eps = 0 is the plain RMS norm)
-// The message names the argument: "indexer_q: weight_scale: expected a finite number, got nan",
-// "... got 1e+300, which is inf in float32", "... got 1e-50, which rounds to 0 in float32".
+// The message names the argument: "indexer_q: weight_scale: expected a finite number > 0, got
+// nan", "... got -0.5", "... got 1e+300, which is inf in float32", "... got 1e-50, which rounds
+// to 0 in float32".
 // Every scalar is checked, whether the recipe reads it or not (the defaults, 1, are valid).
 enum class ScalarArg { kWeightScale, kHeadScale, kEps };
 // "weight_scale", "head_scale", "eps".

@@ -902,9 +902,13 @@ def fused_indexer_q_rope_quant_cutedsl(
     if weights_out_dtype not in (None, torch.float32):
         raise ValueError(f"indexer_q: weights_out_dtype: vLLM's FP8 path writes float32 weights "
                          f"only, got {weights_out_dtype}")
-    scale = float(softmax_scale) * float(head_scale)  # in double, as vLLM's host code
+    softmax_scale = _scalar("weight_scale", softmax_scale)
+    head_scale = _scalar("head_scale", head_scale)
+    scale = softmax_scale * head_scale  # in double, as vLLM's host code
+    # head_scale is passed too (the recipe does not read it): the library checks it on its own,
+    # so that two negative factors, whose product is > 0, are refused as well
     return quant_q("vllm_v4_fp8_cutedsl", index_q, index_weights, scale, cos_sin_cache,
-                   positions, enable_pdl=enable_pdl)
+                   positions, enable_pdl=enable_pdl, head_scale=head_scale)
 
 
 def index_q_rope_pack_weights(

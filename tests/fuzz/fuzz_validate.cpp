@@ -28,6 +28,7 @@
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -264,8 +265,17 @@ void fuzz_query(FuzzedDataProvider& f) {
   const bool wo_2d = f.ConsumeBool();
   const DType out_dt = fp4 ? (f.ConsumeBool() ? DType::kUInt8 : DType::kInt8)
                      : rec.format == OutFormat::kE4M3FNUZ ? DType::kFloat8E4M3FNUZ : DType::kFloat8E4M3;
-  a.weight_scale = f.ConsumeFloatingPoint<float>();
-  a.head_scale = f.ConsumeFloatingPoint<float>();
+  // The factors must be finite and > 0 and are checked first: a raw float (half of them negative)
+  // would stop most inputs there. Each is taken as |x| unless the low 3 bits of x are 0 (1 in 8:
+  // the raw value, so that 0, -0, negative and non-finite factors are still fed to the validator).
+  const auto factor = [&f]() {
+    const float x = f.ConsumeFloatingPoint<float>();
+    std::uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return (u & 7u) == 0 ? x : std::fabs(x);
+  };
+  a.weight_scale = factor();
+  a.head_scale = factor();
 
   Layout L;
   const std::int64_t rows = B * H;

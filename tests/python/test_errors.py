@@ -313,10 +313,14 @@ def test_all_meta_still_traces():
 
 
 # ---- issue 22: every scalar checked by the library's one validator, the argument named ----
+# weight_scale and head_scale: finite and > 0, and so in float32 (0, -0 and negative factors
+# refused: they turn every weights_out into 0 or flip its sign)
 BAD_SCALARS = [
     (float("nan"), "got nan"), (float("inf"), "got inf"), (float("-inf"), "got -inf"),
-    (1e300, "got 1e+300, which is inf in float32"), (-1e300, "got -1e+300, which is -inf in float32"),
+    (1e300, "got 1e+300, which is inf in float32"), (-1e300, "got -1e+300"),
     (1e-50, "got 1e-50, which rounds to 0 in float32"),
+    (0.0, "got 0"), (-0.0, "got -0"), (-0.5, "got -0.5"), (-1e-50, "got -1e-50"),
+    (7e-46, "got 7e-46, which rounds to 0 in float32"),
 ]
 
 
@@ -335,7 +339,7 @@ def test_bad_scalar_is_refused_naming_it(value, text, which, opname):
     with pytest.raises(RuntimeError) as e:
         op(*args)
     msg = str(e.value)
-    assert f"indexer_q: {which}: expected a finite number, {text}" in msg, msg
+    assert f"indexer_q: {which}: expected a finite number > 0, {text}" in msg, msg
     assert torch.equal(a["weights_out"], before[0])
     assert torch.equal(a["q_out"].view(torch.uint8), before[1])
 
@@ -355,13 +359,31 @@ def test_bad_scalar_through_the_wrappers(value, text):
                                              a["weight"], 0.5, value)
 
 
-def test_zero_and_negative_scales_are_valid_factors():
+def test_tiny_and_huge_positive_scales_are_valid_factors():
+    """Any factor whose float32 value is finite and > 0 is valid: a float32 subnormal (1e-45
+    rounds to the smallest one, not to 0) and the float32 maximum."""
     import indexer_q
     a = valid("cpu")
-    for ws, hs in ((0.0, 1.0), (-0.5, 1.0), (0.5, -2.0), (0.5, 0.0)):
+    for ws, hs in ((1e-45, 1.0), (0.5, 1e-40), (3.4028234663852886e38, 1.0), (0.5, 2.0)):
         _, w = indexer_q.quant_q("vllm_v4_fp8", a["q_input"], a["weight"], ws, a["freqs"],
                                  a["positions"], head_scale=hs)
-        assert bool(torch.isfinite(w).all())
+        assert not bool(torch.isnan(w).any())
+
+
+@pytest.mark.parametrize("softmax_scale,head_scale,which,text", [
+    (-0.5, 0.125, "weight_scale", "got -0.0625"), (0.0, 0.125, "weight_scale", "got 0"),
+    (0.5, 0.0, "weight_scale", "got 0"), (0.5, -0.0, "weight_scale", "got -0"),
+    (-0.5, -0.125, "head_scale", "got -0.125"), (-1.0, -1.0, "head_scale", "got -1")])
+def test_cutedsl_checks_each_factor(softmax_scale, head_scale, which, text):
+    """vLLM's CuTe form takes one factor fl32(softmax_scale * head_scale), checked as
+    weight_scale; head_scale is checked on its own too, so that two negative factors (whose
+    product is > 0) are refused as well."""
+    import indexer_q
+    a = valid("cpu")
+    with pytest.raises(RuntimeError, match=f"indexer_q: {which}: expected a finite number > 0, "
+                                           f"{re.escape(text)}"):
+        indexer_q.fused_indexer_q_rope_quant_cutedsl(a["positions"], a["q_input"], a["freqs"],
+                                                     a["weight"], softmax_scale, head_scale)
 
 
 @pytest.mark.parametrize("value", ["0.5", None, [0.5], object()])

@@ -533,8 +533,11 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
   // The weights_out factors, from the first of the metadata keys that the file has: weight_scale
   // (SGLang's forms; vLLM's CuTe form: its one combined factor scale_f32); for the two-factor
   // folds (vLLM's Triton forms) softmax_scale and head_scale, weight_scale being informational
-  // there. The *_f32 keys are the float32 values the engine's kernel received.
-  auto metadata_float = [&](std::initializer_list<const char*> keys, float* v) -> bool {
+  // there. The *_f32 keys are the float32 values the engine's kernel received. Each value is
+  // checked as the double it is by the library's one scalar check (check_scalar: finite, > 0,
+  // and so in float32), whose message is given as it is: "metadata "softmax_scale" = "0":
+  // indexer_q: weight_scale: expected a finite number > 0, got 0".
+  auto metadata_float = [&](std::initializer_list<const char*> keys, ScalarArg arg, float* v) -> bool {
     auto it = file.metadata.end();
     const char* key = *keys.begin();
     for (const char* k : keys) {
@@ -551,14 +554,17 @@ bool load_case(const StFile& file, ConformanceCase* out, std::string* error) {
       return set_error(error, std::string("metadata \"") + key + "\" = \"" + ws + "\" is not a number");
     if (errno == ERANGE && std::fabs(d) > 1.0)
       return set_error(error, std::string("metadata \"") + key + "\" = \"" + ws + "\" is out of range");
-    *v = static_cast<float>(d);
+    const Status sc = check_scalar(arg, d, v);
+    if (!sc.ok()) return set_error(error, std::string("metadata \"") + key + "\" = \"" + ws + "\": " + sc.message());
     return true;
   };
   if (recipe_uses_head_scale(rec)) {
-    if (!metadata_float({"softmax_scale", "softmax_scale_f32", "softmax_scale_arg"}, &c.weight_scale) ||
-        !metadata_float({"head_scale", "head_scale_f32", "head_scale_arg"}, &c.head_scale))
+    if (!metadata_float({"softmax_scale", "softmax_scale_f32", "softmax_scale_arg"}, ScalarArg::kWeightScale,
+                        &c.weight_scale) ||
+        !metadata_float({"head_scale", "head_scale_f32", "head_scale_arg"}, ScalarArg::kHeadScale, &c.head_scale))
       return false;
-  } else if (has_weights && !metadata_float({"weight_scale", "weight_scale_f32", "scale_f32"}, &c.weight_scale)) {
+  } else if (has_weights && !metadata_float({"weight_scale", "weight_scale_f32", "scale_f32"}, ScalarArg::kWeightScale,
+                                            &c.weight_scale)) {
     return false;
   }
 

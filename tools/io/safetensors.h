@@ -37,7 +37,8 @@ bool dtype_from_safetensors(const std::string& name, DType* out);
 const char* dtype_to_safetensors(DType dt);
 
 // One conformance case: the op's inputs and the expected outputs, checked for consistency
-// (names present, dtypes allowed, shapes agreeing with each other, weight_scale parseable).
+// (names present, dtypes allowed, shapes agreeing with each other, weight_scale / softmax_scale /
+// head_scale numbers that pass the library's check_scalar: finite and > 0, and so in float32).
 struct ConformanceCase {
   RecipeId recipe = RecipeId::kV4Fp8;  // metadata "variant" (absent: v4_fp8)
   std::int64_t B = 0, H = 0, max_pos = 0;

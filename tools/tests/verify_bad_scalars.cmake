@@ -1,0 +1,47 @@
+# CTest script: a conformance file whose weights_out factor (metadata weight_scale, or for the
+# vLLM forms softmax_scale / head_scale) is not finite and > 0 as float32 is bad input (exit 3),
+# reported with the library's own message (check_scalar: the one validator, the same text as the
+# C++ API and the Python package), the good file beside it still verified: 0, -0, a negative
+# value and a positive value that rounds to 0 in float32, for weight_scale and head_scale.
+# Inputs: -DIQ=<indexer-q> -DEDIT=<st_set_metadata> -DGOOD=<good v4_fp8 file>
+#         -DVLLM=<good vllm_v4_fp8 file> -DWORK=<scratch dir>
+file(MAKE_DIRECTORY ${WORK})
+set(files)
+set(wants)
+# make(<name> <source> <key> <value> <message of the library>)
+function(make name src key value msg)
+  execute_process(COMMAND ${EDIT} ${src} ${WORK}/${name}.safetensors ${key} ${value} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "st_set_metadata failed (${rc})")
+  endif()
+  set(line "${name}.safetensors: inconsistent conformance case: metadata \"${key}\" = \"${value}\": ${msg}\n")
+  string(REGEX REPLACE "([][+.*()^$?|\\\\])" "\\\\\\1" re "${line}")
+  set(files ${files} ${WORK}/${name}.safetensors PARENT_SCOPE)
+  set(wants ${wants} "${re}" PARENT_SCOPE)
+endfunction()
+set(P "indexer_q: weight_scale: expected a finite number > 0, got")
+set(H "indexer_q: head_scale: expected a finite number > 0, got")
+make(ws_zero ${GOOD} weight_scale 0 "${P} 0")
+make(ws_negzero ${GOOD} weight_scale -0 "${P} -0")
+make(ws_negative ${GOOD} weight_scale -0.5 "${P} -0.5")
+make(ws_tiny ${GOOD} weight_scale 1e-50 "${P} 1e-50, which rounds to 0 in float32")
+make(ws_nan ${GOOD} weight_scale nan "${P} nan")
+make(softmax_zero ${VLLM} softmax_scale 0 "${P} 0")
+make(softmax_negative ${VLLM} softmax_scale -0.088 "${P} -0.088")
+make(hs_zero ${VLLM} head_scale 0 "${H} 0")
+make(hs_negzero ${VLLM} head_scale -0 "${H} -0")
+make(hs_negative ${VLLM} head_scale -2 "${H} -2")
+make(hs_tiny ${VLLM} head_scale 1e-46 "${H} 1e-46, which rounds to 0 in float32")
+list(LENGTH files n)
+math(EXPR total "${n} + 1")
+execute_process(COMMAND ${IQ} verify --backend reference ${GOOD} ${files}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+message("${out}${err}")
+if(NOT rc EQUAL 3)
+  message(FATAL_ERROR "expected exit status 3 (bad input), got '${rc}'")
+endif()
+foreach(want ${wants} "summary: ${total} file\\(s\\), ${n} unreadable; [1-9][0-9]* run\\(s\\): [1-9][0-9]* exact, 0 differ, 0 failed -> FAIL")
+  if(NOT out MATCHES "${want}")
+    message(FATAL_ERROR "output does not match '${want}'")
+  endif()
+endforeach()
