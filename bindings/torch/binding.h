@@ -124,7 +124,7 @@ indexer_q::OpArgs make_args(const TorchArgs& a);
 void validate_or_throw(const indexer_q::OpArgs& args);
 
 // The composed ATen implementation (composed.cpp): validates, then computes the recipe's steps
-// (SPEC.md / docs/RECIPES.md / docs/RECIPES.md) with ATen operations on the tensors' device and writes the
+// (docs/SPEC.md, docs/RECIPES.md) with ATen operations on the tensors' device and writes the
 // outputs.
 void composed_forward(const TorchArgs& a);
 
