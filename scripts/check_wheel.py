@@ -18,8 +18,10 @@ import re
 import sys
 import zipfile
 
-MODULES = ("__init__.py", "_ops.py", "kside.py", "triton_dispatch.py", "triton_kernel.py",
-           "triton_selfcheck.py")
+MODULES = ("__init__.py", "_ops.py", "kside.py", "recall.py", "routing.py", "triton_dispatch.py",
+           "triton_kernel.py", "triton_selfcheck.py", "integrations/__init__.py",
+           "integrations/_env.py", "integrations/_route.py", "integrations/sgl_kernel_xpu.py",
+           "integrations/sglang.py", "integrations/vllm.py")
 
 
 def check(path):
@@ -43,7 +45,7 @@ def check(path):
         libs = [n for n in pkg if re.fullmatch(r"indexer_q/_indexer_q_ops[^/]*\.(so|dylib|dll)", n)]
         if len(libs) != 1:
             problems.append(f"expected one operator library indexer_q/_indexer_q_ops*.so, found {libs}")
-        allowed = re.compile(r"indexer_q/([A-Za-z0-9_]+\.py|_indexer_q_ops[^/]*\.(so|dylib|dll)|"
+        allowed = re.compile(r"indexer_q/((integrations/)?[A-Za-z0-9_]+\.py|_indexer_q_ops[^/]*\.(so|dylib|dll)|"
                              r"triton_selfcheck\.bin|py\.typed)")
         stray = [n for n in pkg if not allowed.fullmatch(n)]
         if stray:
