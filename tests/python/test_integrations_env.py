@@ -15,7 +15,12 @@ import pytest
 import _engines
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON_DIR = os.path.join(_engines.ROOT, "python")
+import indexer_q  # noqa: E402  (the package under test: the subprocesses import the same one)
+
+# The folder holding the indexer_q this process imported (the installed package in CI, the
+# source tree with INDEXER_Q_TORCH_LIBRARY in development), and its operator library.
+PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(indexer_q.__file__)))
+LIBRARY = indexer_q.library_path
 
 # the checks each case's interpreter runs: "first" (indexer_q before the engine, or after it),
 # then the engine module functions called on the CPU and compared byte for byte
