@@ -96,7 +96,7 @@ if has triton; then
 fi
 
 if has sanitize; then
-  OUT="$L/sanitize" BUILD_DIR="$B" TOOL_TIMEOUT=${TOOL_TIMEOUT:-120} timeout 560 bash scripts/device/gpu_sanitize.sh >"$L/sanitize.log" 2>&1
+  OUT="$L/sanitize" BUILD_DIR="$B" TOOL_TIMEOUT=${TOOL_TIMEOUT:-240} timeout 300 bash scripts/device/gpu_sanitize.sh >"$L/sanitize.log" 2>&1
   say "gpu_sanitize rc=$? ($(el))"
   cat "$L/sanitize/summary.txt" >>"$SUM" 2>/dev/null
 fi

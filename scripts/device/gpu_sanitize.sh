@@ -16,6 +16,11 @@
 #   TOOL_TIMEOUT=s  seconds per tool (default 140: four tools stay inside a 10-minute call)
 #   MEMCHECK_TIMEOUT=s  seconds for memcheck alone (default TOOL_TIMEOUT; it runs the most tests)
 #   TOOLS="memcheck racecheck initcheck synccheck"  the tools to run (default all four)
+#   SERIAL=1        run the tools one after another (default: all at once, each its own process
+#                   on the one GPU; the wall time is then the slowest tool's, about 3 minutes)
+# The tests see INDEXER_Q_SANITIZER_SUBSET=1: Cuda.EveryRecipeShapeAndDtypeMatchesReference then
+# runs each (recipe, B, H) with one (dtype, position dtype) pair in rotation (every pair, recipe and
+# launch shape still met; a sixth of the launches), which keeps every tool inside its limit.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu_sanitize_out}
@@ -26,6 +31,7 @@ T=${TOOL_TIMEOUT:-140}
 BIN=$B/tests/indexer_q_tests
 SUM=$OUT/summary.txt
 : >"$SUM"
+export INDEXER_Q_SANITIZER_SUBSET=1
 say() { echo "$*" | tee -a "$SUM"; }
 
 if [ ! -x "$BIN" ]; then say "gpu_sanitize: $BIN not found (build with CUDA first; BUILD_DIR=...)"; exit 2; fi
@@ -60,24 +66,38 @@ run_tool() {  # label, tool, filter, extra options...
   local tests errs
   tests=$(grep -E '^\[  (PASSED|FAILED)  \]' "$log" | tr '\n' ' ')
   errs=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)
-  say "$label rc=$rc ($(( $(date +%s) - t0 )) s): ${errs:-no summary line} | ${tests:-no gtest summary}"
-  [ "$rc" -eq 124 ] && say "  $label: timed out after $lim s (raise TOOL_TIMEOUT or narrow the set)"
-  grep -m5 -E '^========= (Invalid|Program hit|Race|Uninitialized|Error|Leaked)' "$log" | sed 's/^/  /' | tee -a "$SUM" >/dev/null
-  [ "$rc" -ne 0 ] && rc_all=1
+  # each tool writes its own status file (the tools may run at once); collected in order below
+  {
+    echo "$label rc=$rc ($(( $(date +%s) - t0 )) s): ${errs:-no summary line} | ${tests:-no gtest summary}"
+    [ "$rc" -eq 124 ] && echo "  $label: timed out after $lim s (raise TOOL_TIMEOUT or narrow the set)"
+    grep -m5 -E '^========= (Invalid|Program hit|Race|Uninitialized|Error|Leaked)' "$log" | sed 's/^/  /'
+  } >"$OUT/$label.status"
+  echo "$rc" >"$OUT/$label.rc"
   return 0
+}
+order=()
+start() {  # label, tool, filter, extra options...: in the background unless SERIAL=1
+  order+=("$1")
+  if [ -n "${SERIAL:-}" ]; then run_tool "$@"; else run_tool "$@" & fi
 }
 
 leak=()
 [ -n "${LEAK_CHECK:-}" ] && leak=(--leak-check full)
 TOOLS=" ${TOOLS:-memcheck racecheck initcheck synccheck} "
 if [[ $TOOLS == *" memcheck "* ]]; then
-  run_tool memcheck memcheck "$MEM" "${leak[@]}"
-  [ -n "$MEM_API" ] && run_tool memcheck-deliberate-api-errors memcheck "$MEM_API" --report-api-errors no
+  start memcheck memcheck "$MEM" "${leak[@]}"
+  [ -n "$MEM_API" ] && start memcheck-deliberate-api-errors memcheck "$MEM_API" --report-api-errors no
 fi
-[[ $TOOLS == *" racecheck "* ]] && run_tool racecheck racecheck "$KER" --racecheck-report all
-[[ $TOOLS == *" initcheck "* ]] && run_tool initcheck initcheck "$KER"
+[[ $TOOLS == *" racecheck "* ]] && start racecheck racecheck "$KER" --racecheck-report all
+[[ $TOOLS == *" initcheck "* ]] && start initcheck initcheck "$KER"
 if [[ $TOOLS == *" synccheck "* ]] && compute-sanitizer --help 2>&1 | grep -q synccheck; then
-  run_tool synccheck synccheck "$KER"
+  start synccheck synccheck "$KER"
 fi
+wait
+for label in "${order[@]}"; do
+  cat "$OUT/$label.status" 2>/dev/null | tee -a "$SUM" || say "$label: no status (the tool did not finish)"
+  [ "$(cat "$OUT/$label.rc" 2>/dev/null)" = 0 ] || rc_all=1
+  rm -f "$OUT/$label.status" "$OUT/$label.rc"
+done
 say "gpu_sanitize: $([ $rc_all -eq 0 ] && echo PASS || echo FAIL)"
 exit $rc_all
