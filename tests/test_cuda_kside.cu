@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -474,16 +475,24 @@ std::vector<std::int64_t> duplicate_sizes() {
   return {2, 7, m, m + 1, 333, 4096};
 }
 
+// Under compute-sanitizer (scripts/device/gpu_sanitize.sh sets INDEXER_Q_SANITIZER_SUBSET) each
+// (recipe, size) runs two of the four patterns, alternating, so every pattern still meets every
+// size (with one recipe) and every recipe every pattern, in half the launches.
 TEST(CudaKside, DuplicateSlotsLastTokenWinsEveryTime) {
   SKIP_WITHOUT_DEVICE();
+  const bool subset = std::getenv("INDEXER_Q_SANITIZER_SUBSET") != nullptr;
   std::uint32_t seed = 31;
+  const std::vector<std::int64_t> sizes = duplicate_sizes();
   for (KRecipeId rid : all_krecipes())
-    for (std::int64_t N : duplicate_sizes())
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const std::int64_t N = sizes[i];
       for (DupPattern pat :
            {DupPattern::kRandom, DupPattern::kOneSlot, DupPattern::kOneSlotLastNotStored, DupPattern::kPool}) {
         if (N == 2 && pat == DupPattern::kRandom) continue;  // too few tokens for it
+        if (subset && (int(pat) + int(rid) + int(i)) % 2 != 0) continue;
         check_duplicates(rid, N, pat, 0, seed++, N <= 333 ? 3 : 2);
       }
+    }
 }
 
 TEST(CudaKside, DuplicateSlotsMisalignedInputTakeTheFallbackExactly) {
