@@ -14,8 +14,15 @@
 // Bytes per call = detail::kside_bytes_moved: per token its input row, position, slot and freqs
 // row read and its 132 / 68 cache bytes written; the weight once.
 //
+// The slots are distinct, so the duplicate-slot rule (docs/KSIDE.md) costs only its method: the
+// scan inside the store kernel up to detail::kKsideScanMaxTokens tokens, the two claim kernels
+// above, nothing at 1 token. --dup scan,claim also times the automatic shape with each method forced
+// (rows ours-l<L>-b<B>-scan / -claim; the scan only up to 16384 tokens: its work grows as N^2),
+// which shows where the threshold should be.
+//
 //   indexer_q_cuda_kside_bench [--tokens 1,8,64,512,1024,4096,16384,65536] [--dtype fp32|bf16|fp16]
 //                              [--recipes v4_k_fp8,v4_k_fp4] [--iters N] [--shapes] [--pdl 0|1|both]
+//                              [--dup scan,claim]
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -169,7 +176,7 @@ int main(int argc, char** argv) {
   std::vector<KRecipeId> recipes = all_krecipes();
   std::string dts = "fp32", pdl_mode = "both";
   int iters = 100;
-  bool shapes = false;
+  bool shapes = false, dup_scan = false, dup_claim = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* val = i + 1 < argc ? argv[i + 1] : "";
@@ -184,6 +191,15 @@ int main(int argc, char** argv) {
       dts = val;
     } else if (a == "--iters") {
       iters = std::atoi(val);
+    } else if (a == "--dup") {
+      for (const std::string& x : split(val)) {
+        if (x == "scan") dup_scan = true;
+        else if (x == "claim") dup_claim = true;
+        else {
+          std::fprintf(stderr, "--dup: expected scan and / or claim, got %s\n", x.c_str());
+          return 2;
+        }
+      }
     } else if (a == "--pdl") {
       pdl_mode = val;
     } else if (a == "--recipes") {
@@ -297,6 +313,14 @@ int main(int argc, char** argv) {
                              o.enable_pdl = pdl;
                              ck(run(a, o), "run");
                            }});
+        for (const detail::KDup dup : {detail::KDup::kScan, detail::KDup::kClaim}) {
+          const bool scan = dup == detail::KDup::kScan;
+          if (!(scan ? dup_scan && T <= 16384 : dup_claim)) continue;
+          const detail::KVariant v{av.lanes, av.block, dup};
+          entries.push_back({"ours-l" + std::to_string(av.lanes) + "-b" + std::to_string(av.block) +
+                                 (scan ? "-scan" : "-claim"),
+                             [&, v, pdl] { ck(detail::kside_cuda_run_variant(p, s, pdl, v), "variant"); }});
+        }
         if (shapes)
           for (int lanes : {4, 8, 16, 32})
             for (int block : {64, 128, 256}) {

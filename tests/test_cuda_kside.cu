@@ -11,10 +11,16 @@
 //  - out-of-range positions and slots (negative, == max_pos / capacity, huge, INT_MIN / MAX):
 //    those tokens write nothing, the others are exact; freqs holds exactly max_pos rows and the
 //    cache exactly its pages, so an out-of-bounds access shows under compute-sanitizer;
-//  - duplicate slots: the last token of a slot wins (the reference's one-token-after-the-other
-//    result), 10 calls per shape, both kernels;
+//  - duplicate slots: the last stored token of a slot wins (the reference's one-token-after-the-
+//    other result), at 2, 7, kKsideScanMaxTokens, kKsideScanMaxTokens + 1, 333 and 4096 tokens
+//    (both sides of the threshold between the scan in the store kernel and the claim kernels),
+//    slot patterns with every token on one slot, out-of-range slots and positions among the
+//    duplicates, random duplicates; the automatic shape, the fallback kernel and each lane count;
+//    the automatic method and each one forced, repeated calls, every cache byte; the
+//    misaligned-input fallback too;
 //  - misaligned pointers (the fallback kernel), a non-default stream, CUDA-graph capture and
-//    replay with PDL on;
+//    replay with PDL on; a PDL producer in the graph that writes slots, positions and input rows
+//    after letting the key side launch (so a load before griddepcontrol.wait would show);
 //  - the device's rsqrtf against the host's MUFU.RSQ model (src/common/rsq_sm90.h) for every
 //    float in [1, 4) and samples of every binade, subnormals and specials: the CUDA kernel's
 //    reciprocal square root IS the model the reference uses.
@@ -25,6 +31,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -320,54 +327,181 @@ TEST(CudaKside, MisalignedPointersTakeTheFallbackExactly) {
 }
 
 // ---------------------------------------------------------------------------------------
-// duplicate slots (docs/KSIDE.md): the last token of a slot wins, every time, every shape
+// duplicate slots (docs/KSIDE.md): the last stored token of a slot wins, every time, every shape,
+// both methods (the scan inside the store kernel up to detail::kKsideScanMaxTokens tokens, the
+// claim kernels above; each also forced at every size)
 // ---------------------------------------------------------------------------------------
-// A quarter of the tokens share slots at random, neighbours share one (the winner is the second
-// of the two), and a duplicated token with an out-of-range position (not stored, so not the
-// winner). The cache starts as random bytes, then all 0xff (a fill that looks like FP8 claim
-// bytes). 10 calls per shape: every call must give the reference's cache (one token after the
-// other: the last token of a slot wins) and every byte of it.
-void check_duplicates(KRecipeId rid, std::int64_t N, std::size_t input_offset, std::uint32_t seed) {
+enum class DupPattern {
+  kRandom,                // a quarter of the tokens share slots at random, neighbours share one
+  kOneSlot,               // every token the same slot; every fifth one with an out-of-range position
+  kOneSlotLastNotStored,  // the same, and the last token's position is out of range: an earlier token wins
+  kPool,                  // slots drawn from N / 8 of them, with out-of-range slots (and skipped ones,
+                          // -1) repeated among them and out-of-range positions among the duplicates
+};
+const char* pattern_name(DupPattern d) {
+  switch (d) {
+    case DupPattern::kRandom: return "random";
+    case DupPattern::kOneSlot: return "one-slot";
+    case DupPattern::kOneSlotLastNotStored: return "one-slot-last-not-stored";
+    case DupPattern::kPool: return "pool";
+  }
+  return "?";
+}
+
+KCase duplicate_case(KRecipeId rid, std::int64_t N, DupPattern pat, std::uint32_t seed) {
   KCase c = random_case(rid, N, DType::kFloat32, DType::kInt64, 16, seed);
   std::mt19937 g(seed);
-  for (std::int64_t t = 0; t < N; ++t)
-    if (t % 4 == 1) c.slots[std::size_t(t)] = std::int64_t(g() % 24);
-  for (std::int64_t t = 2; t + 1 < N; t += 37) c.slots[std::size_t(t + 1)] = c.slots[std::size_t(t)];
-  if (N > 10) {
-    c.slots[9] = c.slots[5] = 3;
-    c.set_position(9, c.max_pos);  // the later token of slot 3 is out of range: token 5 (or a later one) wins
+  const std::int64_t cap = c.num_pages * c.page_size;
+  switch (pat) {
+    case DupPattern::kRandom:
+      for (std::int64_t t = 0; t < N; ++t)
+        if (t % 4 == 1) c.slots[std::size_t(t)] = std::int64_t(g() % 24);  // >= cap for small N: not stored
+      for (std::int64_t t = 2; t + 1 < N; t += 37) c.slots[std::size_t(t + 1)] = c.slots[std::size_t(t)];
+      if (N > 10) {
+        c.slots[9] = c.slots[5] = 3;
+        c.set_position(9, c.max_pos);  // the later token of slot 3 is out of range: token 5 (or a later one) wins
+      }
+      break;
+    case DupPattern::kOneSlot:
+    case DupPattern::kOneSlotLastNotStored: {
+      const std::int64_t slot = std::int64_t(g() % std::uint32_t(cap));
+      for (std::int64_t t = 0; t < N; ++t) {
+        c.slots[std::size_t(t)] = slot;
+        if (t % 5 == 3) c.set_position(t, (t & 8) ? c.max_pos : -1);
+      }
+      if (N >= 2) c.set_position(N - 1, pat == DupPattern::kOneSlot ? 0 : c.max_pos + 5);
+      break;
+    }
+    case DupPattern::kPool: {
+      std::vector<std::int64_t> pool(static_cast<std::size_t>(cap));
+      for (std::size_t i = 0; i < pool.size(); ++i) pool[i] = std::int64_t(i);
+      std::shuffle(pool.begin(), pool.end(), g);
+      pool.resize(std::size_t(std::max<std::int64_t>(2, N / 8)));
+      const std::int64_t odd[] = {-1, cap, cap + 1, -7, LLONG_MAX, cap + 16};
+      for (std::int64_t t = 0; t < N; ++t) {
+        const std::uint32_t r = g() % 16;
+        c.slots[std::size_t(t)] = r < 2 ? odd[g() % 6] : pool[g() % pool.size()];
+        if (r == 2) c.set_position(t, (g() & 1) ? c.max_pos : -3);  // a duplicate that is not stored
+      }
+      if (N >= 2) {  // at least one loser, also at 2 tokens: token 0 and the last token, both stored
+        c.slots[0] = c.slots[std::size_t(N - 1)] = pool[0];
+        c.set_position(0, 0);
+        c.set_position(N - 1, c.max_pos - 1);
+      }
+      break;
+    }
   }
+  return c;
+}
+
+// The duplicates of a case as the rule sees them: stored tokens with a later stored token of
+// their slot (they write nothing), and stored tokens followed by a not-stored token of their slot.
+struct DupStats {
+  std::int64_t losers = 0, later_not_stored = 0;
+};
+DupStats dup_stats(const KCase& c) {
+  const std::int64_t cap = c.num_pages * c.page_size;
+  auto stored = [&](std::int64_t t) {
+    const std::int64_t s = c.slots[std::size_t(t)], q = c.position(t);
+    return s >= 0 && s < cap && q >= 0 && q < c.max_pos;
+  };
+  DupStats st;
+  for (std::int64_t t = 0; t < c.N; ++t) {
+    if (!stored(t)) continue;
+    bool lost = false, skipped = false;
+    for (std::int64_t u = t + 1; u < c.N && !lost; ++u)
+      if (c.slots[std::size_t(u)] == c.slots[std::size_t(t)]) (stored(u) ? lost : skipped) = true;
+    st.losers += lost;
+    st.later_not_stored += skipped;
+  }
+  return st;
+}
+
+const char* dup_name(detail::KDup d) {
+  return d == detail::KDup::kAuto ? "auto" : d == detail::KDup::kScan ? "scan" : "claim";
+}
+
+// The shapes of the duplicate tests: the automatic one, the one-thread-per-token kernel and each
+// lane count (the scan shares the later slots out over a token's lanes), the block sizes rotated.
+std::vector<detail::KVariant> duplicate_shapes() {
+  return {detail::KVariant{}, detail::KVariant{0, 0}, detail::KVariant{4, 32}, detail::KVariant{8, 128},
+          detail::KVariant{16, 256}, detail::KVariant{32, 128}};
+}
+
+// The cache starts as random bytes, then all 0xff (a fill that looks like FP8 claim bytes). Every
+// shape, every method (automatic: `auto_reps` calls; the claim kernels forced: 2 calls, as their
+// atomics may run in any order; the scan forced: 1 call, it has no atomics): every call must give
+// the reference's cache (one token after the other: the last stored token of a slot wins), every
+// byte of it.
+void check_duplicates(KRecipeId rid, std::int64_t N, DupPattern pat, std::size_t input_offset, std::uint32_t seed,
+                      int auto_reps, const std::vector<detail::KVariant>& shapes = duplicate_shapes()) {
+  KCase c = duplicate_case(rid, N, pat, seed);
+  const DupStats st = dup_stats(c);
+  // (a check of the test itself: the pattern has what it is meant to have)
+  if (N >= (pat == DupPattern::kOneSlotLastNotStored ? 3 : 2) && pat != DupPattern::kRandom)
+    EXPECT_GT(st.losers, 0) << "test setup: no stored token loses its slot";
+  if (N >= 2 && pat == DupPattern::kOneSlotLastNotStored) EXPECT_GT(st.later_not_stored, 0) << "test setup";
   for (int fill = 0; fill < 2; ++fill) {
     if (fill == 1) std::fill(c.cache.begin(), c.cache.end(), std::uint8_t(0xff));
-    SCOPED_TRACE(c.describe() + (fill ? " cache 0xff" : " cache random"));
+    SCOPED_TRACE(c.describe() + " " + pattern_name(pat) + " losers=" + std::to_string(st.losers) +
+                 (fill ? " cache 0xff" : " cache random"));
     const std::vector<std::uint8_t> want = reference_cache(c);
     DeviceK d;
     ASSERT_TRUE(d.upload(c, input_offset));
-    for (const detail::KVariant& v : all_shapes()) {
-      int wrong = 0;
-      std::string first;
-      for (int rep = 0; rep < 10; ++rep) {
-        ASSERT_TRUE(d.reset(c));
-        const Status s = detail::kside_cuda_run_variant(d.prob, nullptr, false, v);
-        ASSERT_TRUE(s.ok()) << shape_name(v) << ": " << s.message();
-        const std::string diff = first_diff(c, d.download(), want);
-        if (!diff.empty()) {
-          ++wrong;
-          if (first.empty()) first = diff;
+    for (detail::KVariant v : shapes)
+      for (detail::KDup dup : {detail::KDup::kAuto, detail::KDup::kScan, detail::KDup::kClaim}) {
+        v.dup = dup;
+        const int reps = dup == detail::KDup::kAuto ? auto_reps : dup == detail::KDup::kClaim ? 2 : 1;
+        int wrong = 0;
+        std::string first;
+        for (int rep = 0; rep < reps; ++rep) {
+          ASSERT_TRUE(d.reset(c));
+          const Status s = detail::kside_cuda_run_variant(d.prob, nullptr, false, v);
+          ASSERT_TRUE(s.ok()) << shape_name(v) << ": " << s.message();
+          const std::string diff = first_diff(c, d.download(), want);
+          if (!diff.empty()) {
+            ++wrong;
+            if (first.empty()) first = diff;
+          }
         }
+        EXPECT_EQ(wrong, 0) << "shape " << shape_name(v) << " " << dup_name(dup) << ": calls of " << reps
+                            << " not the reference's cache; " << first;
       }
-      EXPECT_EQ(wrong, 0) << "shape " << shape_name(v) << ": calls of 10 not the reference's cache; " << first;
-    }
   }
 }
 
+std::vector<std::int64_t> duplicate_sizes() {
+  const std::int64_t m = detail::kKsideScanMaxTokens;
+  return {2, 7, m, m + 1, 333, 4096};
+}
+
+// Under compute-sanitizer (scripts/device/gpu_sanitize.sh sets INDEXER_Q_SANITIZER_SUBSET) each
+// (recipe, size) runs two of the four patterns, alternating, so every pattern still meets every
+// size (with one recipe) and every recipe every pattern, in half the launches.
 TEST(CudaKside, DuplicateSlotsLastTokenWinsEveryTime) {
   SKIP_WITHOUT_DEVICE();
-  for (KRecipeId rid : all_krecipes()) {
-    check_duplicates(rid, 333, 0, 31);
-    check_duplicates(rid, 5000, 0, 32);
-    check_duplicates(rid, 333, 4, 33);  // misaligned input: the one-thread-per-token kernel
-  }
+  const bool subset = std::getenv("INDEXER_Q_SANITIZER_SUBSET") != nullptr;
+  std::uint32_t seed = 31;
+  const std::vector<std::int64_t> sizes = duplicate_sizes();
+  for (KRecipeId rid : all_krecipes())
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const std::int64_t N = sizes[i];
+      for (DupPattern pat :
+           {DupPattern::kRandom, DupPattern::kOneSlot, DupPattern::kOneSlotLastNotStored, DupPattern::kPool}) {
+        if (N == 2 && pat == DupPattern::kRandom) continue;  // too few tokens for it
+        if (subset && (int(pat) + int(rid) + int(i)) % 2 != 0) continue;
+        check_duplicates(rid, N, pat, 0, seed++, N <= 333 ? 3 : 2);
+      }
+    }
+}
+
+TEST(CudaKside, DuplicateSlotsMisalignedInputTakeTheFallbackExactly) {
+  SKIP_WITHOUT_DEVICE();
+  std::uint32_t seed = 700;
+  for (KRecipeId rid : all_krecipes())
+    for (std::int64_t N : {std::int64_t(7), detail::kKsideScanMaxTokens, std::int64_t(333)})
+      for (DupPattern pat : {DupPattern::kRandom, DupPattern::kOneSlotLastNotStored, DupPattern::kPool})
+        check_duplicates(rid, N, pat, 4, seed++, 3, {detail::KVariant{}});  // the one-thread-per-token kernel
 }
 
 // ---------------------------------------------------------------------------------------
@@ -553,6 +687,101 @@ TEST(CudaKside, GraphCaptureWithPdlReplaysExactly) {
     cudaGraphDestroy(g);
     cudaStreamDestroy(s);
   }
+}
+
+// PDL behind a producer: a kernel of the engine's stream writes the call's slots, positions and
+// input rows and, as PDL producers may, runs griddepcontrol.launch_dependents first, then spins
+// (~1 ms) before writing. The key side's first kernel (the store kernel, or the first claim kernel)
+// is then resident while the producer spins, and only its griddepcontrol.wait keeps it from
+// reading the old bytes (that the overlap happens on the device: Cuda.PdlProducerThatTriggers-
+// EarlyIsOverlappedOnThisDevice of tests/test_cuda.cu). Captured in a graph with the key side's
+// launches (PDL on); the old bytes are another call (slots reversed, positions shifted, other
+// input rows), so a load of any of them placed before the wait shows in the cache.
+struct KCopies {
+  const unsigned char* src[3];
+  unsigned char* dst[3];
+  std::size_t n[3];
+};
+__global__ void early_trigger_copy(KCopies c, long long cycles) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (int k = 0; k < 3; ++k)
+    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n[k]; i += stride)
+      c.dst[k][i] = c.src[k][i];
+}
+
+TEST(CudaKside, PdlProducerWritesSlotsPositionsAndInputExactly) {
+  SKIP_WITHOUT_DEVICE();
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  if (major < 9) GTEST_SKIP() << "PDL needs sm_90+";
+  std::uint32_t seed = 5100;
+  const std::int64_t m = detail::kKsideScanMaxTokens;
+  for (KRecipeId rid : all_krecipes())
+    for (std::int64_t N : {std::int64_t(1), std::int64_t(7), m, m + 1, std::int64_t(333)}) {
+      KCase c = duplicate_case(rid, N, DupPattern::kPool, seed++);
+      if (N == 1) {  // stored (the pattern may skip it)
+        c.slots[0] = 0;
+        c.set_position(0, 0);
+      }
+      KCase old = c;  // what the arrays hold before the producer writes
+      for (std::int64_t t = 0; t < N; ++t) {
+        old.slots[std::size_t(t)] = c.slots[std::size_t(N - 1 - t)];
+        old.set_position(t, (c.position(t) + 1) % c.max_pos);
+      }
+      for (std::size_t i = 0; i < old.input.size(); ++i) old.input[i] = c.input[old.input.size() - 1 - i];
+      const std::vector<std::uint8_t> want = reference_cache(c);
+      ASSERT_NE(first_diff(c, reference_cache(old), want), "") << "test setup: the old call looks the same";
+      DeviceK d;
+      ASSERT_TRUE(d.upload(old));
+      DevBuf s_in, s_pos, s_sl;  // the producer's sources
+      ASSERT_TRUE(s_in.put(c.input.data(), c.input.size()) && s_pos.put(c.positions.data(), c.positions.size()) &&
+                  s_sl.put(c.slots.data(), c.slots.size() * 8));
+      KCopies cp{};
+      cp.src[0] = static_cast<const unsigned char*>(s_in.p);
+      cp.src[1] = static_cast<const unsigned char*>(s_pos.p);
+      cp.src[2] = static_cast<const unsigned char*>(s_sl.p);
+      cp.dst[0] = static_cast<unsigned char*>(d.in.p);
+      cp.dst[1] = static_cast<unsigned char*>(d.pos.p);
+      cp.dst[2] = static_cast<unsigned char*>(d.sl.p);
+      cp.n[0] = c.input.size();
+      cp.n[1] = c.positions.size();
+      cp.n[2] = c.slots.size() * 8;
+      cudaStream_t s = nullptr;
+      CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      for (detail::KVariant v : {detail::KVariant{}, detail::KVariant{0, 0}})
+        for (detail::KDup dup : {detail::KDup::kAuto, detail::KDup::kScan, detail::KDup::kClaim}) {
+          v.dup = dup;
+          SCOPED_TRACE(c.describe() + " shape " + shape_name(v) + " " + dup_name(dup));
+          cudaGraph_t g = nullptr;
+          cudaGraphExec_t ge = nullptr;
+          CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+          early_trigger_copy<<<132, 256, 0, s>>>(cp, 2000000);
+          const Status st = detail::kside_cuda_run_variant(d.prob, s, true, v);
+          CUDA_OK(cudaStreamEndCapture(s, &g));
+          ASSERT_TRUE(st.ok()) << st.message();
+          CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+          for (int rep = 0; rep < 2; ++rep) {
+            // the old call's arrays and the initial cache, then the graph
+            CUDA_OK(cudaMemcpy(d.in.p, old.input.data(), old.input.size(), cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(d.pos.p, old.positions.data(), old.positions.size(), cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(d.sl.p, old.slots.data(), old.slots.size() * 8, cudaMemcpyHostToDevice));
+            ASSERT_TRUE(d.reset(c));
+            CUDA_OK(cudaDeviceSynchronize());  // the copies (legacy stream) end before s runs
+            CUDA_OK(cudaGraphLaunch(ge, s));
+            CUDA_OK(cudaStreamSynchronize(s));
+            EXPECT_EQ(first_diff(c, d.download(), want), "") << "replay " << rep;
+          }
+          cudaGraphExecDestroy(ge);
+          cudaGraphDestroy(g);
+        }
+      cudaStreamDestroy(s);
+    }
 }
 
 TEST(CudaKside, HostMemoryIsRefusedNamingTheArgument) {

@@ -42,23 +42,34 @@
 // compute on the last token's row and store nothing. Nothing outside the tensors is read or
 // written.
 //
-// Duplicate slots (docs/KSIDE.md): the last token of a slot (in token order) decides its row, as
-// on one host thread; the others write nothing. Slots live on the device, so the winners are
-// found on it, with no scratch memory, in the rows themselves: before the store kernel two small
-// kernels (kside_claim_kernel) first set a 64-bit claim word in each destination row to
-// kClaimMark (the 8-byte-aligned word inside the row's code bytes, kside_claim_word), then
-// atomicMax it with kClaimMark | (t + 1) for every stored token t. The store kernel reads the
-// word and stores a token only when it holds the token's own claim. The winner's row bytes then
-// overwrite the word; no stored row can look like a claim, because byte 7 of every claim is
-// one no code byte takes: 0xff for e4m3fn codes (-NaN: NaN inputs become +448) and 0x88 for two
-// e2m1 codes (negative zero, which the codes never hold). So a loser reads either the winner's
-// claim or the winner's bytes and never its own claim, before or after the winner's store. Each
-// claim kernel waits for the previous grid (pdl_wait) before touching memory.
+// Duplicate slots (docs/KSIDE.md): the last stored token of a slot (in token order) decides its
+// row, as on one host thread; the others write nothing. Slots live on the device, so the winners
+// are found on it, with no scratch memory, by one of two methods (kside_dup_mode; KDup of
+// kside_cuda.h; a kernel argument, `dup`):
+//  - up to kKsideScanMaxTokens tokens (kside_cuda.h, where the threshold is counted out), in the
+//    store kernel itself, so a call is one launch (decode sizes): each stored token compares the
+//    slots of the later tokens t' > t (its lanes share them out: lane l takes t + 1 + l + LANES k,
+//    kScanRound loads in flight at a time, the first round issued with the freqs loads, before any
+//    arithmetic) and writes nothing if one of them is stored (its position in range: an equal
+//    slot is in bounds); the token's lanes vote (one __ballot_sync). The one-thread-per-token
+//    kernel compares them one after the other. At 1 token there is nothing to compare.
+//  - above it, before the store kernel two small kernels (kside_claim_kernel) first set a 64-bit
+//    claim word in each destination row to kClaimMark (the 8-byte-aligned word inside the row's
+//    code bytes, kside_claim_word), then atomicMax it with kClaimMark | (t + 1) for every stored
+//    token t. The store kernel reads the word and stores a token only when it holds the token's
+//    own claim. The winner's row bytes then overwrite the word; no stored row can look like a
+//    claim, because byte 7 of every claim is one no code byte takes: 0xff for e4m3fn codes (-NaN:
+//    NaN inputs become +448) and 0x88 for two e2m1 codes (negative zero, which the codes never
+//    hold). So a loser reads either the winner's claim or the winner's bytes and never its own
+//    claim, before or after the winner's store. Each claim kernel waits for the previous grid
+//    (pdl_wait) before touching memory.
+// Both give the same bytes (tests/test_cuda_kside.cu forces each at every size it tests).
 //
 // Everything is enqueued on the caller's stream: no allocation, no host synchronization (CUDA
-// graphs capture it). With enable_pdl on an sm_90+ device the kernel is launched with
-// programmatic stream serialization: it waits (griddepcontrol.wait) before its first global
-// load and lets dependents launch after its last input load.
+// graphs capture it). With enable_pdl on an sm_90+ device the kernels are launched with
+// programmatic stream serialization: each waits (griddepcontrol.wait) before its first global
+// load, the slots included (no load is ld.global.nc: see the loads below), and the store kernel
+// lets dependents launch after its input loads (before the scan's later rounds).
 //
 // Misaligned pointers (input rows / weight not aligned to a chunk load, freqs not 16-byte
 // aligned, kvcache not 4-byte aligned) take a one-thread-per-token kernel running kside_row<KR>
@@ -86,16 +97,20 @@ namespace {
 
 // ---- loads, in program order (asm volatile keeps them in the order written: the index and
 // input loads are all in flight before the position-dependent freqs loads are issued) ----
+// None of them is ld.global.nc: with PDL every input may be written by the previous kernel while
+// this one already runs (until griddepcontrol.wait), so no input is read-only for the kernel's
+// whole lifetime, and ptxas may move .nc loads above griddepcontrol.wait (seen on the query
+// side, src/cuda/cuda_backend.cu). Plain loads stay behind the wait.
 __device__ __forceinline__ std::int64_t ld_s64(const std::int64_t* p) {
   long long v;
-  asm volatile("ld.global.nc.s64 %0, [%1];" : "=l"(v) : "l"(p));
+  asm volatile("ld.global.s64 %0, [%1];" : "=l"(v) : "l"(p));
   return v;
 }
 template <bool POS64>
 __device__ __forceinline__ std::int64_t ld_pos(const void* pos, std::uint64_t t) {
   if (POS64) return ld_s64(static_cast<const std::int64_t*>(pos) + t);
   int v;
-  asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(static_cast<const int*>(pos) + t));
+  asm volatile("ld.global.s32 %0, [%1];" : "=r"(v) : "l"(static_cast<const int*>(pos) + t));
   return std::int64_t(v);
 }
 // One chunk (4 values) of a row: 4 words (fp32) or 2 words (bf16 / fp16). STREAM: read once,
@@ -104,21 +119,21 @@ template <int DT, bool STREAM>
 __device__ __forceinline__ void ld_chunk(const void* p, std::uint32_t* w) {
   if (DT == kF32) {
     if (STREAM)
-      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
     else
-      asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+      asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
   } else {
     if (STREAM)
-      asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+      asm volatile("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
     else
-      asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+      asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
   }
 }
 __device__ __forceinline__ float4 ld_f4(const float* p) {
   float4 r;
-  asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+  asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];"
                : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
                : "l"(p));
   return r;
@@ -151,7 +166,21 @@ struct Elem {
   static constexpr int kBytes = DT == kF32 ? 4 : 2;
 };
 
-// ---- duplicate slots: the claim words (see the top of the file) ----
+// ---- duplicate slots (see the top of the file) ----
+// How a call finds the last token of each slot: the host's choice (kside_dup_mode), a kernel
+// argument. kDupScan: in the store kernel; kDupClaim: the claim words set by kside_claim_kernel.
+enum : int { kDupNone = 0, kDupScan = 1, kDupClaim = 2 };
+// kDupScan: later slots a lane requests at once (one round); LANES * kScanRound later tokens
+// per round and token.
+constexpr int kScanRound = 8;
+// kDupScan: is later token u, whose slot equals that of a stored token (so is in bounds), stored
+// itself? Its position decides (kside_token_stored).
+template <bool POS64>
+__device__ __forceinline__ bool later_token_stored(const KProblem& p, std::uint64_t u) {
+  const std::int64_t q = ld_pos<POS64>(p.positions, u);
+  return q >= 0 && q < p.max_pos;
+}
+// The claim words.
 template <class KR>
 __device__ __forceinline__ unsigned long long claim_mark() {
   return (KR::kFp4 ? 0x88ull : 0xffull) << 56;  // byte 7: a byte no code of the recipe takes
@@ -199,7 +228,7 @@ __device__ __forceinline__ bool chunk_rotated(int c, int l) {
 
 // One token per LANES-thread group.
 template <class KR, int LANES, int DT, bool POS64>
-__global__ void __launch_bounds__(256) kside_kernel(const KProblem p) {
+__global__ void __launch_bounds__(256) kside_kernel(const KProblem p, const int dup) {
   static_assert(LANES == 4 || LANES == 8 || LANES == 16 || LANES == 32, "4, 8, 16 or 32 lanes per token");
   constexpr int C = 32 / LANES;                // chunks of 4 dims per lane
   constexpr int WW = DT == kF32 ? 4 : 2;       // 32-bit words per chunk
@@ -231,11 +260,43 @@ __global__ void __launch_bounds__(256) kside_kernel(const KProblem p) {
 #pragma unroll
   for (int c = 0; c < C; ++c)
     if (chunk_rotated<LANES>(c, l)) f[c] = ld_f4(frow + 4 * (l + LANES * c) - kRopeDim);
+  // Duplicate slots, kDupScan: this lane compares the slots of the later tokens t + 1 + l +
+  // LANES k (k = 0, 1, ..); the first round of them is requested here, with the freqs
+  // loads. An index past the last token reads slot N - 1 and is never compared; a k that no
+  // token of the call needs (1 + LANES k >= N, the same for every thread) is not loaded.
+  // 32-bit indices: kDupScan is for N < 2^31 (kside_cuda_run_variant).
+  const unsigned n32 = unsigned(N), u0 = unsigned(t) + 1u + unsigned(l);
+  std::int64_t later[kScanRound];
+  if (dup == kDupScan) {
+#pragma unroll
+    for (int k = 0; k < kScanRound; ++k)
+      if (1u + unsigned(LANES * k) < n32) later[k] = ld_s64(p.slots + min(u0 + unsigned(LANES * k), n32 - 1u));
+  }
   const bool stored = in_range && pos_ok && slot >= 0 && slot < p.num_pages * p.page_size;
-  // Duplicate slots: lane 0 of a stored token reads its row's claim word (before any store of
-  // this token; see the top of the file).
-  const bool claim_ok = stored && l == 0 && ld_claim(kside_claim_word<KR>(p, slot)) == (claim_mark<KR>() | (t + 1));
-  pdl_launch_dependents();  // every input of this thread has been requested
+  // Duplicate slots: does a later stored token have this token's slot (then this one writes
+  // nothing)? lost is this lane's share of the answer; the token's lanes vote below.
+  // kDupClaim: lane 0 of a stored token reads its row's claim word (before any store of this
+  // token; see the top of the file).
+  bool lost = dup == kDupClaim && stored && l == 0 &&
+              ld_claim(kside_claim_word<KR>(p, slot)) != (claim_mark<KR>() | (t + 1));
+  pdl_launch_dependents();  // every input of this thread has been requested (but later rounds of the scan)
+  if (dup == kDupScan && stored) {
+#pragma unroll
+    for (int k = 0; k < kScanRound; ++k) {
+      const unsigned u = u0 + unsigned(LANES * k);
+      if (u < n32 && later[k] == slot && later_token_stored<POS64>(p, u)) lost = true;
+    }
+    // Further rounds (N > 1 + LANES * kScanRound): kScanRound loads in flight at a time.
+    for (unsigned u1 = u0 + unsigned(LANES * kScanRound); u1 < n32; u1 += unsigned(LANES * kScanRound)) {
+#pragma unroll
+      for (int k = 0; k < kScanRound; ++k) later[k] = ld_s64(p.slots + min(u1 + unsigned(LANES * k), n32 - 1u));
+#pragma unroll
+      for (int k = 0; k < kScanRound; ++k) {
+        const unsigned u = u1 + unsigned(LANES * k);
+        if (u < n32 && later[k] == slot && later_token_stored<POS64>(p, u)) lost = true;
+      }
+    }
+  }
 
   float x[C][4], w[C][4];
 #pragma unroll
@@ -313,11 +374,13 @@ __global__ void __launch_bounds__(256) kside_kernel(const KProblem p) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
 
-  // Stored only by the last token of its slot (lane 0's claim check, for the token's lanes).
-  // (The shuffle is outside the && on purpose: every lane of the warp must execute it, also those
-  // of tokens that store nothing; a lane skipping a full-mask shuffle hangs the warp.)
-  const int claim_of_token = __shfl_sync(0xffffffffu, int(claim_ok), int(threadIdx.x % 32) - l);
-  const bool valid = stored && claim_of_token != 0;
+  // Stored only by the last stored token of its slot: no lane of the token found a later one
+  // (kDupScan) or lost the claim (kDupClaim, lane 0). (The ballot is outside the && on purpose:
+  // every lane of the warp must execute it, also those of tokens that store nothing; a lane
+  // skipping a full-mask warp vote hangs the warp.)
+  const unsigned lost_votes = __ballot_sync(0xffffffffu, lost);
+  const unsigned token_lanes = (LANES == 32 ? 0xffffffffu : (1u << (LANES & 31)) - 1u) << (threadIdx.x % 32 - l);
+  const bool valid = stored && (lost_votes & token_lanes) == 0;
   // Where the token lands (section 3); used only when valid.
   const std::int64_t sl = valid ? slot : 0;
   std::uint8_t* page = p.cache + (sl >> p.log2_page) * p.page_bytes;
@@ -385,7 +448,7 @@ __global__ void __launch_bounds__(256) kside_kernel(const KProblem p) {
 
 // Fallback for misaligned pointers: one thread per token, kside_row<KR> of kside_row.h.
 template <class KR>
-__global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p) {
+__global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p, const int dup) {
   const std::uint64_t t = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   pdl_wait();
   if (t >= std::uint64_t(p.N)) {
@@ -394,9 +457,18 @@ __global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p) {
   }
   const std::int64_t slot = p.slots[t];
   const std::int64_t pos = kside_position(p.positions, p.pos_dtype, std::int64_t(t));
-  // Stored, and the last token of its slot (the claim word; see the top of the file).
-  const bool valid = kside_token_stored(p, slot, pos) &&
-                     ld_claim(kside_claim_word<KR>(p, slot)) == (claim_mark<KR>() | (t + 1));
+  // Stored, and the last stored token of its slot (see the top of the file).
+  bool valid = kside_token_stored(p, slot, pos);
+  if (valid && dup == kDupClaim) valid = ld_claim(kside_claim_word<KR>(p, slot)) == (claim_mark<KR>() | (t + 1));
+  if (valid && dup == kDupScan)
+    for (std::int64_t u = std::int64_t(t) + 1; u < p.N; ++u)
+      if (p.slots[u] == slot) {
+        const std::int64_t q = kside_position(p.positions, p.pos_dtype, u);
+        if (q >= 0 && q < p.max_pos) {
+          valid = false;
+          break;
+        }
+      }
   if (!valid) {
     pdl_launch_dependents();
     return;
@@ -422,29 +494,43 @@ __global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p) {
 constexpr char kBackendName[] = "cuda backend (key side)";  // in error messages
 
 template <class KR, int DT, bool POS64>
-cudaError_t launch_shape(const KProblem& p, KVariant v, cudaStream_t s, bool pdl) {
+cudaError_t launch_shape(const KProblem& p, KVariant v, int dup, cudaStream_t s, bool pdl) {
   const std::uint64_t n = std::uint64_t(p.N);
   const unsigned block = unsigned(v.block);
   switch (v.lanes) {
-    case 0: return launch(kside_scalar_kernel<KR>, (n + 127) / 128, 128, s, pdl, p);
-    case 4: return launch(kside_kernel<KR, 4, DT, POS64>, (n * 4 + block - 1) / block, block, s, pdl, p);
-    case 8: return launch(kside_kernel<KR, 8, DT, POS64>, (n * 8 + block - 1) / block, block, s, pdl, p);
-    case 16: return launch(kside_kernel<KR, 16, DT, POS64>, (n * 16 + block - 1) / block, block, s, pdl, p);
-    case 32: return launch(kside_kernel<KR, 32, DT, POS64>, (n * 32 + block - 1) / block, block, s, pdl, p);
+    case 0: return launch(kside_scalar_kernel<KR>, (n + 127) / 128, 128, s, pdl, p, dup);
+    case 4: return launch(kside_kernel<KR, 4, DT, POS64>, (n * 4 + block - 1) / block, block, s, pdl, p, dup);
+    case 8: return launch(kside_kernel<KR, 8, DT, POS64>, (n * 8 + block - 1) / block, block, s, pdl, p, dup);
+    case 16: return launch(kside_kernel<KR, 16, DT, POS64>, (n * 16 + block - 1) / block, block, s, pdl, p, dup);
+    case 32: return launch(kside_kernel<KR, 32, DT, POS64>, (n * 32 + block - 1) / block, block, s, pdl, p, dup);
     default: return cudaErrorInvalidValue;
   }
 }
 
+// Duplicate slots: kDupNone at 1 token (no duplicate possible), kDupScan up to
+// kKsideScanMaxTokens tokens, kDupClaim above; or what the variant forces. -1: not a KDup.
+int kside_dup_mode(std::int64_t N, KDup d) {
+  switch (d) {
+    case KDup::kAuto: return N <= 1 ? kDupNone : N <= kKsideScanMaxTokens ? kDupScan : kDupClaim;
+    case KDup::kScan: return kDupScan;
+    case KDup::kClaim: return kDupClaim;
+  }
+  return -1;
+}
+
 template <class KR>
-cudaError_t launch_dtypes(const KProblem& p, KVariant v, cudaStream_t s, bool pdl) {
+cudaError_t launch_dtypes(const KProblem& p, KVariant v, int dup, cudaStream_t s, bool pdl) {
   const bool pos64 = p.pos_dtype == DType::kInt64;
   switch (p.dtype) {
     case DType::kBFloat16:
-      return pos64 ? launch_shape<KR, kBF16, true>(p, v, s, pdl) : launch_shape<KR, kBF16, false>(p, v, s, pdl);
+      return pos64 ? launch_shape<KR, kBF16, true>(p, v, dup, s, pdl)
+                   : launch_shape<KR, kBF16, false>(p, v, dup, s, pdl);
     case DType::kFloat16:
-      return pos64 ? launch_shape<KR, kF16, true>(p, v, s, pdl) : launch_shape<KR, kF16, false>(p, v, s, pdl);
+      return pos64 ? launch_shape<KR, kF16, true>(p, v, dup, s, pdl)
+                   : launch_shape<KR, kF16, false>(p, v, dup, s, pdl);
     case DType::kFloat32:
-      return pos64 ? launch_shape<KR, kF32, true>(p, v, s, pdl) : launch_shape<KR, kF32, false>(p, v, s, pdl);
+      return pos64 ? launch_shape<KR, kF32, true>(p, v, dup, s, pdl)
+                   : launch_shape<KR, kF32, false>(p, v, dup, s, pdl);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -484,13 +570,17 @@ Status kside_cuda_run_variant(const KProblem& p, void* stream, bool enable_pdl, 
     if (v.block <= 0) v.block = 128;
     const bool pdl = enable_pdl && pdl_supported(dev);
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const int dup = kside_dup_mode(p.N, v.dup);
+    if (dup < 0 || (dup == kDupScan && p.N >= (std::int64_t(1) << 31))) return cudaErrorInvalidValue;
     return with_krecipe(p.recipe, [&](auto kr) {
       using KR = decltype(kr);
-      // Duplicate slots: the claim words first (see the top of the file).
-      const std::uint64_t grid = (std::uint64_t(p.N) + 255) / 256;
-      cudaError_t e = launch(kside_claim_kernel<KR, true>, grid, 256, s, pdl, p);
-      if (e == cudaSuccess) e = launch(kside_claim_kernel<KR, false>, grid, 256, s, pdl, p);
-      return e == cudaSuccess ? launch_dtypes<KR>(p, v, s, pdl) : e;
+      cudaError_t e = cudaSuccess;
+      if (dup == kDupClaim) {  // the claim words first (see the top of the file)
+        const std::uint64_t grid = (std::uint64_t(p.N) + 255) / 256;
+        e = launch(kside_claim_kernel<KR, true>, grid, 256, s, pdl, p);
+        if (e == cudaSuccess) e = launch(kside_claim_kernel<KR, false>, grid, 256, s, pdl, p);
+      }
+      return e == cudaSuccess ? launch_dtypes<KR>(p, v, dup, s, pdl) : e;
     });
   });
 }
