@@ -64,7 +64,7 @@ def sass_of(recipe, br, nw):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--recipes", default=",".join(indexer_q.RECIPES))
-    ap.add_argument("--block-rows", type=int, default=4)
+    ap.add_argument("--block-rows", type=int, default=32)
     ap.add_argument("--warps", type=int, default=0, help="0: the launcher's default")
     ap.add_argument("--top", type=int, default=0, help="print the N most frequent opcodes")
     a = ap.parse_args()
