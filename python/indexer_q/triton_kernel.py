@@ -162,13 +162,17 @@ def _e4m3fn(f, IN_RANGE: tl.constexpr, k120, sm):
     # mask (0x80000000, or 0 with k120 = 0). IN_RANGE: the caller guarantees |f| <= 448 and no
     # NaN (SGLang's clamp; 448 itself gives 0x7e): the saturation / NaN selects are skipped.
     u = _bits(f)
-    eb = u & 0x7F800000
+    if IN_RANGE:
+        a = tl.abs(f)  # the sign bit cleared (an operand modifier of the add below)
+        eb = u & 0x7F800000
+    else:  # saturate: min(|f|, 448) rounds as |f| does below 464 (NaN, which every such
+        # caller replaces and passes quiet, comes out as 448 too)
+        a = tl.minimum(tl.abs(f), 448.0)
+        eb = _bits(a) & 0x7F800000
     eb = tl.where(eb > 0x3C800000, eb, 0x3C800000)
     magic = _f32(eb + (20 << 23))
-    r = (tl.abs(f) + magic) - magic  # |f|: the sign bit cleared (an operand modifier)
+    r = (a + magic) - magic
     mag = _bits(r * k120) << 4
-    if not IN_RANGE:  # saturate (NaN, which every such caller replaces, comes out as 0x7e too)
-        mag = tl.where((u & 0x7FFFFFFF) >= 0x43E00000, 0x7E000000, mag)
     return mag | (u & sm)
 
 
@@ -184,6 +188,12 @@ def _max_ignoring_nan(amax, y):
 # function runs there element by element in Python). tl.max itself is not called: it is a jit
 # function of Triton's standard library, which the interpreter cannot run if triton was
 # imported before TRITON_INTERPRET was set.
+@triton.jit
+def _row_code(valid, code: tl.constexpr):
+    # per row: `code` (a code in the top byte) where valid, else 0; shape (BLOCK_R, 1)
+    return tl.where(valid, code, 0).to(tl.uint32)[:, None]
+
+
 @triton.jit
 def _max_combine(a, b):
     return tl.maximum(a, b)
@@ -493,6 +503,9 @@ def quant_q_kernel(
             y = _round_bf16(y)
         amax = _row_amax(y, 1, HADAMARD or BF16_HAD)
         k120 = _const(0x03800000)  # 2^-120
+        # an out-of-range position's row is all zero codes: folded into the NaN select of
+        # each quantizer (or, for SGLang's, into the encoder's factor and sign mask)
+        bad = (valid == 0)[:, None]
         sm = tl.full([], 0x80000000, tl.uint32)
         if QUANT == 2:  # vLLM's CuTe: e of fmax(amax, 1e-4) * fl(1/448) rounded up (Inf: 255)
             ec = (((_bits(_fmax_floor(amax, _const(0x38D1B717)) * _const(0x3B124925)) + 0x7FFFFF)
@@ -500,7 +513,8 @@ def quant_q_kernel(
             scale = _f32(ec << 23)
             inv = _f32((254 - ec) << 23)  # 32-bit unsigned: ec = 255 gives -Inf
             v = y * inv[:, None]
-            code = tl.where(v != v, 0x7F000000, _e4m3fn(v, False, k120, sm))
+            code = tl.where((v != v) | bad, _row_code(valid, 0x7F000000),
+                            _e4m3fn(v, False, k120, sm))
         elif QUANT == 3 or QUANT == 6:
             # pow2ceil(fmax(amax, floor) * fl(1/448)); vLLM's V3.2: floor 1e-10, NaN -> 0x7e;
             # SGLang's V3.2 act_quant (sglang_ue8m0): floor 1e-4, NaN -> 0xfe (-448)
@@ -512,9 +526,11 @@ def quant_q_kernel(
             inv = tl.math.div_rn(1.0, scale)  # exact: see the vllm case below
             v = y * inv[:, None]
             if QUANT == 3:
-                code = tl.where(v != v, 0x7E000000, _e4m3fn(v, False, k120, sm))
+                code = tl.where((v != v) | bad, _row_code(valid, 0x7E000000),
+                                _e4m3fn(v, False, k120, sm))
             else:
-                code = tl.where(v != v, 0xFE000000, _e4m3fn(v, False, k120, sm))
+                code = tl.where((v != v) | bad, _row_code(valid, 0xFE000000),
+                                _e4m3fn(v, False, k120, sm))
         elif QUANT == 1:
             qs = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 448.0)
             scale = _f32((((_bits(qs) + 0x7FFFFF) >> 23) & 0xFF) << 23)  # pow2_ceil
@@ -523,7 +539,8 @@ def quant_q_kernel(
             # x / scale (Inf and NaN cases alike: x / Inf = x * 0), so one division per row
             inv = tl.math.div_rn(1.0, scale)
             v = y * inv[:, None]
-            code = tl.where(v != v, 0x7F000000, _e4m3fn(v, False, k120, sm))
+            code = tl.where((v != v) | bad, _row_code(valid, 0x7F000000),
+                            _e4m3fn(v, False, k120, sm))
         elif QUANT == 8:
             # vLLM's ROCm quantizer (vllm_fnuz224): q_scale = pow2ceil(fmax(amax, 1e-4) / 224);
             # the e4m3fnuz code of v = x / q_scale is the e4m3fn code of 2v (exact: a power-of-two
@@ -535,7 +552,7 @@ def quant_q_kernel(
             v = y * inv[:, None]
             code = _e4m3fn(v * 2.0, False, k120, sm)
             code = tl.where(code == 0x80000000, 0, code)
-            code = tl.where(v != v, 0x80000000, code)
+            code = tl.where((v != v) | bad, _row_code(valid, 0x80000000), code)
         else:
             # SGLang's: scale = fmax(1e-4, amax) / LIM, codes of clamp(y * (1 / scale), -LIM, LIM)
             # with LIM = 448, or 224 for the gfx942 form (sglang_224, row.h sglang_fp8_max)
@@ -553,8 +570,6 @@ def quant_q_kernel(
                            tl.where(valid, 0x80000000, 0).to(tl.uint32)[:, None])
             if FMT == 1:
                 code = tl.where(code == 0x80000000, 0, code)
-        if QUANT != 0 and QUANT != 7:
-            code = tl.where(valid[:, None], code, 0)
         _store_tile(out_ptr, rows, rmask, (code >> 24).to(tl.uint8), BLOCK_R, 128, 16)
         if SCALE_OUT:  # the row scale as float32 into q_sf (+0 for an out-of-range position)
             tl.store(sf_ptr + rows, tl.where(valid, scale, 0.0), mask=rmask)
