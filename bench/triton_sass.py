@@ -4,7 +4,7 @@ row (the kernel has no loops; the static count also holds the division's slow-pa
 which normal rows never run, so it is an upper bound), with the mix by opcode class. Needs cuobjdump (Triton's bundled
 one, or `pip install nvidia-cuda-cuobjdump`).
 
-    python bench/triton_sass.py [--recipes v4_fp8,...] [--block-rows 4] [--warps 1] [--top 12]
+    python bench/triton_sass.py [--recipes v4_fp8,...] [--block-rows 32] [--warps 1] [--top 12]
 """
 import argparse
 import collections

@@ -307,6 +307,23 @@ def test_bit_encoders_match_torch_conversions():  # no fma involved: runs on any
     assert bool(torch.isnan(bf[~finite]).all())
 
 
+# ---- launch shapes: (b, h) of each row from one division per program ----------------------------
+@needs_exact_fma
+@pytest.mark.parametrize("recipe", ["v4_fp8", "vllm_v4_mxfp4"])
+@pytest.mark.parametrize("h,block_rows", [(8, 4), (5, 4), (3, 8), (64, 32), (2, 32)],
+                         ids=["h8-r4", "h5-r4", "h3-r8", "h64-r32", "h2-r32"])
+def test_block_rows_split_rows_into_tokens(recipe, h, block_rows):
+    # H >= rows per program: one wrap at most (the GPU's usual case); H < rows: a division
+    q, w, freqs, pos = _awkward_inputs(7, h, torch.bfloat16, 11)
+    want = _run_native_cpu(recipe, q, w, 0.5, freqs, pos)
+    q, w, freqs, pos = q.to(DEV), w.to(DEV), freqs.to(DEV), pos.to(DEV)
+    got = new_recipe_outputs(recipe, q)
+    wa, w_out, fa, pa = absent_args(recipe, w, got[2], freqs, pos, q.device)
+    triton_kernel.launch(indexer_q.recipe_info(recipe), q, got[0], got[1], wa, w_out, 0.5, fa, pa,
+                         1.0, block_rows=block_rows, num_warps=max(1, block_rows // 32))
+    assert_same_outputs(got, want, f"{recipe} H={h} block_rows={block_rows}")
+
+
 # ---- arguments: the library's validator, nothing written ------------------------------------------
 @needs_exact_fma
 def test_bad_arguments_rejected_by_the_validator():
