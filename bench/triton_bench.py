@@ -13,9 +13,14 @@ ceiling. Bytes per call: src/common/problem.h bytes_moved (q rows read, codes (+
 scales) written, weights read and written, one position and one freqs row per token).
 Each line also says whether the two operators wrote the same bytes.
 
---sweep: first times the kernel's (rows per program, warps) choices for v4_fp8 and v4_fp4 at
-1, 4096 and 65536 tokens and prints the best per case (how triton_kernel.default_block_rows
-was chosen).
+--sweep: first times the kernel's (rows per program, warps) choices for the --sweep-recipes
+(default v4_fp8,v4_fp4) at the --sweep-tokens (default 1,4096,65536) and prints the best per
+case (how triton_kernel.default_block_rows is chosen). --shapes R/W,R/W,... replaces the list
+of (rows per program, warps) tried; --sweep-only skips the table after it. One command for the
+choice of the default, every recipe at the sizes of the target:
+
+    python bench/triton_bench.py --sweep --sweep-only --sweep-recipes all \
+        --sweep-tokens 4096,16384,65536 --shapes 32/1,64/2,128/4,16/1,8/1
 
 On a CPU the Triton kernel runs only through Triton's interpreter: nothing to time (the script
 says so and exits).
@@ -93,12 +98,14 @@ def same_bytes(a, b):
     return True
 
 
-def sweep(heads):
-    configs = [(1, 1), (1, 2), (2, 2), (2, 4), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2), (8, 4),
-               (8, 8), (16, 1), (16, 2), (16, 4), (16, 8), (32, 1), (32, 2), (32, 4), (32, 8)]
+SWEEP_SHAPES = "32/1,64/2,128/4,16/1,8/1,4/1,32/2,64/1"
+
+
+def sweep(heads, recipes, tokens_list, shapes):
+    configs = [tuple(int(v) for v in c.split("/")) for c in shapes.split(",")]
     print("sweep: us per call (graph) for (rows per program, warps)")
-    for recipe in ("v4_fp8", "v4_fp4"):
-        for tokens in (1, 4096, 65536):
+    for recipe in recipes:
+        for tokens in tokens_list:
             info, (q, w, freqs, pos), outs = make(recipe, tokens, heads)
             o = outs()
             res = []
@@ -107,10 +114,14 @@ def sweep(heads):
                     triton_kernel.launch(info, q, o[0], o[1], w, o[2], 0.5, freqs, pos, 1.0,
                                          block_rows=br, num_warps=nw)
                 res.append((time_graph(fn), br, nw))
+            on = outs()
+            native_us = time_graph(lambda: NATIVE(recipe, q, on[0], on[1], w, on[2], 0.5, freqs,
+                                                  pos, False, 1.0))
             res.sort()
             line = "  ".join(f"({br},{nw}) {us:.2f}" for us, br, nw in res)
-            print(f"sweep {recipe:8s} tokens={tokens:6d} best ({res[0][1]},{res[0][2]}) "
-                  f"{res[0][0]:.2f} us | {line}")
+            print(f"sweep {recipe:8s} tokens={tokens:6d} native {native_us:.2f} us; best "
+                  f"({res[0][1]},{res[0][2]}) {res[0][0]:.2f} us, x{native_us / res[0][0]:.3f} "
+                  f"of native | {line}")
             sys.stdout.flush()
 
 
@@ -120,6 +131,11 @@ def main():
     p.add_argument("--heads", type=int, default=64)
     p.add_argument("--tokens", default="1,16,256,1024,4096,16384,65536")
     p.add_argument("--sweep", action="store_true")
+    p.add_argument("--sweep-recipes", default="v4_fp8,v4_fp4", help="all, or a list")
+    p.add_argument("--sweep-tokens", default="1,4096,65536")
+    p.add_argument("--shapes", default=SWEEP_SHAPES,
+                   help="(rows per program)/(warps) pairs the sweep times")
+    p.add_argument("--sweep-only", action="store_true", help="no table after the sweep")
     a = p.parse_args()
     if not torch.cuda.is_available():
         print("triton_bench: no CUDA device. On a CPU the Triton kernel runs only through "
@@ -133,7 +149,11 @@ def main():
           f"{torch.cuda.get_device_name(0)}, heads {a.heads}, bf16, "
           f"backends {indexer_q.available_backends()}")
     if a.sweep:
-        sweep(a.heads)
+        sweep(a.heads, indexer_q.RECIPES if a.sweep_recipes == "all"
+              else tuple(a.sweep_recipes.split(",")),
+              [int(t) for t in a.sweep_tokens.split(",")], a.shapes)
+        if a.sweep_only:
+            return 0
     print("csv,recipe,tokens,heads,bytes,native_us,native_gbps,triton_us,triton_gbps,copy_us,"
           "copy_gbps,triton_over_native_gbps,triton_over_copy_gbps,bytes_equal")
     tokens_list = [int(t) for t in a.tokens.split(",")]
