@@ -40,8 +40,12 @@ TRITON = torch.ops.indexer_q.quant_q_triton
 
 
 def bytes_moved(tokens, heads, info, in_bytes=2, pos_bytes=8):
-    out = 64 + 4 if info.fp4 else 128
-    return tokens * heads * (128 * in_bytes + out + in_bytes + 4) + tokens * (pos_bytes + 256)
+    # per row: the input, the codes (+ the FP4 block scales, or the FP8 row scale with
+    # scale_out), the weight and weights_out where the recipe has them; per token: the
+    # position and its freqs row where it has RoPE
+    out = 64 + 4 if info.fp4 else 128 + (4 if info.q_scale_out else 0)
+    row = 128 * in_bytes + out + ((in_bytes + 4) if info.weights else 0)
+    return tokens * heads * row + (tokens * (pos_bytes + 256) if info.rope else 0)
 
 
 def make(recipe, tokens, heads):
@@ -52,15 +56,21 @@ def make(recipe, tokens, heads):
     w = torch.randn(tokens, heads, generator=g).to(torch.bfloat16).to(dev)
     freqs = torch.randn(4096, 64, generator=g).to(dev)
     pos = torch.randint(0, 4096, (tokens,), generator=g).to(dev)
+    # what a recipe does not read or write is an empty view for the raw operator
+    absent = lambda: torch.empty(0, dtype=torch.float32, device=dev)  # noqa: E731
+    if not info.rope:
+        freqs, pos = absent(), absent()
+    if not info.weights:
+        w = absent()
 
     def outs():
+        wo = torch.empty(tokens, heads, dtype=torch.float32, device=dev) if info.weights else absent()
         if info.fp4:
             return (torch.empty(tokens, heads, 64, dtype=torch.uint8, device=dev),
-                    torch.empty(tokens, heads, dtype=torch.int32, device=dev),
-                    torch.empty(tokens, heads, dtype=torch.float32, device=dev))
+                    torch.empty(tokens, heads, dtype=torch.int32, device=dev), wo)
         dt = torch.float8_e4m3fnuz if info.format == "e4m3fnuz" else torch.float8_e4m3fn
-        return (torch.empty(tokens, heads, 128, dtype=dt, device=dev), None,
-                torch.empty(tokens, heads, dtype=torch.float32, device=dev))
+        sf = torch.empty(tokens, heads, 1, dtype=torch.float32, device=dev) if info.q_scale_out else None
+        return (torch.empty(tokens, heads, 128, dtype=dt, device=dev), sf, wo)
 
     return info, (q, w, freqs, pos), outs
 

@@ -4,7 +4,7 @@ row (the kernel has no loops; the static count also holds the division's slow-pa
 which normal rows never run, so it is an upper bound), with the mix by opcode class. Needs cuobjdump (Triton's bundled
 one, or `pip install nvidia-cuda-cuobjdump`).
 
-    python bench/triton_sass.py [--recipes v4_fp8,...] [--block-rows 32] [--warps 1] [--top 12]
+    python bench/triton_sass.py [--recipes v4_fp8,...] [--block-rows 4] [--warps 1] [--top 12]
 """
 import argparse
 import collections
@@ -64,7 +64,7 @@ def sass_of(recipe, br, nw):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--recipes", default=",".join(indexer_q.RECIPES))
-    ap.add_argument("--block-rows", type=int, default=32)
+    ap.add_argument("--block-rows", type=int, default=4)
     ap.add_argument("--warps", type=int, default=0, help="0: the launcher's default")
     ap.add_argument("--top", type=int, default=0, help="print the N most frequent opcodes")
     a = ap.parse_args()

@@ -1583,6 +1583,9 @@ TEST(Cuda, DefaultOptionsUsePdlAndWaitForTheProducer) {
     for (RecipeId rid : {RecipeId::kV4Fp8, RecipeId::kV4Fp4}) {
       for (std::int64_t B : {1, 64, 1024}) {
         if (mode == kSideBroken && B != 1) continue;
+        // The broken contract shows only when the op overlaps its producer; compute-sanitizer
+        // serializes kernels (gpu_sanitize.sh sets INDEXER_Q_SANITIZER_SUBSET), so not there.
+        if (mode == kSideBroken && std::getenv("INDEXER_Q_SANITIZER_SUBSET") != nullptr) continue;
         const HostCase c = iqtest::random_case(B, 64, DType::kBFloat16, DType::kInt64, 64, ++seed, rid);
         SCOPED_TRACE(c.describe() + (mode == kDefault ? "" : mode == kSideReady ? " side_inputs_ready" : " contract broken"));
         const Outputs want = reference_outputs(c);

@@ -30,13 +30,10 @@ How it stays exact on every Triton target (NVIDIA, AMD, Intel, the CPU interpret
   targets are covered by the known-answer check of triton_dispatch.py (edge rows with
   subnormal values) before the kernel is used on them.
 
-Layout: one program handles BLOCK_R rows (32 on one warp on a GPU). The rows, the freqs rows
-and the codes move as (chunk, row, 16 bytes) views (_tile_offsets), which makes Triton give
-each thread whole rows: every access is a 16-byte vector, and the Hadamard, RoPE's pairs, the
-amax and the encoders run in registers with no shuffle and no shared memory. RoPE views the
-row as (half, pair, even/odd) and works on the recipe's half; the Hadamard views it as seven
-axes of 2 and splits the stage's axis, so every add and subtract is the spec's, in the spec's
-stage order.
+Layout: one program handles BLOCK_R rows, loaded and stored contiguously. RoPE views a row as
+(half, pair, even/odd) and works on the recipe's half; the Hadamard stage at stride s views it
+as (128 / 2s, 2, s) and splits the middle axis, so every add and subtract is the spec's, in the
+spec's stage order (Triton turns the views into register / shuffle / shared-memory moves).
 """
 
 from __future__ import annotations
@@ -149,31 +146,27 @@ def _round_bf16(x):
 
 
 @triton.jit
-def _e4m3fn(f, IN_RANGE: tl.constexpr, k120, sm):
-    # float32 -> e4m3fn code, returned in bits 24..31 of a uint32 (the rest zero): nearest even,
-    # saturating (a NaN f is the caller's to replace); the codes of row.h e4m3fn_encode, computed as follows.
-    # With E = max(exponent(|f|), -6), e4m3's step at |f| is 2^(E - 3); adding and removing
-    # 2^(E + 20) rounds |f| to that step (float32 addition, nearest even; the subtraction is
-    # exact): r. Every such r is m * 2^-9 (m < 8) or a normal e4m3 value, so r * 2^-120 is exact
-    # (a float32 subnormal m * 2^-129, or a normal number with exponent E - 120), and its
-    # bits >> 20 are the magnitude code (subnormals kept: no flush to zero); << 4 puts it under
-    # the sign bit of f (the code's top byte: byte extraction at the store is free).
-    # k120: 2^-120, or per row 0 to encode the row as zeros (with sm = 0); sm: the sign bit
-    # mask (0x80000000, or 0 with k120 = 0). IN_RANGE: the caller guarantees |f| <= 448 and no
+def _e4m3fn(f, IN_RANGE: tl.constexpr):
+    # float32 -> e4m3fn code (uint32 in 0..255): nearest even, saturating, NaN -> 0x7f | sign;
+    # the codes of row.h e4m3fn_encode, computed as follows. With E = max(exponent(|f|), -6),
+    # e4m3's step at |f| is 2^(E - 3); adding and removing 2^(E + 20) rounds |f| to that step
+    # (float32 addition, nearest even; the subtraction is exact): r. Every such r is
+    # m * 2^-9 (m < 8) or a normal e4m3 value, so r * 2^-120 is exact (a float32 subnormal
+    # m * 2^-129, or a normal number with exponent E - 120), and its bits >> 20 are the code
+    # (subnormals kept: no flush to zero). IN_RANGE: the caller guarantees |f| <= 448 and no
     # NaN (SGLang's clamp; 448 itself gives 0x7e): the saturation / NaN selects are skipped.
     u = _bits(f)
-    if IN_RANGE:
-        a = tl.abs(f)  # the sign bit cleared (an operand modifier of the add below)
-        eb = u & 0x7F800000
-    else:  # saturate: min(|f|, 448) rounds as |f| does below 464 (NaN, which every such
-        # caller replaces and passes quiet, comes out as 448 too)
-        a = tl.minimum(tl.abs(f), 448.0)
-        eb = _bits(a) & 0x7F800000
+    sign = (u >> 24) & 0x80
+    a = u & 0x7FFFFFFF
+    eb = a & 0x7F800000
     eb = tl.where(eb > 0x3C800000, eb, 0x3C800000)
     magic = _f32(eb + (20 << 23))
-    r = (a + magic) - magic
-    mag = _bits(r * k120) << 4
-    return mag | (u & sm)
+    r = (_f32(a) + magic) - magic
+    code = _bits(r * _const(0x03800000)) >> 20  # * 2^-120
+    if not IN_RANGE:
+        code = tl.where(a >= 0x43E00000, 0x7E, code)
+        code = tl.where(a > 0x7F800000, 0x7F, code)
+    return sign | code
 
 
 @triton.jit
@@ -189,33 +182,20 @@ def _max_ignoring_nan(amax, y):
 # function of Triton's standard library, which the interpreter cannot run if triton was
 # imported before TRITON_INTERPRET was set.
 @triton.jit
-def _row_code(valid, code: tl.constexpr):
-    # per row: `code` (a code in the top byte) where valid, else 0; shape (BLOCK_R, 1)
-    return tl.where(valid, code, 0).to(tl.uint32)[:, None]
-
-
-@triton.jit
 def _max_combine(a, b):
-    return tl.maximum(a, b)
+    return tl.where(a > b, a, b)
 
 
 _MAX_COMBINE = getattr(tl.standard, "_elementwise_max", _max_combine)  # (Triton 3.6 and 3.9 have it)
 
 
 @triton.jit
-def _row_amax(y, axis: tl.constexpr, QUIET: tl.constexpr):
-    # max over `axis` of |y| with NaN ignored, +0 for a row of NaNs (row.h amax_step from +0).
-    # The reduction is Triton's maximum (maxnum: a quiet NaN operand is ignored, and any order
-    # of non-negative values gives the same value). QUIET: y is the result of float arithmetic
-    # or of _round_bf16, so its NaNs are quiet, and the reduction itself ignores them (then
-    # maxnum with +0 for the all-NaN row); otherwise y may hold an input's signaling NaN (whose
-    # maxnum varies by target): NaNs become +0 first.
-    a = tl.abs(y)
-    if QUIET:
-        return tl.maximum(tl.reduce(a, axis, _MAX_COMBINE), 0.0)
-    else:
-        a = tl.where(a > 0.0, a, 0.0)
-        return tl.reduce(a, axis, _MAX_COMBINE)
+def _row_amax(y, axis: tl.constexpr):
+    # max over `axis` of |y| with NaN ignored: NaNs (and nothing else) become +0 first, then an
+    # exact max of non-negative, non-NaN values (any order, any max instruction: same value)
+    a = _abs(y)
+    a = tl.where(a > 0.0, a, 0.0)
+    return tl.reduce(a, axis, _MAX_COMBINE)
 
 
 @triton.jit
@@ -312,42 +292,19 @@ def _rne_exponent(amax):
 
 
 @triton.jit
-def _hadamard(y, BLOCK_R: tl.constexpr):
-    # the 7 butterfly stages on (BLOCK_R, 128), stride 1 first: the row viewed as
-    # (BLOCK_R, 2, 2, 2, 2, 2, 2, 2), axis 7 being index bit 0; each stage splits the last axis
-    # ((x[i], x[i + S]) for the stage's bit S clear in i) into (a + b, a - b), then rotates the
-    # next bit's axis last. Each thread holds whole rows (see _load_tile): no data moves.
-    t = tl.reshape(y, (BLOCK_R, 2, 2, 2, 2, 2, 2, 2))
-    for _ in tl.static_range(7):
+def _butterfly(x, BLOCK_R: tl.constexpr, S: tl.constexpr):
+    # one Hadamard stage at stride S on (BLOCK_R, 128): (x[i], x[i + S]) -> (a + b, a - b) for
+    # every i whose bit S is clear; the row viewed as (128 / 2S, 2, S), the middle axis split
+    if S == 1:
+        a, b = tl.split(tl.reshape(x, (BLOCK_R, 64, 2)))
+        return tl.reshape(tl.join(a + b, a - b), (BLOCK_R, 128))
+    else:
+        t = tl.reshape(x, (BLOCK_R, 64 // S, 2, S))
+        t = tl.permute(t, (0, 1, 3, 2))
         a, b = tl.split(t)
-        t = tl.permute(tl.join(a + b, a - b), (0, 7, 1, 2, 3, 4, 5, 6))
-    return tl.reshape(t, (BLOCK_R, 128))
-
-
-@triton.jit
-def _tile_offsets(rows, NCOL: tl.constexpr, VEC: tl.constexpr):
-    # offsets of a (NCOL // VEC, BLOCK_R, VEC) view of rows of NCOL elements: chunk, row, element.
-    # With the chunk axis first, Triton's coalescing gives each thread VEC contiguous elements
-    # (one 16-byte access) of ONE row and spreads the rows over the lanes, so every thread ends
-    # up holding whole rows: the Hadamard, RoPE's pairs, the amax and the encoders then need no
-    # shuffle and no shared memory, and the per-row scalars are computed once per thread.
-    c = tl.arange(0, NCOL // VEC)
-    e = tl.arange(0, VEC)
-    return c[:, None, None] * VEC + rows[None, :, None] * NCOL + e[None, None, :]
-
-
-@triton.jit
-def _load_tile(ptr, rows, rmask, BLOCK_R: tl.constexpr, NCOL: tl.constexpr, VEC: tl.constexpr):
-    # the (BLOCK_R, NCOL) tile of rows `rows` (int64) of a row-major array of NCOL columns
-    v = tl.load(ptr + _tile_offsets(rows, NCOL, VEC), mask=rmask[None, :, None], other=0)
-    return tl.reshape(tl.permute(v, (1, 0, 2)), (BLOCK_R, NCOL))
-
-
-@triton.jit
-def _store_tile(ptr, rows, rmask, v, BLOCK_R: tl.constexpr, NCOL: tl.constexpr,
-                VEC: tl.constexpr):
-    t = tl.permute(tl.reshape(v, (BLOCK_R, NCOL // VEC, VEC)), (1, 0, 2))
-    tl.store(ptr + _tile_offsets(rows, NCOL, VEC), t, mask=rmask[None, :, None])
+        t = tl.join(a + b, a - b)
+        t = tl.permute(t, (0, 1, 3, 2))
+        return tl.reshape(t, (BLOCK_R, 128))
 
 
 # The sizes are not specialized (Triton would compile a variant per "== 1" / "divisible by 16"
@@ -362,55 +319,48 @@ def quant_q_kernel(
     BF16_HAD: tl.constexpr, FMT: tl.constexpr, QUANT: tl.constexpr, FOLD: tl.constexpr,
     SCALE_OUT: tl.constexpr, BLOCK_R: tl.constexpr,
 ):
-    # (b, h) of each row from one scalar division per program: the program's rows are
-    # row0 + r, and h0 + r wraps past H at most once where H >= BLOCK_R (the usual case;
-    # otherwise a 32-bit division of the small h0 + r)
     pid = tl.program_id(0)
-    row0 = pid * BLOCK_R  # int32: the launcher keeps n_rows + BLOCK_R below 2^31
-    b0 = row0 // H
-    r = tl.arange(0, BLOCK_R)
-    t = (row0 - b0 * H) + r
-    if H >= BLOCK_R:
-        wrap = t >= H
-        b = b0 + wrap.to(tl.int32)
-        h = tl.where(wrap, t - H, t)
-    else:
-        q = t // H
-        b = b0 + q
-        h = t - q * H
-    rows = row0.to(tl.int64) + r
-    rmask = (row0 + r) < n_rows
-    b = b.to(tl.int64)
+    rows = pid.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R).to(tl.int64)
+    rmask = rows < n_rows
+    b = rows // H
+    h = rows - b * H
 
-    # ---- loads: the rows, the weights, the positions' freqs rows
-    VEC: tl.constexpr = 4 if IN_KIND == 2 else 8  # 16-byte accesses
-    x = _decode(_load_tile(q_ptr, rows, rmask, BLOCK_R, 128, VEC), IN_KIND)
+    # ---- loads: the row (contiguous), the weight, the position's freqs row (contiguous)
+    i = tl.arange(0, 128)
+    k = tl.arange(0, 64)
+    x = _decode(tl.load(q_ptr + rows[:, None] * 128 + i[None, :], mask=rmask[:, None], other=0),
+                IN_KIND)
     if FOLD != 5:  # the recipe has weights
         w = _decode(tl.load(w_ptr + b * w_stride_b + h, mask=rmask, other=0), W_KIND)
     else:
         w = tl.zeros([BLOCK_R], tl.float32)
+    # the row viewed as 64 pairs p = (x0, x1): adjacent dims (2p, 2p+1), or NeoX pairs: within
+    # each half of 64, (j, j + 32) for pair p = 32 * half + j
+    if NEOX:
+        xp = tl.reshape(tl.permute(tl.reshape(x, (BLOCK_R, 2, 2, 32)), (0, 1, 3, 2)),
+                        (BLOCK_R, 64, 2))
+    else:
+        xp = tl.reshape(x, (BLOCK_R, 64, 2))
+    xr, xi = tl.split(xp)
     if ROPE:
         pos = tl.load(pos_ptr + b, mask=rmask, other=0).to(tl.int64)
         valid = (pos >= 0) & (pos < max_pos)
         prow = tl.where(valid, pos, 0)  # an out-of-range row reads row 0 and writes the NaN marker
-        f = _load_tile(freqs_ptr, prow, rmask, BLOCK_R, 64, 4)
-        # (cos, sin) of the recipe's 32 pairs
+        # (cos, sin) of pair p (0..63) of the row; only the recipe's 32 pairs are read and used
+        j = k - ROPE_OFF // 2
+        rot = (j >= 0) & (j < 32)
+        fmask = rmask[:, None] & rot[None, :]
+        fbase = freqs_ptr + prow[:, None] * 64
         if FREQS_INTERLEAVED:  # (cos, sin) per pair
-            c, s = tl.split(tl.reshape(f, (BLOCK_R, 32, 2)))
+            c = tl.load(fbase + 2 * j[None, :], mask=fmask, other=0.0)
+            s = tl.load(fbase + 2 * j[None, :] + 1, mask=fmask, other=0.0)
         else:  # [cos x32 | sin x32]
-            c, s = tl.split(tl.permute(tl.reshape(f, (BLOCK_R, 2, 32)), (0, 2, 1)))
-        # ---- RoPE (row.h rope_row) on the recipe's half of the row, then its bf16 point
-        lo, hi = tl.split(tl.permute(tl.reshape(x, (BLOCK_R, 2, 64)), (0, 2, 1)))
-        if ROPE_OFF == 64:
-            xh = hi
-        else:
-            xh = lo
-        # the half as 32 pairs (x0, x1): adjacent dims (2j, 2j+1), or NeoX pairs (j, j + 32)
-        if NEOX:
-            xr, xi = tl.split(tl.permute(tl.reshape(xh, (BLOCK_R, 2, 32)), (0, 2, 1)))
-        else:
-            xr, xi = tl.split(tl.reshape(xh, (BLOCK_R, 32, 2)))
-        nr = tl.fma(xr, c, _neg(xi * s))
+            c = tl.load(fbase + j[None, :], mask=fmask, other=0.0)
+            s = tl.load(fbase + 32 + j[None, :], mask=fmask, other=0.0)
+
+        # ---- RoPE (row.h rope_row) on the recipe's 32 pairs, then their bf16 point
+        xis = xi * s
+        nr = tl.fma(xr, c, _neg(xis))
         if ROPE_FMA_X1C:  # x1' = fma(x1, c, x0 * s)
             ni = tl.fma(xi, c, xr * s)
         else:  # x1' = fma(x0, s, x1 * c)
@@ -418,21 +368,28 @@ def quant_q_kernel(
         if BF16_ROPE:
             nr = _round_bf16(nr)
             ni = _round_bf16(ni)
-        if NEOX:
-            xh = tl.reshape(tl.permute(tl.join(nr, ni), (0, 2, 1)), (BLOCK_R, 64))
-        else:
-            xh = tl.reshape(tl.join(nr, ni), (BLOCK_R, 64))
-        if ROPE_OFF == 64:
-            x = tl.reshape(tl.permute(tl.join(lo, xh), (0, 2, 1)), (BLOCK_R, 128))
-        else:
-            x = tl.reshape(tl.permute(tl.join(xh, hi), (0, 2, 1)), (BLOCK_R, 128))
+        xr = tl.where(rot[None, :], nr, xr)
+        xi = tl.where(rot[None, :], ni, xi)
     else:  # no RoPE: no freqs, no positions, every row valid
         valid = rows >= 0
 
     # ---- Hadamard: strides 1, 2, 4, ..., 64, in that order, then 1/sqrt(128)
-    y = x
+    if HADAMARD and not NEOX:  # stride 1 on the (even, odd) pairs as they are
+        y = tl.reshape(tl.join(xr + xi, xr - xi), (BLOCK_R, 128))
+    else:
+        y = tl.join(xr, xi)
+        if NEOX:
+            y = tl.permute(tl.reshape(y, (BLOCK_R, 2, 32, 2)), (0, 1, 3, 2))
+        y = tl.reshape(y, (BLOCK_R, 128))
+        if HADAMARD:
+            y = _butterfly(y, BLOCK_R, 1)
     if HADAMARD:
-        y = _hadamard(y, BLOCK_R)
+        y = _butterfly(y, BLOCK_R, 2)
+        y = _butterfly(y, BLOCK_R, 4)
+        y = _butterfly(y, BLOCK_R, 8)
+        y = _butterfly(y, BLOCK_R, 16)
+        y = _butterfly(y, BLOCK_R, 32)
+        y = _butterfly(y, BLOCK_R, 64)
         y = y * _const(0x3DB504F3)  # 0x1.6a09e6p-4f
 
     ws = weight_scale
@@ -448,7 +405,7 @@ def quant_q_kernel(
         if BF16_HAD:
             y = _round_bf16(y)
         yb = tl.reshape(y, (BLOCK_R, 4, 32))
-        amax = _row_amax(yb, 2, HADAMARD or BF16_HAD)
+        amax = _row_amax(yb, 2)
         if QUANT == 1:  # vLLM's MXFP4
             ratio = _fmax_floor(amax, _const(0x01C00000)) * _const(0x3E2AAAAB)
             rb = _bits(ratio)
@@ -465,7 +422,7 @@ def quant_q_kernel(
             u = yb * inv1[:, :, None]  # fma(x, inv, +0) but for the sign of a zero (unseen)
             g = _e2m1_value(_e2m1_mag_even(u))
             yb = tl.where(u < 0.0, _neg(g), g) * sc1[:, :, None]
-            ex = _rne_exponent(_row_amax(yb, 2, True))  # products
+            ex = _rne_exponent(_row_amax(yb, 2))
             inv = _f32((254 - ex) << 23)  # ex = 254: +0, as the engine's packer
         else:  # SGLang's V4
             sc = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 6.0)
@@ -486,7 +443,7 @@ def quant_q_kernel(
         e1, e3 = tl.split(e13)
         sf = e0 | (e1 << 8) | (e2 << 16) | (e3 << 24)
         sf = tl.where(valid, sf, 0)
-        _store_tile(out_ptr, rows, rmask, code.to(tl.uint8), BLOCK_R, 64, 16)
+        tl.store(out_ptr + rows[:, None] * 64 + k[None, :], code.to(tl.uint8), mask=rmask[:, None])
         tl.store(sf_ptr + rows, sf.to(tl.int32, bitcast=True), mask=rmask)
         if FOLD != 5:
             if FOLD == 1:
@@ -501,20 +458,14 @@ def quant_q_kernel(
         # ---- FP8: one scale per row
         if BF16_HAD:  # all 128 values rounded to bf16 before the amax (sglang_ue8m0)
             y = _round_bf16(y)
-        amax = _row_amax(y, 1, HADAMARD or BF16_HAD)
-        k120 = _const(0x03800000)  # 2^-120
-        # an out-of-range position's row is all zero codes: folded into the NaN select of
-        # each quantizer (or, for SGLang's, into the encoder's factor and sign mask)
-        bad = (valid == 0)[:, None]
-        sm = tl.full([], 0x80000000, tl.uint32)
+        amax = _row_amax(y, 1)
         if QUANT == 2:  # vLLM's CuTe: e of fmax(amax, 1e-4) * fl(1/448) rounded up (Inf: 255)
             ec = (((_bits(_fmax_floor(amax, _const(0x38D1B717)) * _const(0x3B124925)) + 0x7FFFFF)
                    >> 23) & 0xFF)
             scale = _f32(ec << 23)
             inv = _f32((254 - ec) << 23)  # 32-bit unsigned: ec = 255 gives -Inf
             v = y * inv[:, None]
-            code = tl.where((v != v) | bad, _row_code(valid, 0x7F000000),
-                            _e4m3fn(v, False, k120, sm))
+            code = tl.where(v != v, 0x7F, _e4m3fn(v, False))
         elif QUANT == 3 or QUANT == 6:
             # pow2ceil(fmax(amax, floor) * fl(1/448)); vLLM's V3.2: floor 1e-10, NaN -> 0x7e;
             # SGLang's V3.2 act_quant (sglang_ue8m0): floor 1e-4, NaN -> 0xfe (-448)
@@ -526,11 +477,9 @@ def quant_q_kernel(
             inv = tl.math.div_rn(1.0, scale)  # exact: see the vllm case below
             v = y * inv[:, None]
             if QUANT == 3:
-                code = tl.where((v != v) | bad, _row_code(valid, 0x7E000000),
-                                _e4m3fn(v, False, k120, sm))
+                code = tl.where(v != v, 0x7E, _e4m3fn(v, False))
             else:
-                code = tl.where((v != v) | bad, _row_code(valid, 0xFE000000),
-                                _e4m3fn(v, False, k120, sm))
+                code = tl.where(v != v, 0xFE, _e4m3fn(v, False))
         elif QUANT == 1:
             qs = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 448.0)
             scale = _f32((((_bits(qs) + 0x7FFFFF) >> 23) & 0xFF) << 23)  # pow2_ceil
@@ -539,8 +488,7 @@ def quant_q_kernel(
             # x / scale (Inf and NaN cases alike: x / Inf = x * 0), so one division per row
             inv = tl.math.div_rn(1.0, scale)
             v = y * inv[:, None]
-            code = tl.where((v != v) | bad, _row_code(valid, 0x7F000000),
-                            _e4m3fn(v, False, k120, sm))
+            code = tl.where(v != v, 0x7F, _e4m3fn(v, False))
         elif QUANT == 8:
             # vLLM's ROCm quantizer (vllm_fnuz224): q_scale = pow2ceil(fmax(amax, 1e-4) / 224);
             # the e4m3fnuz code of v = x / q_scale is the e4m3fn code of 2v (exact: a power-of-two
@@ -550,9 +498,9 @@ def quant_q_kernel(
             scale = _f32((((_bits(qs) + 0x7FFFFF) >> 23) & 0xFF) << 23)  # pow2_ceil
             inv = tl.math.div_rn(1.0, scale)
             v = y * inv[:, None]
-            code = _e4m3fn(v * 2.0, False, k120, sm)
-            code = tl.where(code == 0x80000000, 0, code)
-            code = tl.where((v != v) | bad, _row_code(valid, 0x80000000), code)
+            code = _e4m3fn(v * 2.0, False)
+            code = tl.where(code == 0x80, 0, code)
+            code = tl.where(v != v, 0x80, code)
         else:
             # SGLang's: scale = fmax(1e-4, amax) / LIM, codes of clamp(y * (1 / scale), -LIM, LIM)
             # with LIM = 448, or 224 for the gfx942 form (sglang_224, row.h sglang_fp8_max)
@@ -565,12 +513,11 @@ def quant_q_kernel(
             t = y * inv[:, None]
             t = tl.where(t < lim, t, lim)  # fminf(t, lim): NaN -> lim
             t = tl.where(t > -lim, t, -lim)
-            # an out-of-range position's row encoded as zeros: k120 = 0 and no sign
-            code = _e4m3fn(t, True, tl.where(valid, k120, 0.0)[:, None],
-                           tl.where(valid, 0x80000000, 0).to(tl.uint32)[:, None])
+            code = _e4m3fn(t, True)
             if FMT == 1:
-                code = tl.where(code == 0x80000000, 0, code)
-        _store_tile(out_ptr, rows, rmask, (code >> 24).to(tl.uint8), BLOCK_R, 128, 16)
+                code = tl.where(code == 0x80, 0, code)
+        code = tl.where(valid[:, None], code, 0)
+        tl.store(out_ptr + rows[:, None] * 128 + i[None, :], code.to(tl.uint8), mask=rmask[:, None])
         if SCALE_OUT:  # the row scale as float32 into q_sf (+0 for an out-of-range position)
             tl.store(sf_ptr + rows, tl.where(valid, scale, 0.0), mask=rmask)
         if FOLD != 5:
@@ -606,17 +553,18 @@ def interpreting() -> bool:
 
 
 def default_block_rows(n_rows: int, device_type: str) -> int:
-    """Rows per program: 32 on one warp, one row per thread (see _tile_offsets), the fewest
-    SASS instructions per row on sm_90 (bench/triton_sass.py; bench/HISTORY.md has the
-    figures). bench/triton_bench.py --sweep times the alternatives."""
+    """Rows per program. 4 rows on one warp: the fewest instructions per row in the sm_90
+    PTX of the Hadamard recipes (v4_fp8 about 240 warp instructions a row against 300-400 for
+    8 rows on 2 or 4 warps; the other recipes are within 10 % of each other), and 32 resident
+    programs of 4 rows keep about 32 KB of loads in flight per SM. bench/triton_bench.py
+    --sweep times the alternatives."""
     if interpreting():
         return 512  # numpy per program: big blocks amortize the interpreter's per-op cost
-    return 32
+    return 4
 
 
 def default_num_warps(block_rows: int) -> int:
-    """One row per thread: block_rows / 32 warps (one warp below 32 rows)."""
-    return max(1, block_rows // 32)
+    return 1 if block_rows <= 4 else (2 if block_rows <= 8 else 4)
 
 
 def launch(info, q_input: torch.Tensor, q_out: torch.Tensor, q_sf: Optional[torch.Tensor],
@@ -632,9 +580,6 @@ def launch(info, q_input: torch.Tensor, q_out: torch.Tensor, q_sf: Optional[torc
         return
     consts = recipe_constants(info)
     br = block_rows or default_block_rows(n_rows, q_input.device.type)
-    if n_rows + br >= 2**31:  # the kernel's row index arithmetic is 32-bit
-        raise ValueError(f"indexer_q: q_input: the Triton kernel takes fewer than 2^31 - {br} "
-                         f"rows (tokens x heads), got {n_rows}")
     nw = num_warps or default_num_warps(br)
     out = q_out.view(torch.uint8)
     # arguments the recipe does not take (0-element tensors) are never read: any pointer will do
@@ -666,7 +611,7 @@ def ptx_of(info, dtype: str = "bf16", block_rows: Optional[int] = None,
     sig = {"q_ptr": "*" + dtype, "w_ptr": "*" + dtype, "freqs_ptr": "*fp32", "pos_ptr": "*i64",
            "out_ptr": "*u8", "sf_ptr": "*i32", "wout_ptr": "*fp32", "n_rows": "i32", "H": "i32",
            "w_stride_b": "i32", "max_pos": "i32", "weight_scale": "fp32", "head_scale": "fp32"}
-    br = block_rows or 32  # default_block_rows on a GPU
+    br = block_rows or 4  # default_block_rows on a GPU
     num_warps = num_warps or default_num_warps(br)
     cx = dict(IN_KIND=kind, W_KIND=kind, BLOCK_R=br, **recipe_constants(info))
     if cx["SCALE_OUT"]:

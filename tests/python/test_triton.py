@@ -40,8 +40,7 @@ DEV = "cuda" if _CUDA else "cpu"
 # numpy's notes on Inf / NaN arithmetic inside the interpreter (the kernel computes on edge rows
 # and on lanes it discards): expected, not a finding
 pytestmark = [pytest.mark.filterwarnings(f"ignore:{m}:RuntimeWarning") for m in (
-    "invalid value encountered", "overflow encountered", "divide by zero encountered",
-    "All-NaN slice encountered")]
+    "invalid value encountered", "overflow encountered", "divide by zero encountered")]
 TRITON = torch.ops.indexer_q.quant_q_triton
 
 
@@ -234,11 +233,8 @@ def _encoders_probe(x_ptr, e4_ptr, e4_sat_ptr, bf_ptr, f4_ptr, mx_ptr, n, BLOCK:
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     x = tl.load(x_ptr + offs, mask=m, other=0.0)
-    k120 = triton_kernel._const(0x03800000)  # 2^-120: the code in the top byte, the sign kept
-    sm = tl.full([], 0x80000000, tl.uint32)
-    tl.store(e4_ptr + offs, (triton_kernel._e4m3fn(x, True, k120, sm) >> 24).to(tl.uint8), mask=m)
-    tl.store(e4_sat_ptr + offs, (triton_kernel._e4m3fn(x, False, k120, sm) >> 24).to(tl.uint8),
-             mask=m)
+    tl.store(e4_ptr + offs, triton_kernel._e4m3fn(x, True).to(tl.uint8), mask=m)
+    tl.store(e4_sat_ptr + offs, triton_kernel._e4m3fn(x, False).to(tl.uint8), mask=m)
     tl.store(bf_ptr + offs, triton_kernel._round_bf16(x), mask=m)
     tl.store(f4_ptr + offs, triton_kernel._e2m1_sglang(x).to(tl.uint8), mask=m)
     tl.store(mx_ptr + offs, triton_kernel._e2m1_vllm(x).to(tl.uint8), mask=m)
@@ -298,30 +294,12 @@ def test_bit_encoders_match_torch_conversions():  # no fma involved: runs on any
     assert torch.equal(e4s[ins], want)
     big = finite & (x.abs() > 448)
     assert torch.equal(e4s[big], torch.where(x[big] > 0, 0x7E, 0xFE).to(torch.uint8))
-    # NaN saturates like a big value (every caller of the saturating form replaces it)
     sign = (x.view(torch.int32) < 0).to(torch.uint8) * 0x80
-    assert torch.equal(e4s[~finite], (sign[~finite] | 0x7E))
+    assert torch.equal(e4s[~finite], (sign[~finite] | 0x7F))
     # bf16 point: torch's cast is round-to-nearest-even (overflow to Inf); NaN stays NaN
     want_bf = x[finite].to(torch.bfloat16).float()
     assert torch.equal(bf[finite].view(torch.int32), want_bf.view(torch.int32))
     assert bool(torch.isnan(bf[~finite]).all())
-
-
-# ---- launch shapes: (b, h) of each row from one division per program ----------------------------
-@needs_exact_fma
-@pytest.mark.parametrize("recipe", ["v4_fp8", "vllm_v4_mxfp4"])
-@pytest.mark.parametrize("h,block_rows", [(8, 4), (5, 4), (3, 8), (64, 32), (2, 32)],
-                         ids=["h8-r4", "h5-r4", "h3-r8", "h64-r32", "h2-r32"])
-def test_block_rows_split_rows_into_tokens(recipe, h, block_rows):
-    # H >= rows per program: one wrap at most (the GPU's usual case); H < rows: a division
-    q, w, freqs, pos = _awkward_inputs(7, h, torch.bfloat16, 11)
-    want = _run_native_cpu(recipe, q, w, 0.5, freqs, pos)
-    q, w, freqs, pos = q.to(DEV), w.to(DEV), freqs.to(DEV), pos.to(DEV)
-    got = new_recipe_outputs(recipe, q)
-    wa, w_out, fa, pa = absent_args(recipe, w, got[2], freqs, pos, q.device)
-    triton_kernel.launch(indexer_q.recipe_info(recipe), q, got[0], got[1], wa, w_out, 0.5, fa, pa,
-                         1.0, block_rows=block_rows, num_warps=max(1, block_rows // 32))
-    assert_same_outputs(got, want, f"{recipe} H={h} block_rows={block_rows}")
 
 
 # ---- arguments: the library's validator, nothing written ------------------------------------------
