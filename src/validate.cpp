@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "common/op_args.h"
 #include "common/problem.h"
@@ -164,49 +165,56 @@ bool dim_ok(const OpCall& c, const OpSpec& op, const Dim& x, std::int64_t v) {
   return c.bound[x.sym] ? v == c.sym[x.sym] : v >= op.syms[x.sym].min;
 }
 
+// A failed check: its Status in *err (the checks return a bool, so an accepted call builds no
+// Status on its way).
+bool refused(Status* err, Status s) {
+  *err = std::move(s);
+  return false;
+}
+
 // Binds the view's sizes to the form's unbound symbols, then every derived symbol it can.
-void bind_form(const OpSpec& op, OpCall* c, const ShapeSpec& f, const TensorView& t) {
+void bind_form(const OpSpec& op, OpCall* c, const ShapeSpec& f, const TensorView& t, bool derive = false) {
   for (int d = 0; d < f.rank; ++d)
-    if (f.d[d].sym >= 0 && !c->bound[f.d[d].sym]) c->bind(f.d[d].sym, t.sizes[d]);
-  for (int s = 0; s < op.nsyms; ++s) {
+    if (f.d[d].sym >= 0 && !c->bound[f.d[d].sym]) c->bind(f.d[d].sym, t.sizes[d]), derive = true;
+  for (int s = 0; derive && s < op.nsyms; ++s) {
     const SymSpec& y = op.syms[s];
     if (y.factor_a >= 0 && !c->bound[s] && c->bound[y.factor_a] && c->bound[y.factor_b])
       c->bind(s, c->sym[y.factor_a] * c->sym[y.factor_b]);
   }
 }
 
-Status check_shape(const OpSpec& op, OpCall* c, const ArgSpec& a, const TensorView& t) {
+bool check_shape(const OpSpec& op, OpCall* c, const ArgSpec& a, const TensorView& t, Status* err) {
   const Texts tx{op, *c};
   if (a.shape_msg == ShapeMsg::kRankFirst) {
-    if (t.ndim < 0) return bad_arg(a.name, "sizes and strides have different lengths");
+    if (t.ndim < 0) return refused(err, bad_arg(a.name, "sizes and strides have different lengths"));
     if (t.ndim > TensorView::kMaxDims)
-      return bad_arg(a.name, "ndim " + std::to_string(t.ndim) + " exceeds TensorView::kMaxDims = " +
-                                 std::to_string(TensorView::kMaxDims));
+      return refused(err, bad_arg(a.name, "ndim " + std::to_string(t.ndim) + " exceeds TensorView::kMaxDims = " +
+                                 std::to_string(TensorView::kMaxDims)));
   }
   const ShapeSpec& f = form_of(a, t);
   if (a.shape_msg == ShapeMsg::kPerDim) {
     if (t.ndim != f.rank)
-      return bad_arg(a.name, "expected " + std::to_string(f.rank) + " dims " + tx.form(f) + ", got " +
-                                 std::to_string(t.ndim));
+      return refused(err, bad_arg(a.name, "expected " + std::to_string(f.rank) + " dims " + tx.form(f) + ", got " +
+                                 std::to_string(t.ndim)));
     for (int d = 0; d < f.rank; ++d) {
       const Dim& x = f.d[d];
       const std::int64_t v = t.sizes[d];
       if (dim_ok(*c, op, x, v)) continue;
       if (x.sym >= 0 && !c->bound[x.sym])
-        return bad_arg(a.name, std::string(op.syms[x.sym].what) + " must be >= " +
-                                   std::to_string(op.syms[x.sym].min) + ", got " + std::to_string(v));
+        return refused(err, bad_arg(a.name, std::string(op.syms[x.sym].what) + " must be >= " +
+                                   std::to_string(op.syms[x.sym].min) + ", got " + std::to_string(v)));
       const std::string what = x.sym >= 0 ? op.syms[x.sym].what : x.what;
       const std::int64_t want = x.sym >= 0 ? c->sym[x.sym] : x.lit;
-      return bad_arg(a.name, what + " must be " + std::to_string(want) + ", got " + std::to_string(v) + " (shape " +
-                                 shape_text(t) + ")");
+      return refused(err, bad_arg(a.name, what + " must be " + std::to_string(want) + ", got " + std::to_string(v) + " (shape " +
+                                 shape_text(t) + ")"));
     }
   } else {
     bool ok = t.ndim == f.rank;
     for (int d = 0; ok && d < f.rank; ++d) ok = dim_ok(*c, op, f.d[d], t.sizes[d]);
-    if (!ok) return bad_arg(a.name, "expected shape " + tx.shape(a) + ", got " + shape_text(t));
+    if (!ok) return refused(err, bad_arg(a.name, "expected shape " + tx.shape(a) + ", got " + shape_text(t)));
   }
   bind_form(op, c, f, t);
-  return Status::Ok();
+  return true;
 }
 
 // The element count (folded from the last dimension, each partial product within int64).
@@ -217,22 +225,22 @@ bool count_fits(const TensorView& t) {
   return true;
 }
 
-Status check_dtype(const OpSpec& op, const OpCall& c, const ArgSpec& a, const TensorView& t) {
+bool check_dtype(const OpSpec& op, const OpCall& c, const ArgSpec& a, const TensorView& t, Status* err) {
   if (a.dtype_of >= 0) {
     const TensorView& o = *c.views[a.dtype_of];
-    if (t.dtype == o.dtype) return Status::Ok();
+    if (t.dtype == o.dtype) return true;
     const char* oname = "?";
     for (int i = 0; i < op.nargs; ++i)
       if (op.args[i].kind == ArgKind::kTensor && op.args[i].slot == a.dtype_of) oname = op.args[i].name;
-    return bad_arg(a.name, std::string("expected the dtype of ") + oname + " (" + dtype_name(o.dtype) + "), got " +
-                               dtype_name(t.dtype));
+    return refused(err, bad_arg(a.name, std::string("expected the dtype of ") + oname + " (" + dtype_name(o.dtype) + "), got " +
+                               dtype_name(t.dtype)));
   }
   for (int i = 0; i < a.ndtypes; ++i)
-    if (t.dtype == a.dtypes[i]) return Status::Ok();
-  return bad_arg(a.name, "expected dtype " + Texts{op, c}.expand(a.dtype_text) + ", got " + dtype_name(t.dtype));
+    if (t.dtype == a.dtypes[i]) return true;
+  return refused(err, bad_arg(a.name, "expected dtype " + Texts{op, c}.expand(a.dtype_text) + ", got " + dtype_name(t.dtype)));
 }
 
-Status check_strides(const OpSpec& op, const OpCall& c, const ArgSpec& a, const TensorView& t) {
+bool check_strides(const OpSpec& op, const OpCall& c, const ArgSpec& a, const TensorView& t, Status* err) {
   const ShapeSpec& f = form_of(a, t);
   std::int64_t want = 1;  // the contiguous stride of dim d (the sizes passed the shape check)
   bool ok = true;
@@ -241,9 +249,9 @@ Status check_strides(const OpSpec& op, const OpCall& c, const ArgSpec& a, const 
       ok = (d == 0 && a.strides == StrideRule::kRowsAtLeast) ? t.strides[d] >= want : t.strides[d] == want;
     if (d > 0 && __builtin_mul_overflow(want, t.sizes[d], &want)) want = std::numeric_limits<std::int64_t>::max();
   }
-  if (ok) return Status::Ok();
-  return bad_arg(a.name, "unsupported strides " + strides_text(t) + "; expected " +
-                             Texts{op, c}.expand(form_of(a, t).strides_text));
+  if (ok) return true;
+  return refused(err, bad_arg(a.name, "unsupported strides " + strides_text(t) + "; expected " +
+                                          Texts{op, c}.expand(form_of(a, t).strides_text)));
 }
 
 // Byte range [lo, hi) spanned by a view (empty if it has no element or no data).
@@ -280,12 +288,29 @@ bool overlaps(const Span& x, const Span& y) {
   return x.lo < y.hi && y.lo < x.hi;
 }
 
-std::int64_t index_at(const TensorView& t, std::int64_t i) {
-  return t.dtype == DType::kInt32 ? std::int64_t(static_cast<const std::int32_t*>(t.data)[i])
-                                  : static_cast<const std::int64_t*>(t.data)[i];
-}
-
 bool is_empty_view(const TensorView& t) { return t.ndim == 0 && t.data == nullptr; }
+
+std::int64_t index_value(const void* data, bool i32, std::int64_t r) {
+  return i32 ? std::int64_t(static_cast<const std::int32_t*>(data)[r]) : static_cast<const std::int64_t*>(data)[r];
+}
+// The first row whose value is outside [0, bound), or n.
+template <class T>
+std::int64_t first_outside(const T* v, std::int64_t n, std::int64_t bound) {
+  for (std::int64_t r = 0; r < n; ++r)
+    if (std::int64_t(v[r]) < 0 || std::int64_t(v[r]) >= bound) return r;
+  return n;
+}
+// The same for x where the guard g is >= 0 (a negative guard skips its row, x unread), and the
+// guard itself in [0, gbound): the first row where either fails, or n.
+template <class G, class X>
+std::int64_t first_outside_guarded(const G* g, const X* x, std::int64_t n, std::int64_t gbound, std::int64_t xbound) {
+  for (std::int64_t r = 0; r < n; ++r) {
+    const std::int64_t gv = g[r];
+    if (gv < 0) continue;
+    if (gv >= gbound || std::int64_t(x[r]) < 0 || std::int64_t(x[r]) >= xbound) return r;
+  }
+  return n;
+}
 
 }  // namespace
 
@@ -314,7 +339,7 @@ Status check_op_args(const OpSpec& op, const Options& options, OpCall* c) {
         return bad_arg(a.name, std::string("expected ") + a.int_text + ", got " + std::to_string(v));
       if (a.binds >= 0) {
         c->bind(a.binds, v);
-        bind_form(op, c, ShapeSpec{}, TensorView{});  // the symbols derived from it
+        bind_form(op, c, ShapeSpec{}, TensorView{}, true);  // the symbols derived from it
       }
       continue;
     }
@@ -325,14 +350,11 @@ Status check_op_args(const OpSpec& op, const Options& options, OpCall* c) {
                                    ": expected an empty view (ndim 0, no data)");
       continue;
     }
-    Status s = check_shape(op, c, a, t);
-    if (!s.ok()) return s;
+    Status err;
+    if (!check_shape(op, c, a, t, &err)) return err;
     if (a.overflow && !count_fits(t))
       return bad_arg(a.name, std::string(a.overflow) + " int64 (shape " + shape_text(t) + ")");
-    s = check_dtype(op, *c, a, t);
-    if (!s.ok()) return s;
-    s = check_strides(op, *c, a, t);
-    if (!s.ok()) return s;
+    if (!check_dtype(op, *c, a, t, &err) || !check_strides(op, *c, a, t, &err)) return err;
     if (!listed[a.slot]) all[n++] = &a, listed[a.slot] = true;
   }
   if (n == 0) return Status::Internal("indexer_q: an op without tensors");
@@ -347,8 +369,10 @@ Status check_op_args(const OpSpec& op, const Options& options, OpCall* c) {
   }
   c->device = first.device;
   Backend backend;
-  Status s = resolve_backend(options, c->device, &backend);
-  if (!s.ok()) return s;
+  {
+    Status s = resolve_backend(options, c->device, &backend);
+    if (!s.ok()) return s;
+  }
 
   // --- 3. nothing to do: nothing to read ---
   if (c->sym[op.work] == 0) {
@@ -363,10 +387,8 @@ Status check_op_args(const OpSpec& op, const Options& options, OpCall* c) {
       return bad_arg(all[i]->name, "data pointer is null while the tensor has " + std::to_string(t.numel()) +
                                        " elements");
   }
-  for (int i = 0; i < n; ++i) {
-    s = check_element_aligned(all[i]->name, *c->views[all[i]->slot]);
-    if (!s.ok()) return s;
-  }
+  for (int i = 0; i < n; ++i)
+    if (!element_aligned(*c->views[all[i]->slot])) return check_element_aligned(all[i]->name, *c->views[all[i]->slot]);
   for (int i = 0; i < n; ++i)
     if (all[i]->rows_needed && c->views[all[i]->slot]->numel() == 0) return bad_arg(all[i]->name, all[i]->rows_needed);
   Span spans[kOpMaxViews];
@@ -385,27 +407,64 @@ Status check_op_args(const OpSpec& op, const Options& options, OpCall* c) {
     }
   }
 
-  // --- 5. index values, wherever the host can read them (guards first: a negative one skips) ---
+  // --- 5. index values, wherever the host can read them (a guard first: a negative one skips) ---
   if (c->device.type != DeviceType::kCPU) return Status::Ok();
-  const ArgSpec* idx[kOpMaxViews];
-  int ni = 0;
-  for (int pass = 0; pass < 2; ++pass)
-    for (int i = 0; i < n; ++i)
-      if (all[i]->index.bound >= 0 && all[i]->index.skip_negative == (pass == 0)) idx[ni++] = all[i];
+  struct Index {
+    const ArgSpec* a;
+    const void* data;
+    bool i32;
+    std::int64_t bound;
+  } idx[kOpMaxViews];
+  int ni = 0, guard = -1;
+  for (int i = 0; i < n; ++i) {
+    const IndexSpec& x = all[i]->index;
+    if (x.bound < 0) continue;
+    const TensorView& t = *c->views[all[i]->slot];
+    if (x.skip_negative) guard = ni;
+    idx[ni++] = Index{all[i], t.data, t.dtype == DType::kInt32, c->sym[x.bound]};
+  }
   if (ni == 0) return Status::Ok();
-  const std::int64_t rows = c->views[idx[0]->slot]->sizes[0];
+  const auto refuse = [&](const Index& x, std::int64_t r, std::int64_t v, std::int64_t g) {
+    const char* name = x.a->name;
+    return bad_arg(name, std::string(name) + "[" + std::to_string(r) + "] = " + std::to_string(v) + " is outside [0, " +
+                             x.a->index.bound_text + ") = [0, " + std::to_string(x.bound) + ")" +
+                             Texts{op, *c}.expand(x.a->index.note, std::to_string(g).c_str()));
+  };
+  const std::int64_t rows = c->views[idx[0].a->slot]->sizes[0];
+  // The common forms in tight loops (the call's hot path): one index, or a guard and one index.
+  if (ni == 1 && guard < 0) {
+    const Index& x = idx[0];
+    const std::int64_t r = x.i32 ? first_outside(static_cast<const std::int32_t*>(x.data), rows, x.bound)
+                                 : first_outside(static_cast<const std::int64_t*>(x.data), rows, x.bound);
+    return r < rows ? refuse(x, r, index_value(x.data, x.i32, r), 0) : Status::Ok();
+  }
+  if (ni == 2 && guard >= 0) {
+    const Index &g = idx[guard], &x = idx[1 - guard];
+    std::int64_t r;
+    if (g.i32) {
+      const auto* gp = static_cast<const std::int32_t*>(g.data);
+      r = x.i32 ? first_outside_guarded(gp, static_cast<const std::int32_t*>(x.data), rows, g.bound, x.bound)
+                : first_outside_guarded(gp, static_cast<const std::int64_t*>(x.data), rows, g.bound, x.bound);
+    } else {
+      const auto* gp = static_cast<const std::int64_t*>(g.data);
+      r = x.i32 ? first_outside_guarded(gp, static_cast<const std::int32_t*>(x.data), rows, g.bound, x.bound)
+                : first_outside_guarded(gp, static_cast<const std::int64_t*>(x.data), rows, g.bound, x.bound);
+    }
+    if (r >= rows) return Status::Ok();
+    const std::int64_t gv = index_value(g.data, g.i32, r);
+    return gv >= g.bound ? refuse(g, r, gv, gv) : refuse(x, r, index_value(x.data, x.i32, r), gv);
+  }
   for (std::int64_t r = 0; r < rows; ++r) {
-    std::int64_t guard = 0;
+    std::int64_t g = 0;
+    if (guard >= 0) {
+      g = index_value(idx[guard].data, idx[guard].i32, r);
+      if (g < 0) continue;  // the row is skipped: its other indices unread
+      if (g >= idx[guard].bound) return refuse(idx[guard], r, g, g);
+    }
     for (int k = 0; k < ni; ++k) {
-      const IndexSpec& x = idx[k]->index;
-      const std::int64_t v = index_at(*c->views[idx[k]->slot], r);
-      if (x.skip_negative && v < 0) break;  // the row is skipped: its other indices unread
-      const std::int64_t bound = c->sym[x.bound];
-      if (v < 0 || v >= bound)
-        return bad_arg(idx[k]->name, std::string(idx[k]->name) + "[" + std::to_string(r) + "] = " + std::to_string(v) +
-                                         " is outside [0, " + x.bound_text + ") = [0, " + std::to_string(bound) + ")" +
-                                         Texts{op, *c}.expand(x.note, std::to_string(guard).c_str()));
-      if (x.skip_negative) guard = v;
+      if (k == guard) continue;
+      const std::int64_t v = index_value(idx[k].data, idx[k].i32, r);
+      if (v < 0 || v >= idx[k].bound) return refuse(idx[k], r, v, g);
     }
   }
   return Status::Ok();
