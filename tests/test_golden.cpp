@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
+#include "io/op_case.h"
 #include "iq_test_util.h"
 
 namespace {
@@ -25,53 +25,27 @@ namespace {
 using namespace indexer_q;
 namespace fs = std::filesystem;
 
-std::vector<std::string> files_in(const fs::path& dir) {
-  std::vector<std::string> files;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
 // Every file under golden/ and its subdirectories (one per engine form), the key side's kside/
 // excepted (tests/test_kside_golden.cpp): a new folder of golden data needs no edit here.
 std::vector<std::string> golden_files() {
-  const fs::path dir = fs::path(INDEXER_Q_TEST_DATA_DIR) / "golden";
-  std::vector<std::string> files = files_in(dir);
-  std::vector<fs::path> subs;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_directory() && e.path().filename() != "kside") subs.push_back(e.path());
-  std::sort(subs.begin(), subs.end());
-  for (const fs::path& sub : subs)
-    for (const std::string& f : files_in(sub)) files.push_back(f);
-  return files;
+  return io::conformance_files((fs::path(INDEXER_Q_TEST_DATA_DIR) / "golden").string(), {"kside"});
 }
 
 struct NamedCase {
-  std::string name;  // file path, with " (derived fnuz)" for derived cases
+  std::string name;  // file path, with " (derived <recipe>)" for derived cases
   io::ConformanceCase k;
 };
 
-// Every golden case: the files, then the FNUZ case of each FN file.
+// Every golden case, through the one loader (tools/io/op_case.h): each file's case, then the
+// FNUZ case derived from an FN file.
 std::vector<NamedCase> golden_cases() {
   std::vector<NamedCase> out;
   for (const std::string& path : golden_files()) {
-    NamedCase c;
-    c.name = path;
-    std::string err;
-    EXPECT_TRUE(io::load_case_file(path, &c.k, &err)) << err;
-    if (!err.empty()) continue;
-    out.push_back(c);
-  }
-  const std::size_t n = out.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    NamedCase d;
-    if (io::derive_fnuz_case(out[i].k, &d.k)) {
-      d.name = out[i].name + " (derived " + recipe_name(d.k.recipe) + ")";
-      out.push_back(d);
-    }
+    io::LoadedFile f;
+    EXPECT_TRUE(io::load_op_cases_file(path, &f)) << path << ": " << f.error;
+    EXPECT_EQ(int(f.op), int(io::CaseOp::kQuery)) << path << ": not a query-side file";
+    if (f.op != io::CaseOp::kQuery) continue;
+    for (io::OpCase& c : f.cases) out.push_back(NamedCase{c.name, std::move(c.q)});
   }
   return out;
 }

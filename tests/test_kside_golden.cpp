@@ -14,8 +14,7 @@
 
 #include "common/kside_row.h"
 #include "common/rsq_sm90.h"
-#include "io/kside_case.h"
-#include "io/safetensors.h"
+#include "io/op_case.h"
 #include "iq_test_util.h"
 
 namespace {
@@ -23,22 +22,23 @@ namespace {
 using namespace indexer_q;
 namespace fs = std::filesystem;
 
+// The key-side files of golden/kside/ (the MUFU.RSQ table there is not an op case).
 std::vector<std::string> kside_files() {
   std::vector<std::string> files;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(fs::path(INDEXER_Q_TEST_DATA_DIR) / "golden" / "kside", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("kside_", 0) == 0 && e.path().extension() == ".safetensors") files.push_back(e.path().string());
-  }
-  std::sort(files.begin(), files.end());
+  for (const std::string& path :
+       io::conformance_files((fs::path(INDEXER_Q_TEST_DATA_DIR) / "golden" / "kside").string()))
+    if (fs::path(path).filename().string().rfind("kside_", 0) == 0) files.push_back(path);
   return files;
 }
 
-// Reads one file into a case (and its raw StFile for the diagnostics).
+// Reads one file into its case through the one loader (tools/io/op_case.h), keeping the raw
+// StFile for the diagnostics.
 void load(const std::string& path, io::StFile* file, io::KsideCase* k) {
-  std::string err;
-  ASSERT_TRUE(io::read_safetensors(path, file, &err)) << path << ": " << err;
-  ASSERT_TRUE(io::load_kside_case(*file, k, &err)) << path << ": " << err;
+  io::LoadedFile f;
+  ASSERT_TRUE(io::load_op_cases_file(path, &f, file)) << path << ": " << f.error;
+  ASSERT_EQ(int(f.op), int(io::CaseOp::kKey)) << path << ": not a key-side file";
+  ASSERT_EQ(f.cases.size(), 1u) << path;
+  *k = std::move(f.cases.front().k);
 }
 
 TEST(KsideGolden, FilesPresent) {

@@ -150,6 +150,15 @@ std::string fmt(const char* format, ...)
 #endif
     ;
 std::string human_bytes(double bytes);  // "69.3 MB" (decimal units)
+// verify, every op: one case of a conformance file run on one target (the query side in
+// cmd_verify.cpp, the key side in cmd_kside.cpp), outputs poisoned twice, the worse kept.
+struct VerifyRun {
+  Status status;        // not ok: the run failed (nothing compared)
+  std::string counts;   // "codes differ: 0 of 73728   weights_out differ: 0 of 576"
+  bool exact = false;
+  std::string details;  // when not exact: the first differing bytes
+};
+
 // "first code diffs: [row r, byte i] got 0x.. want 0x..; ..." for the indices listed in d
 // (codes, FP4 block scales, weights_out), against the expected outputs of `want`.
 std::string diff_details(const io::Diff& d, const io::ConformanceCase& want, const std::uint8_t* got_q,

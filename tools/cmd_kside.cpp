@@ -159,55 +159,31 @@ std::string describe_byte(const io::KsideCase& k, std::int64_t i) {
 
 }  // namespace
 
-bool kside_verify_file(const std::string& path, const io::StFile& st, const std::vector<Target>& targets,
-                       int* exact_runs, int* differ_runs, int* failed_runs) {
-  io::KsideCase k;
-  std::string err;
-  if (!io::load_kside_case(st, &k, &err)) {
-    std::printf("%s\n  UNREADABLE: inconsistent key-side case: %s\n", path.c_str(), err.c_str());
-    return false;
-  }
+std::string kside_case_summary(const io::KsideCase& k) {
   const std::int64_t skipped = std::count_if(k.slots.begin(), k.slots.end(), [](std::int64_t s) { return s < 0; });
-  std::printf("%s  (variant %s; N=%lld (%lld skipped), %s, page_size %lld, %lld page(s) of %lld bytes, plan %s, "
-              "ratio %lld)\n",
-              path.c_str(), krecipe_name(k.recipe), (long long)k.N, (long long)skipped, dtype_name(k.dtype),
-              (long long)k.page_size, (long long)k.num_pages, (long long)k.page_bytes, k.mode.c_str(),
-              (long long)k.compress_ratio);
-  for (const Target& t : targets) {
-    const std::string line = fmt("  %-20s %-12s", krecipe_name(k.recipe), t.label.c_str());
-    try {
-      KDeviceCase dc(*t.rt, k, DType::kInt64);
-      CacheDiff worst;
-      Status s;
-      for (std::uint8_t fill : {k.cache_fill, std::uint8_t(k.cache_fill ^ 0xff)}) {
-        dc.fill(fill);
-        s = dc.run(t.options());
-        if (!s.ok()) break;
-        const CacheDiff d = compare_cache(dc.download(), refill(k, k.kvcache, k.cache_fill, fill));
-        if (d.bytes > worst.bytes || worst.first.empty()) worst = d;
-      }
-      if (!s.ok()) {
-        std::printf("%s%s: %s\n", line.c_str(), s.code() == StatusCode::kUnavailable ? "UNAVAILABLE" : "FAILED",
-                    s.message().c_str());
-        ++*failed_runs;
-        continue;
-      }
-      std::printf("%skvcache bytes differ: %lld of %lld   %s\n", line.c_str(), (long long)worst.bytes,
-                  (long long)k.kvcache.size(), worst.bytes == 0 ? "exact" : "DIFFER");
-      if (worst.bytes) {
-        std::string s2 = "    first diffs:";
-        for (std::int64_t i : worst.first) s2 += " [" + describe_byte(k, i) + "]";
-        std::printf("%s\n", s2.c_str());
-        ++*differ_runs;
-      } else {
-        ++*exact_runs;
-      }
-    } catch (const std::exception& e) {
-      std::printf("%sFAILED: %s\n", line.c_str(), e.what());
-      ++*failed_runs;
-    }
+  return fmt("variant %s; N=%lld (%lld skipped), %s, page_size %lld, %lld page(s) of %lld bytes, plan %s, ratio %lld",
+             krecipe_name(k.recipe), (long long)k.N, (long long)skipped, dtype_name(k.dtype), (long long)k.page_size,
+             (long long)k.num_pages, (long long)k.page_bytes, k.mode.c_str(), (long long)k.compress_ratio);
+}
+
+VerifyRun kside_verify_run(const Target& t, const io::KsideCase& k) {
+  VerifyRun r;
+  KDeviceCase dc(*t.rt, k, DType::kInt64);
+  CacheDiff worst;
+  for (std::uint8_t fill : {k.cache_fill, std::uint8_t(k.cache_fill ^ 0xff)}) {
+    dc.fill(fill);
+    r.status = dc.run(t.options());
+    if (!r.status.ok()) return r;
+    const CacheDiff d = compare_cache(dc.download(), refill(k, k.kvcache, k.cache_fill, fill));
+    if (d.bytes > worst.bytes || worst.first.empty()) worst = d;
   }
-  return true;
+  r.counts = fmt("kvcache bytes differ: %lld of %lld", (long long)worst.bytes, (long long)k.kvcache.size());
+  r.exact = worst.bytes == 0;
+  if (!r.exact) {
+    r.details = "first diffs:";
+    for (std::int64_t i : worst.first) r.details += " [" + describe_byte(k, i) + "]";
+  }
+  return r;
 }
 
 namespace {

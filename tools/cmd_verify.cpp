@@ -10,8 +10,7 @@
 #include <vector>
 
 #include "cli.h"
-#include "io/safetensors.h"
-#include "io/kside_case.h"
+#include "io/op_case.h"
 #include "kside_cli.h"
 #include "workload.h"
 
@@ -87,15 +86,13 @@ const char* kVerifyDescription =
     "Exit status: 0 if every file was read and every run is exact; 1 if a run differs; 3 if a file\n"
     "cannot be used; 4 if a backend cannot run a file (or is not available); 2 for a bad command line.";
 
-// Runs case c on target t twice (outputs poisoned with 0xff, then 0x00) and keeps the worse diff.
-struct RunResult {
-  Status status;
+// verify, the query side: case c on target t twice (outputs poisoned with 0xff, then 0x00),
+// the worse diff kept.
+VerifyRun query_verify_run(const Target& t, const io::ConformanceCase& c) {
+  VerifyRun res;
+  DeviceCase dc(*t.rt, c);
   io::Diff diff;
   Outputs out;
-};
-RunResult run_case(const Target& t, const io::ConformanceCase& c) {
-  RunResult res;
-  DeviceCase dc(*t.rt, c);
   bool have = false;
   for (unsigned char poison : {0xff, 0x00}) {
     dc.poison(poison);
@@ -106,13 +103,44 @@ RunResult run_case(const Target& t, const io::ConformanceCase& c) {
     io::Diff d = io::compare_outputs(c, o.q_out.data(), o.q_sf.empty() ? nullptr : o.q_sf.data(),
                                      o.weights_out.data());
     const std::int64_t bad = d.q_bytes + d.sf_bytes + d.weights;
-    if (!have || bad > res.diff.q_bytes + res.diff.sf_bytes + res.diff.weights) {
-      res.diff = d;
-      res.out = std::move(o);
+    if (!have || bad > diff.q_bytes + diff.sf_bytes + diff.weights) {
+      diff = d;
+      out = std::move(o);
       have = true;
     }
   }
+  const std::int64_t rows = c.B * c.H;
+  res.counts = fmt("codes differ: %lld of %lld", (long long)diff.q_bytes, (long long)(rows * c.out_bytes_per_row()));
+  if (!c.q_sf.empty()) res.counts += fmt("   scales differ: %lld of %lld", (long long)diff.sf_bytes, (long long)c.q_sf.size());
+  if (!c.weights_out.empty())
+    res.counts += fmt("   weights_out differ: %lld of %lld", (long long)diff.weights, (long long)rows);
+  res.exact = diff.exact();
+  if (!res.exact)
+    res.details = diff_details(diff, c, out.q_out.data(), out.q_sf.empty() ? nullptr : out.q_sf.data(),
+                               out.weights_out.data());
   return res;
+}
+
+std::string query_case_summary(const io::ConformanceCase& c, bool default_variant) {
+  const std::string rope_text = recipe_has_rope(recipe(c.recipe))
+                                    ? fmt("%s positions, max_pos %lld", dtype_name(c.pos_dtype), (long long)c.max_pos)
+                                    : std::string("no RoPE");
+  return fmt("variant %s%s; B=%lld, H=%lld, %s, %s, weights_out %s", recipe_name(c.recipe),
+             default_variant ? " (no metadata: the default)" : "", (long long)c.B, (long long)c.H, dtype_name(c.dtype),
+             rope_text.c_str(), weight_factors_text(c).c_str());
+}
+
+// Every op's cases through the same lines: the file's summary, then per case and target the
+// counts of differing output bytes.
+std::string case_summary(const io::LoadedFile& lf) {
+  const io::OpCase& c = lf.cases.front();
+  return c.op == io::CaseOp::kKey ? kside_case_summary(c.k) : query_case_summary(c.q, lf.variant.empty());
+}
+const char* case_recipe_name(const io::OpCase& c) {
+  return c.op == io::CaseOp::kKey ? krecipe_name(c.k.recipe) : recipe_name(c.q.recipe);
+}
+VerifyRun verify_run(const Target& t, const io::OpCase& c) {
+  return c.op == io::CaseOp::kKey ? kside_verify_run(t, c.k) : query_verify_run(t, c.q);
 }
 
 // One file through every target; adds to the counts (defined after cmd_verify).
@@ -260,57 +288,38 @@ void verify_one_file(const std::string& path, const std::vector<Target>& targets
   int& bad_files = *bad_files_;
   int& unknown_variant = *unknown_variant_;
   {
-    io::StFile st;
-    std::string err;
-    if (!io::read_safetensors(path, &st, &err)) {
-      std::printf("%s\n  UNREADABLE: %s\n", path.c_str(), err.c_str());
+    // The one loader (tools/io/op_case.h): the file's op, its case and the derived ones.
+    io::LoadedFile lf;
+    if (!io::load_op_cases_file(path, &lf)) {
+      if (lf.failure == io::LoadFailure::kUnknownVariant) {
+        std::printf("%s\n  UNKNOWN VARIANT: metadata \"variant\" = \"%s\" is not a recipe of this library "
+                    "(%s); not checked\n",
+                    path.c_str(), lf.variant.c_str(), all_recipe_names().c_str());
+        ++unknown_variant;
+      } else if (lf.failure == io::LoadFailure::kUnreadable) {
+        std::printf("%s\n  UNREADABLE: %s\n", path.c_str(), lf.error.c_str());
+      } else if (lf.op == io::CaseOp::kKey) {
+        std::printf("%s\n  UNREADABLE: inconsistent key-side case: %s\n", path.c_str(), lf.error.c_str());
+      } else {
+        std::printf("%s\n  UNREADABLE: %s: inconsistent conformance case: %s\n", path.c_str(), path.c_str(),
+                    lf.error.c_str());
+      }
       ++bad_files;
       return;
     }
-    if (io::is_kside_file(st)) {  // a key-side file (docs/KSIDE-SPEC.md): the whole cache is compared
-      if (!kside_verify_file(path, st, targets, &exact_runs, &differ_runs, &failed_runs)) ++bad_files;
-      return;
-    }
-    if (io::is_rsq_table_file(st)) {  // the MUFU.RSQ table the key side's host model is built from
+    if (lf.op == io::CaseOp::kRsqTable) {  // the MUFU.RSQ table the key side's host model is built from
       std::printf("%s\n  (the MUFU.RSQ table of the key side's host model: not an op case; every entry is checked\n"
                   "   by the tests, KsideRsq.EveryTableEntryMatchesTheGoldenTable)\n", path.c_str());
       return;
     }
-    const auto var = st.metadata.find("variant");
-    RecipeId rid;
-    if (var != st.metadata.end() && !parse_recipe(var->second, &rid)) {
-      std::printf("%s\n  UNKNOWN VARIANT: metadata \"variant\" = \"%s\" is not a recipe of this library "
-                  "(%s); not checked\n",
-                  path.c_str(), var->second.c_str(), all_recipe_names().c_str());
-      ++bad_files;
-      ++unknown_variant;
-      return;
-    }
-    io::ConformanceCase c;
-    if (!io::load_case(st, &c, &err)) {
-      std::printf("%s\n  UNREADABLE: %s: inconsistent conformance case: %s\n", path.c_str(), path.c_str(),
-                  err.c_str());
-      ++bad_files;
-      return;
-    }
-    std::vector<io::ConformanceCase> cases{c};
-    io::ConformanceCase fnuz;
-    if (io::derive_fnuz_case(c, &fnuz)) cases.push_back(std::move(fnuz));
-
-    const std::int64_t rows = c.B * c.H;
-    const std::string rope_text = recipe_has_rope(recipe(c.recipe))
-                                      ? fmt("%s positions, max_pos %lld", dtype_name(c.pos_dtype), (long long)c.max_pos)
-                                      : std::string("no RoPE");
-    std::printf("%s  (variant %s%s; B=%lld, H=%lld, %s, %s, weights_out %s)\n", path.c_str(), recipe_name(c.recipe),
-                var == st.metadata.end() ? " (no metadata: the default)" : "", (long long)c.B, (long long)c.H,
-                dtype_name(c.dtype), rope_text.c_str(), weight_factors_text(c).c_str());
-    for (const io::ConformanceCase& cc : cases) {
-      if (cc.recipe != c.recipe)
-        std::printf("  %s (derived from the file: code 0x80 -> 0x00, weights_out x 2)\n", recipe_name(cc.recipe));
+    std::printf("%s  (%s)\n", path.c_str(), case_summary(lf).c_str());
+    for (const io::OpCase& oc : lf.cases) {
+      if (oc.derived)
+        std::printf("  %s (derived from the file: code 0x80 -> 0x00, weights_out x 2)\n", case_recipe_name(oc));
       for (const Target& t : targets) {
-        const std::string line = fmt("  %-20s %-12s", recipe_name(cc.recipe), t.label.c_str());
+        const std::string line = fmt("  %-20s %-12s", case_recipe_name(oc), t.label.c_str());
         try {
-          const RunResult r = run_case(t, cc);
+          const VerifyRun r = verify_run(t, oc);
           if (!r.status.ok()) {
             std::printf("%s%s: %s\n", line.c_str(),
                         r.status.code() == StatusCode::kUnavailable ? "UNAVAILABLE" : "FAILED",
@@ -318,17 +327,9 @@ void verify_one_file(const std::string& path, const std::vector<Target>& targets
             ++failed_runs;
             continue;
           }
-          const io::Diff& d = r.diff;
-          std::string counts = fmt("codes differ: %lld of %lld", (long long)d.q_bytes,
-                                   (long long)(rows * cc.out_bytes_per_row()));
-          if (!cc.q_sf.empty()) counts += fmt("   scales differ: %lld of %lld", (long long)d.sf_bytes,
-                                              (long long)cc.q_sf.size());
-          if (!cc.weights_out.empty())
-            counts += fmt("   weights_out differ: %lld of %lld", (long long)d.weights, (long long)rows);
-          std::printf("%s%s   %s\n", line.c_str(), counts.c_str(), d.exact() ? "exact" : "DIFFER");
-          if (!d.exact()) {
-            std::printf("    %s\n", diff_details(d, cc, r.out.q_out.data(), r.out.q_sf.empty() ? nullptr : r.out.q_sf.data(),
-                                                 r.out.weights_out.data()).c_str());
+          std::printf("%s%s   %s\n", line.c_str(), r.counts.c_str(), r.exact ? "exact" : "DIFFER");
+          if (!r.exact) {
+            std::printf("    %s\n", r.details.c_str());
             ++differ_runs;
           } else {
             ++exact_runs;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cli.h"
-#include "io/safetensors.h"
+#include "io/kside_case.h"
 
 namespace indexer_q {
 namespace cli {
@@ -19,11 +19,11 @@ std::string kside_recipes_help();
 // The key-side options of 'run' (bench false) or 'bench' as help text, for the query side's --help.
 std::string kside_options_help(bool bench);
 
-// verify: one key-side file (metadata "variant" v4_k_fp8 | v4_k_fp4) on every target; prints one
-// line per target and counts the runs. Returns false (after printing why) if the file is not a
-// consistent key-side case.
-bool kside_verify_file(const std::string& path, const io::StFile& st, const std::vector<Target>& targets,
-                       int* exact_runs, int* differ_runs, int* failed_runs);
+// verify, the key side (cmd_verify.cpp runs every op's cases): the summary of a case for its file
+// line, and one run on a target (the cache filled with the file's cache_fill, then its
+// complement; every byte compared).
+std::string kside_case_summary(const io::KsideCase& k);
+VerifyRun kside_verify_run(const Target& t, const io::KsideCase& k);
 
 int cmd_run_kside(int argc, char** argv);
 int cmd_bench_kside(int argc, char** argv);

@@ -40,11 +40,15 @@ inline Status bad_arg(const char* arg, const std::string& what) {
 // A non-null data pointer must be aligned to its dtype's element size: the host code reads and
 // writes typed elements (row.h's load_float) and the CUDA kernels fault on a misaligned one.
 // Ok for a null pointer (the null check is the validators' own) and for an unknown dtype (size 0).
-// Allocates only when it fails.
+// Allocates only when it fails. element_aligned(): the rule alone.
+inline bool element_aligned(const TensorView& t) {
+  const std::size_t es = dtype_size(t.dtype);
+  return t.data == nullptr || es <= 1 || reinterpret_cast<std::uintptr_t>(t.data) % es == 0;
+}
 inline Status check_element_aligned(const char* arg, const TensorView& t) {
+  if (element_aligned(t)) return Status::Ok();
   const std::size_t es = dtype_size(t.dtype);
   const std::uintptr_t addr = reinterpret_cast<std::uintptr_t>(t.data);
-  if (t.data == nullptr || es <= 1 || addr % es == 0) return Status::Ok();
   std::ostringstream os;
   os << "data pointer 0x" << std::hex << addr << std::dec << " is not aligned to the " << es << "-byte elements of "
      << dtype_name(t.dtype);
