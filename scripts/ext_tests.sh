@@ -2,8 +2,8 @@
 # Runs other projects' own tests of the indexer family (SGLang, sgl-kernel-xpu, vLLM) against
 # indexer_q. The tests are not part of this repository: they live in a scratch folder fetched by
 # hand (never committed), with a MANIFEST.tsv naming each file's repository, path and commit, and a
-# conftest.py that is the integration call and nothing else (docs/INTEGRATIONS.md, "Other
-# projects' own tests").
+# conftest.py that is the integration call and nothing else (scripts/ext_tests_conftest.py, copied
+# there when the folder has none; docs/INTEGRATIONS.md, "Other projects' own tests").
 #
 #   scripts/ext_tests.sh SCRATCH [pytest arguments...]   run them; summary per file
 #   scripts/ext_tests.sh --pack SCRATCH                   pack the engines' Python files (and
@@ -36,9 +36,8 @@ fi
 
 S=$(cd "${1:?usage: scripts/ext_tests.sh SCRATCH [pytest arguments...]}" && pwd) || exit 2
 shift
-if [ ! -f "$S/conftest.py" ]; then
-  echo "ext_tests: $S/conftest.py (the integration call) is missing" >&2
-  exit 2
+if [ ! -f "$S/conftest.py" ]; then  # the integration call
+  cp "$ROOT/scripts/ext_tests_conftest.py" "$S/conftest.py"
 fi
 
 CACHE=${INDEXER_Q_ENGINE_CACHE:-$HOME/.cache/indexer_q/engines}
