@@ -103,3 +103,32 @@ def test_installed_sgl_kernel_is_routed_and_hands_back(clean_sgl_kernel):
 
     assert xpu.uninstall() == 2
     assert fake.compress_norm_rope_store is compress_norm_rope_store
+
+
+@pytest.mark.parametrize("n", [1, 16, 96])
+@pytest.mark.parametrize("use_fp4", [False, True])
+def test_key_store_call_shape_of_sgl_kernel_xpus_test(n, use_fp4):
+    """The call sgl-kernel-xpu's key-side test makes (every token a decode event, seq_len = 4 (t + 1);
+    plan[1] the tensor with is_decode and compress_ratio by keyword; int32 out_loc 0..n-1; the
+    float32 (max_pos, 64) view of freqs_cis; bf16 kv and norm_weight; 132- or 68-byte rows, 64 per
+    page; n = 96 spans two pages): the bytes of the library's call with the plan object's values."""
+    g = torch.Generator().manual_seed(100 + n)
+    kv = torch.randn((n, 128), generator=g).to(torch.bfloat16)
+    w = torch.randn(128, generator=g).to(torch.bfloat16)
+    ang = torch.rand((4 * n + 1, 32), generator=g, dtype=torch.float64) * 30
+    fc = torch.polar(torch.ones_like(ang), ang).to(torch.complex64)
+    words = torch.zeros((n, 4), dtype=torch.int32)
+    words[:, 0] = torch.arange(1, n + 1, dtype=torch.int32) * 4
+    plan = words.view(torch.uint8).view(n, 16)
+    pages, row = (n + 63) // 64, 68 if use_fp4 else 132
+    got, want = (torch.full((pages, row * 64), 0xA5, dtype=torch.uint8) for _ in range(2))
+    xpu.compress_norm_rope_store(kv.clone(), plan, norm_weight=w, norm_eps=1e-6,
+                                 freq_cis=torch.view_as_real(fc).flatten(-2),
+                                 out_loc=torch.arange(n, dtype=torch.int32), kvcache=got,
+                                 is_decode=True, compress_ratio=4, page_size=64, use_fp4=use_fp4,
+                                 preshuffle_size=0, use_bf16_store=False)
+    indexer_q.compress_norm_rope_store(kv, plan, norm_weight=w, norm_eps=1e-6, freq_cis=fc,
+                                       out_loc=torch.arange(n), kvcache=want, page_size=64,
+                                       use_fp4=use_fp4, is_decode=True, compress_ratio=4)
+    assert torch.equal(got, want)
+    assert not torch.equal(got, torch.full_like(got, 0xA5))  # every token was written
