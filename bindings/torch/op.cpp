@@ -227,7 +227,11 @@ void run_cpu(const TorchArgs& a) { run_on_cpu(make_args(a)); }
 // ---- CUDA: the library's CUDA backend on torch's current stream ---------------------------
 // positions cannot be range-checked here without a device synchronization: the CUDA backend
 // guards every read instead (see docs/TORCH.md).
-void run_cuda(const TorchArgs& a, bool enable_pdl) { run_on_cuda(a.q_input, make_args(a), enable_pdl); }
+// side_inputs_ready: Options::side_inputs_ready (the caller's promise that positions, freqs and
+// weight are final before the kernel starts; docs/TORCH.md states it for torch callers).
+void run_cuda(const TorchArgs& a, bool enable_pdl, bool side_inputs_ready) {
+  run_on_cuda(a.q_input, make_args(a), enable_pdl, side_inputs_ready);
+}
 #endif
 
 // ---- the historical v4_fp8 operator --------------------------------------------------------
@@ -239,20 +243,23 @@ TorchArgs v4_args(const Tensor& q_input, const Tensor& q_fp8, const Tensor& weig
 }
 
 void cpu_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out,
-                double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/) {
+                double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/,
+                bool /*side_inputs_ready*/) {
   run_cpu(v4_args(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 void cuda_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out,
-                 double weight_scale, Tensor freqs, Tensor positions, bool enable_pdl) {
+                 double weight_scale, Tensor freqs, Tensor positions, bool enable_pdl,
+                 bool side_inputs_ready) {
   run_cuda(v4_args(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions),
-           enable_pdl);
+           enable_pdl, side_inputs_ready);
 }
 #endif
 
 void composed_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out,
-                     double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/) {
+                     double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/,
+                     bool /*side_inputs_ready*/) {
   composed_forward(v4_args(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions));
 }
 
@@ -268,7 +275,8 @@ TorchArgs general_args(std::int64_t recipe, const Tensor& q_input, const Tensor&
 
 void quant_q_cpu(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
                  Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
-                 Tensor positions, bool /*enable_pdl*/, double head_scale) {
+                 Tensor positions, bool /*enable_pdl*/, double head_scale,
+                 bool /*side_inputs_ready*/) {
   run_cpu(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
                        positions, head_scale));
 }
@@ -276,17 +284,17 @@ void quant_q_cpu(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optiona
 #if defined(INDEXER_Q_TORCH_CUDA)
 void quant_q_cuda(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
                   Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
-                  Tensor positions, bool enable_pdl, double head_scale) {
+                  Tensor positions, bool enable_pdl, double head_scale, bool side_inputs_ready) {
   run_cuda(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
                         positions, head_scale),
-           enable_pdl);
+           enable_pdl, side_inputs_ready);
 }
 #endif
 
 void quant_q_composed(std::int64_t recipe, Tensor q_input, Tensor q_out,
                       std::optional<Tensor> q_sf, Tensor weight, Tensor weights_out,
                       double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/,
-                      double head_scale) {
+                      double head_scale, bool /*side_inputs_ready*/) {
   composed_forward(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale,
                                 freqs, positions, head_scale));
 }
@@ -295,7 +303,8 @@ void quant_q_composed(std::int64_t recipe, Tensor q_input, Tensor q_out,
 // the other implementations are tested against (quant_q(..., backend="reference") in Python).
 void quant_q_reference(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
                        Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
-                       Tensor positions, bool /*enable_pdl*/, double head_scale) {
+                       Tensor positions, bool /*enable_pdl*/, double head_scale,
+                       bool /*side_inputs_ready*/) {
   Options o;
   o.backend = Backend::kReference;
   throw_if_error(indexer_q::run(make_args(general_args(recipe, q_input, q_out, q_sf, weight,
@@ -308,7 +317,8 @@ void quant_q_reference(std::int64_t recipe, Tensor q_input, Tensor q_out, std::o
 // python/indexer_q/triton_kernel.py): the checks quant_q makes, nothing written.
 void quant_q_check(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
                    Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
-                   Tensor positions, bool /*enable_pdl*/, double head_scale) {
+                   Tensor positions, bool /*enable_pdl*/, double head_scale,
+                   bool /*side_inputs_ready*/) {
   validate_or_throw(make_args(general_args(recipe, q_input, q_out, q_sf, weight, weights_out,
                                            weight_scale, freqs, positions, head_scale)));
 }
@@ -377,6 +387,11 @@ std::int64_t native_devices_op() {
 // two-factor weight folds of the vllm_* recipes and of head_scale_first, OpArgs::head_scale; the
 // other recipes ignore it)
 // is a defaulted trailing argument, so calls written for the schema without it keep working.
+// side_inputs_ready (keyword-only, default False, the safe default; every computing op of the query
+// side has it) is Options::side_inputs_ready: the CUDA backend reads positions, freqs and weight
+// before griddepcontrol.wait when the caller guarantees they are final before the kernel starts
+// (docs/TORCH.md states the contract); the CPU, composed, reference and check kernels accept it and
+// ignore it (they read nothing early).
 // Every kernel taking the recipe (a str in the schema) is boxed by IQ_BOX_RECIPE (binding.h):
 // its str is read without the stable ABI's std::string conversion, which leaks.
 #define IQ_RECIPE_BOX(f)                                                                   \
@@ -385,16 +400,16 @@ std::int64_t native_devices_op() {
 #define IQ_QUANT_Q_ARGS                                                                      \
   "(str recipe, Tensor q_input, Tensor(a!) q_out, Tensor(b!)? q_sf, Tensor weight, "         \
   "Tensor(c!) weights_out, float weight_scale, Tensor freqs, Tensor positions, "             \
-  "bool enable_pdl=True, float head_scale=1.0) -> ()"
+  "bool enable_pdl=True, float head_scale=1.0, *, bool side_inputs_ready=False) -> ()"
 STABLE_TORCH_LIBRARY(indexer_q, m) {
   m.def(
       "fused_q_indexer_rope_hadamard_quant(Tensor q_input, Tensor(a!) q_fp8, Tensor weight, "
       "Tensor(b!) weights_out, float weight_scale, Tensor freqs, Tensor positions, "
-      "bool enable_pdl=True) -> ()");
+      "bool enable_pdl=True, *, bool side_inputs_ready=False) -> ()");
   m.def(
       "fused_q_indexer_rope_hadamard_quant_composed(Tensor q_input, Tensor(a!) q_fp8, "
       "Tensor weight, Tensor(b!) weights_out, float weight_scale, Tensor freqs, "
-      "Tensor positions, bool enable_pdl=True) -> ()");
+      "Tensor positions, bool enable_pdl=True, *, bool side_inputs_ready=False) -> ()");
   m.def("quant_q" IQ_QUANT_Q_ARGS);
   m.def("quant_q_composed" IQ_QUANT_Q_ARGS);
   m.def("quant_q_check" IQ_QUANT_Q_ARGS);  // the validator alone (writes nothing)

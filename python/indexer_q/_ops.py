@@ -9,6 +9,13 @@ from typing import Dict, NamedTuple, Optional, Tuple, Union
 
 import torch
 
+# torch names read on every call, bound once (a module global is one dict read; torch.float32 is
+# two lookups).
+_EMPTY = torch.empty
+_F32 = torch.float32
+_I32 = torch.int32
+_FP8 = torch.float8_e4m3fn
+
 _OP = "fused_q_indexer_rope_hadamard_quant"
 _QUALNAME = "indexer_q::" + _OP
 _QUALNAME_COMPOSED = _QUALNAME + "_composed"
@@ -66,21 +73,23 @@ _K_NAMES = ("input", "weight", "freqs", "positions", "slots", "kvcache")
 
 
 @torch.library.register_fake(_QUALNAME)
-def _fake(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=True):
+def _fake(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=True,
+          *, side_inputs_ready=False):
     _check_one_device(_V4_NAMES, (q_input, q_fp8, weight, weights_out, freqs, positions))
     return None
 
 
 @torch.library.register_fake(_QUALNAME_COMPOSED)
 def _fake_composed(
-    q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=True
+    q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=True, *,
+    side_inputs_ready=False
 ):
     _check_one_device(_V4_NAMES, (q_input, q_fp8, weight, weights_out, freqs, positions))
     return None
 
 
 def _fake_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
-            enable_pdl=True, head_scale=1.0):
+            enable_pdl=True, head_scale=1.0, *, side_inputs_ready=False):
     _check_one_device(_Q_NAMES, (q_input, q_out, q_sf, weight, weights_out, freqs, positions),
                       _Q_ABSENT)
     return None
@@ -342,15 +351,24 @@ def _freqs_table(freqs_cis: torch.Tensor) -> torch.Tensor:
     return freqs_cis  # the real (max_pos, 64) view; the library checks it
 
 
+def _flag(arg: str, value) -> bool:
+    """A bool argument (side_inputs_ready), or TypeError naming it: only True and False pass (an
+    int, a tensor or a string is refused, never read as truthy)."""
+    if value is True or value is False:
+        return value
+    raise TypeError(f"indexer_q: {arg}: expected a bool (True or False), got "
+                    f"{type(value).__name__} {value!r}")
+
+
 def _outputs(q_input: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(q_input, torch.Tensor):
         raise TypeError(f"indexer_q: q_input: expected a tensor, got {type(q_input).__name__}")
     if q_input.dim() != 3:
         raise ValueError(f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
     b, h, d = q_input.shape
-    q_fp8 = torch.empty((b, h, d), dtype=torch.float8_e4m3fn, device=q_input.device)
-    weights_out = torch.empty((b, h, 1), dtype=torch.float32, device=q_input.device)
-    return q_fp8, weights_out
+    dev = q_input.device
+    # sizes as separate ints, not a tuple: torch.empty parses them faster (about 0.4 us a call)
+    return (_EMPTY(b, h, d, dtype=_FP8, device=dev), _EMPTY(b, h, 1, dtype=_F32, device=dev))
 
 
 def fused_q_indexer_rope_hadamard_quant(
@@ -362,6 +380,7 @@ def fused_q_indexer_rope_hadamard_quant(
     *,
     out_dtype: Optional[torch.dtype] = None,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Allocates and returns ``(q_fp8, weights_out)``.
 
@@ -370,15 +389,26 @@ def fused_q_indexer_rope_hadamard_quant(
     weight_scale a float; freqs_cis the complex64 (max_pos, 32) RoPE table or its float32
     (max_pos, 64) real view; positions (B,) int32/int64. Returns q_fp8 (B, H, 128)
     float8_e4m3fn and weights_out (B, H, 1) float32. ``enable_pdl`` is used by the CUDA
-    kernel only (programmatic dependent launch on sm_90+; on by default, False turns it off). ``out_dtype=torch.float8_e4m3fnuz`` gives the
+    kernel only (programmatic dependent launch on sm_90+; on by default, False turns it off).
+    ``side_inputs_ready`` (default False): the CUDA kernel's opt-in to read positions, freqs and
+    weight before the previous kernel has finished (docs/TORCH.md states when that is safe);
+    accepted and ignored on every other path. ``out_dtype=torch.float8_e4m3fnuz`` gives the
     FNUZ result (recipe ``v4_fp8_fnuz``: q_fp8 float8_e4m3fnuz, weights_out doubled).
     """
     if out_dtype is not None:
         return quant_q("v4_fp8", q_input, weight, weight_scale, freqs_cis, positions,
-                       out_dtype=out_dtype, enable_pdl=enable_pdl)
+                       out_dtype=out_dtype, enable_pdl=enable_pdl,
+                       side_inputs_ready=side_inputs_ready)
     q_fp8, weights_out = _outputs(q_input)
-    _OP_V4(q_input, q_fp8, weight, weights_out, _scalar("weight_scale", weight_scale),
-           _freqs_table(freqs_cis), positions, enable_pdl)
+    if type(weight_scale) is not float:
+        weight_scale = _scalar("weight_scale", weight_scale)
+    if type(freqs_cis) is not torch.Tensor or freqs_cis.dtype is not _F32:
+        freqs_cis = _freqs_table(freqs_cis)
+    if side_inputs_ready is False:
+        _OP_V4(q_input, q_fp8, weight, weights_out, weight_scale, freqs_cis, positions, enable_pdl)
+    else:
+        _OP_V4(q_input, q_fp8, weight, weights_out, weight_scale, freqs_cis, positions, enable_pdl,
+               side_inputs_ready=_flag("side_inputs_ready", side_inputs_ready))
     return q_fp8, weights_out
 
 
@@ -388,12 +418,17 @@ def composed_fused_q_indexer_rope_hadamard_quant(
     weight_scale: float,
     freqs_cis: torch.Tensor,
     positions: torch.Tensor,
+    *,
+    side_inputs_ready: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Same as :func:`fused_q_indexer_rope_hadamard_quant`, always through the composed ATen
-    implementation (the one XPU and other devices get), on any device, CPU included."""
+    implementation (the one XPU and other devices get), on any device, CPU included.
+    ``side_inputs_ready`` is accepted (a bool) and ignored: the composed path reads every input
+    in stream order."""
     q_fp8, weights_out = _outputs(q_input)
     _OP_V4_COMPOSED(q_input, q_fp8, weight, weights_out, _scalar("weight_scale", weight_scale),
-                    _freqs_table(freqs_cis), positions, True)
+                    _freqs_table(freqs_cis), positions, True,
+                    side_inputs_ready=_flag("side_inputs_ready", side_inputs_ready))
     return q_fp8, weights_out
 
 
@@ -408,6 +443,7 @@ def dsv4_fused_q_indexer_rope_hadamard_quant(
     *,
     gfx942: bool = False,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
 ) -> None:
     """sgl-kernel's ahead-of-time op ``torch.ops.sgl_kernel.dsv4_fused_q_indexer_rope_hadamard_quant
     (q_input, q_fp8, weight, weights_out, weight_scale, freqs_real, positions)``, same arguments,
@@ -430,7 +466,7 @@ def dsv4_fused_q_indexer_rope_hadamard_quant(
                 "float8_e4m3fn codes (or uint8 / int8 raw codes), got torch.float8_e4m3fnuz")
         recipe = "sglang_v4_fp8_gfx942"
     quant_q(recipe, q_input, weight, weight_scale, freqs_real, positions, q_out=q_fp8,
-            weights_out=weights_out, enable_pdl=enable_pdl)
+            weights_out=weights_out, enable_pdl=enable_pdl, side_inputs_ready=side_inputs_ready)
     return None
 
 
@@ -537,23 +573,13 @@ def _absent_pair(q_input: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
             torch.empty(0, dtype=torch.float32, device=dev))
 
 
-def _absent(value, device) -> torch.Tensor:
-    """An argument the recipe does not take (None, or a tensor with no elements): the operator
-    gets a 0-element tensor on q_input's device, which the binding turns into the library's
-    empty view (ndim 0, no data). A tensor with elements is passed on: the validator names it."""
-    if value is None:
-        return torch.empty(0, dtype=torch.float32, device=device)
-    return value
-
-
-def _recipe_facts(recipe) -> _Facts:
-    f = _FACTS.get(recipe) if type(recipe) is str else None
-    return f if f is not None else _FACTS[_check_recipe(recipe)]
-
-
 def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dtype, q_out, q_sf,
-             weights_out, enable_pdl, head_scale=1.0):
-    f = _recipe_facts(recipe)
+             weights_out, enable_pdl, head_scale=1.0, side_inputs_ready=False):
+    # (One frame, attribute reads of the recipe's _Facts, module-level names: this is the call
+    # path of every allocating entry point; bench/python_overhead.py times it.)
+    f = _FACTS.get(recipe) if type(recipe) is str else None
+    if f is None:
+        f = _FACTS[_check_recipe(recipe)]
     if q_out is not None:
         if not isinstance(q_out, torch.Tensor):
             raise TypeError(f"indexer_q: q_out: expected a tensor, got {type(q_out).__name__}")
@@ -566,8 +592,12 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
     recipe = f.name
     if not isinstance(q_input, torch.Tensor):
         raise TypeError(f"indexer_q: q_input: expected a tensor, got {type(q_input).__name__}")
-    weight_scale = _scalar("weight_scale", weight_scale)
-    head_scale = _scalar("head_scale", head_scale)
+    if type(weight_scale) is not float:
+        weight_scale = _scalar("weight_scale", weight_scale)
+    if type(head_scale) is not float:
+        head_scale = _scalar("head_scale", head_scale)
+    if side_inputs_ready is not False:
+        side_inputs_ready = _flag("side_inputs_ready", side_inputs_ready)
     if f.weights:
         if weight is None:
             raise TypeError(f"indexer_q: weight: recipe {recipe} reads it: expected a tensor, "
@@ -577,7 +607,7 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
             arg = "freqs" if freqs is None else "positions"
             raise TypeError(f"indexer_q: {arg}: recipe {recipe} reads it: expected a tensor, "
                             "got None")
-        if type(freqs) is not torch.Tensor or freqs.dtype is not torch.float32:
+        if type(freqs) is not torch.Tensor or freqs.dtype is not _F32:
             if f.halves and isinstance(freqs, torch.Tensor) and freqs.is_complex():
                 raise TypeError(
                     f"indexer_q: freqs: recipe {recipe} reads a real (max_pos, 64) float32 table "
@@ -597,20 +627,25 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
                 f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
         b, h, _ = q_input.shape
         dev = q_input.device
+        # sizes as separate ints, not a tuple: torch.empty parses them faster (~0.4 us a call)
         if q_out is None:
-            q_out = torch.empty((b, h, f.out_dim), dtype=out_dtype or f.out_dtype, device=dev)
+            q_out = _EMPTY(b, h, f.out_dim, dtype=out_dtype or f.out_dtype, device=dev)
         if q_sf is None:
             if f.fp4:
-                q_sf = torch.empty((b, h), dtype=torch.int32, device=dev)
+                q_sf = _EMPTY(b, h, dtype=_I32, device=dev)
             elif f.scale_out:  # the row scale, (B, H, 1) as SGLang's act_quant
-                q_sf = torch.empty((b, h, 1), dtype=torch.float32, device=dev)
+                q_sf = _EMPTY(b, h, 1, dtype=_F32, device=dev)
         if weights_out is None:  # SGLang's V4 forms: (B, H, 1); the other engines': (B, H)
-            weights_out = torch.empty((b, h) if f.w_shape_2d else (b, h, 1),
-                                      dtype=torch.float32, device=dev)
+            weights_out = (_EMPTY(b, h, dtype=_F32, device=dev) if f.w_shape_2d
+                           else _EMPTY(b, h, 1, dtype=_F32, device=dev))
     # weight_scale / head_scale: Python floats (doubles); the library checks each and rounds it
-    # to float32 once
-    op(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
-       enable_pdl, head_scale)
+    # to float32 once. side_inputs_ready is passed only when set (a keyword costs the parser time).
+    if side_inputs_ready:
+        op(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
+           enable_pdl, head_scale, side_inputs_ready=True)
+    else:
+        op(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
+           enable_pdl, head_scale)
     w_ret = weights_out if f.weights else None
     if f.q_scale_out:
         return (q_out, q_sf), w_ret
@@ -632,6 +667,7 @@ def quant_q(
     enable_pdl: bool = True,
     head_scale: float = 1.0,
     backend: Optional[str] = None,
+    side_inputs_ready: bool = False,
 ) -> Tuple[QOut, torch.Tensor]:
     """Any recipe of the library by name (see :data:`RECIPES`); returns what the engine's entry
     point of that form returns (SGLang's, or vLLM's for the ``vllm_*`` recipes).
@@ -658,15 +694,20 @@ def quant_q(
     is allocated (B, H) for every engine's form but SGLang's V4 and V3.2 unfused ones
     (``recipe_info(r).weights_2d``).
     ``enable_pdl`` (default True: programmatic dependent launch on sm_90+) is used by the CUDA
-    kernel only.
+    kernel only. ``side_inputs_ready`` (default False, a bool: anything else raises TypeError) is
+    the CUDA kernel's opt-in to read positions, freqs and weight before ``griddepcontrol.wait``;
+    the caller promises that no kernel that may still run when this one starts writes them
+    (docs/TORCH.md, "side_inputs_ready"). The CPU, composed, reference and Triton paths accept it
+    and ignore it (same bytes either way).
     ``backend``: None (the dispatcher's choice, see :func:`available_backends`), ``"triton"``
     (operator ``indexer_q::quant_q_triton``: the Triton kernel on any device Triton serves) or
     ``"composed"`` (``indexer_q::quant_q_composed``) or ``"reference"``
     (``indexer_q::quant_q_reference``: the library's scalar reference, the executable spec; CPU
     tensors only).
     """
-    return _quant_q(_backend_op(backend), recipe, q_input, weight, weight_scale, freqs,
-                    positions, out_dtype, q_out, q_sf, weights_out, enable_pdl, head_scale)
+    return _quant_q(_OP_QUANT_Q if backend is None else _backend_op(backend), recipe, q_input,
+                    weight, weight_scale, freqs, positions, out_dtype, q_out, q_sf, weights_out,
+                    enable_pdl, head_scale, side_inputs_ready)
 
 
 def composed_quant_q(
@@ -682,11 +723,14 @@ def composed_quant_q(
     q_sf: Optional[torch.Tensor] = None,
     weights_out: Optional[torch.Tensor] = None,
     head_scale: float = 1.0,
+    side_inputs_ready: bool = False,
 ) -> Tuple[QOut, torch.Tensor]:
     """Same as :func:`quant_q`, always through the composed ATen implementation (operator
-    ``indexer_q::quant_q_composed``), on any device, CPU included."""
+    ``indexer_q::quant_q_composed``), on any device, CPU included (``side_inputs_ready``
+    accepted and ignored)."""
     return _quant_q(_OP_QUANT_Q_COMPOSED, recipe, q_input, weight, weight_scale,
-                    freqs, positions, out_dtype, q_out, q_sf, weights_out, False, head_scale)
+                    freqs, positions, out_dtype, q_out, q_sf, weights_out, False, head_scale,
+                    side_inputs_ready)
 
 
 def fused_q_indexer_rope_first_quant(
@@ -698,13 +742,15 @@ def fused_q_indexer_rope_first_quant(
     *,
     out_dtype: Optional[torch.dtype] = None,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """The DeepSeek-V3.2 form (recipe ``v32_fp8``): RoPE on dims 0..63 with the (max_pos, 64)
     float32 ``cos_sin_cache`` in halves [cos x32 | sin x32], no Hadamard, FP8 with the per-row
     scale folded into the head weight. Returns ``(q_fp8, weights_out)``;
     ``out_dtype=torch.float8_e4m3fnuz`` gives the FNUZ result (recipe ``v32_fp8_fnuz``)."""
     return quant_q("v32_fp8", q_input, weight, weight_scale, cos_sin_cache, positions,
-                   out_dtype=out_dtype, enable_pdl=enable_pdl)
+                   out_dtype=out_dtype, enable_pdl=enable_pdl,
+                   side_inputs_ready=side_inputs_ready)
 
 
 def fused_q_indexer_rope_hadamard_fp4_quant(
@@ -715,6 +761,7 @@ def fused_q_indexer_rope_hadamard_fp4_quant(
     positions: torch.Tensor,
     *,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
 ) -> Tuple[Tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
     """SGLang's FP4 call (``kernels/ops/attention/dsv4/norm_rope.py``
     ``fused_q_indexer_rope_hadamard_fp4_quant``), recipe ``v4_fp4``: RoPE on dims 64..127,
@@ -725,9 +772,9 @@ def fused_q_indexer_rope_hadamard_fp4_quant(
     if not isinstance(q_input, torch.Tensor) or q_input.dim() != 3:
         raise ValueError("indexer_q: q_input: expected a (B, H, 128) tensor")
     b, h = q_input.shape[0], q_input.shape[1]
-    q_fp4 = torch.empty((b, h, 64), dtype=torch.int8, device=q_input.device)
+    q_fp4 = torch.empty(b, h, 64, dtype=torch.int8, device=q_input.device)
     return quant_q("v4_fp4", q_input, weight, weight_scale, freqs_cis, positions, q_out=q_fp4,
-                   enable_pdl=enable_pdl)
+                   enable_pdl=enable_pdl, side_inputs_ready=side_inputs_ready)
 
 
 _VLLM_V4_ALIASES = {"cos_sin_cache": "index_q_cos_sin_cache",
@@ -757,6 +804,9 @@ def _vllm_weights_out(weights_out: torch.Tensor, weights_out_dtype) -> torch.Ten
 def _vllm_v4_args(fn, table, weights, softmax_scale, head_scale, aliases):
     """vLLM's V4 arguments by its keyword names or the short ones (``cos_sin_cache``,
     ``softmax_scale``, ``head_scale``); the table widened to float32 (:func:`_vllm_table`)."""
+    if not aliases and table is not None and weights is not None and softmax_scale is not None \
+            and head_scale is not None:  # every argument given by vLLM's names: nothing to merge
+        return _vllm_table(table), weights, softmax_scale, head_scale
     given = {"index_q_cos_sin_cache": table, "index_weights_softmax_scale": softmax_scale,
              "index_weights_head_scale": head_scale}
     for short, val in aliases.items():
@@ -789,6 +839,7 @@ def fused_indexer_q_rope_quant(
     *,
     out_dtype: Optional[torch.dtype] = None,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
     **aliases,
 ) -> Tuple[QOut, torch.Tensor]:
     """vLLM's call (``vllm/models/deepseek_v4/common/ops/fused_indexer_q.py``), same arguments
@@ -839,10 +890,13 @@ def fused_indexer_q_rope_quant(
             raise ValueError("indexer_q: out_dtype: float8_e4m3fnuz is an FP8 output; vLLM's "
                              "MXFP4 form (use_fp4=True) has no ROCm FNUZ recipe")
         return quant_q("vllm_v4_fp8_fnuz224", index_q, index_weights, softmax_scale,
-                       cos_sin_cache, positions, head_scale=head_scale, enable_pdl=enable_pdl)
-    recipe = "vllm_v4_mxfp4" if use_fp4 else "vllm_v4_fp8"
-    q, w = quant_q(recipe, index_q, index_weights, softmax_scale, cos_sin_cache, positions,
-                   out_dtype=out_dtype, head_scale=head_scale, enable_pdl=enable_pdl)
+                       cos_sin_cache, positions, head_scale=head_scale, enable_pdl=enable_pdl,
+                       side_inputs_ready=side_inputs_ready)
+    q, w = _quant_q(_OP_QUANT_Q, "vllm_v4_mxfp4" if use_fp4 else "vllm_v4_fp8", index_q,
+                    index_weights, softmax_scale, cos_sin_cache, positions, out_dtype, None, None,
+                    None, enable_pdl, head_scale, side_inputs_ready)
+    if weights_out_dtype is None or weights_out_dtype is torch.float32:
+        return q, w
     return q, _vllm_weights_out(w, weights_out_dtype)
 
 
@@ -856,6 +910,7 @@ def fused_indexer_q_rope_quant_v32(
     is_neox: bool = True,
     *,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """vLLM's DeepSeek-V3.2 call (``vllm/model_executor/layers/sparse_attn_indexer.py``
     ``fused_indexer_q_rope_quant(positions, q, cos_sin_cache, weights, softmax_scale, head_scale,
@@ -869,7 +924,8 @@ def fused_indexer_q_rope_quant_v32(
     rounded to float32 once, three multiplies)."""
     recipe = "vllm_v32_fp8_neox" if is_neox else "vllm_v32_fp8_gptj"
     return quant_q(recipe, q, weights, softmax_scale, cos_sin_cache, positions,
-                   head_scale=head_scale, enable_pdl=enable_pdl)
+                   head_scale=head_scale, enable_pdl=enable_pdl,
+                   side_inputs_ready=side_inputs_ready)
 
 
 def fused_indexer_q_rope_quant_cutedsl(
@@ -883,6 +939,7 @@ def fused_indexer_q_rope_quant_cutedsl(
     weights_out_dtype: torch.dtype = torch.float32,
     *,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
     **aliases,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """vLLM's V4 call :func:`fused_indexer_q_rope_quant` with the numerics of its CuTe DSL kernel
@@ -908,7 +965,8 @@ def fused_indexer_q_rope_quant_cutedsl(
     # head_scale is passed too (the recipe does not read it): the library checks it on its own,
     # so that two negative factors, whose product is > 0, are refused as well
     return quant_q("vllm_v4_fp8_cutedsl", index_q, index_weights, scale, cos_sin_cache,
-                   positions, enable_pdl=enable_pdl, head_scale=head_scale)
+                   positions, enable_pdl=enable_pdl, head_scale=head_scale,
+                   side_inputs_ready=side_inputs_ready)
 
 
 def index_q_rope_pack_weights(
@@ -919,6 +977,7 @@ def index_q_rope_pack_weights(
     weight_scale: float,
     *,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """SGLang's DeepSeek-V4.1 call (``kernels/ops/attention/dsv4/fp4_indexer_rope.py``
     ``index_q_rope_pack_weights(input, freqs_cis, positions, head_weights, weight_scale)``),
@@ -933,14 +992,15 @@ def index_q_rope_pack_weights(
     if not isinstance(input, torch.Tensor) or input.dim() != 3:
         raise ValueError("indexer_q: q_input: expected a (T, H, 128) tensor")
     t, h = input.shape[0], input.shape[1]
-    payload = torch.empty((t, h, 64), dtype=torch.int8, device=input.device)
+    payload = torch.empty(t, h, 64, dtype=torch.int8, device=input.device)
     (q, sf), w = quant_q("sgl_v41_fp4_rope_pack", input, head_weights, weight_scale, freqs_cis,
-                         positions, q_out=payload, enable_pdl=enable_pdl)
+                         positions, q_out=payload, enable_pdl=enable_pdl,
+                         side_inputs_ready=side_inputs_ready)
     return q.view(t * h, 64), sf.view(t * h), w
 
 
 def quantize_fp4_indexer_tensor(
-    x: torch.Tensor, rne: bool = True, *, enable_pdl: bool = True
+    x: torch.Tensor, rne: bool = True, *, enable_pdl: bool = True, side_inputs_ready: bool = False
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """SGLang's DeepSeek-V4.1 FP4 packer (``kernels/ops/quantization/fp4_indexer_quant.py``
     ``quantize_fp4_indexer_tensor(x, rne=True)``), same results, same bytes
@@ -956,12 +1016,15 @@ def quantize_fp4_indexer_tensor(
         raise TypeError(f"indexer_q: q_input: expected a tensor, got {type(x).__name__}")
     if x.dim() < 1 or x.shape[-1] != 128:
         raise ValueError(f"indexer_q: q_input: expected (..., 128), got {tuple(x.shape)}")
-    x = x.reshape(-1, 128)  # SGLang flattens the leading dims the same way
+    x = x.reshape(-1, 1, 128)  # the rows, as SGLang flattens the leading dims; H = 1
     n = x.shape[0]
-    payload = torch.empty((n, 1, 64), dtype=torch.int8, device=x.device)
-    (q, sf), _ = quant_q("sgl_v41_fp4_quant_rne", x.reshape(n, 1, 128), None, 1.0, None, None,
-                         q_out=payload, enable_pdl=enable_pdl)
-    return q.view(n, 64), sf.view(n)
+    dev = x.device
+    # the results in the engine's shapes, the operator given (n, 1, 64) / (n, 1) views of them
+    payload = _EMPTY(n, 64, dtype=torch.int8, device=dev)
+    sf = _EMPTY(n, dtype=_I32, device=dev)
+    _quant_q(_OP_QUANT_Q, "sgl_v41_fp4_quant_rne", x, None, 1.0, None, None, None,
+             payload.view(n, 1, 64), sf.view(n, 1), None, enable_pdl, 1.0, side_inputs_ready)
+    return payload, sf
 
 
 def dsa_indexer_q_unfused(
@@ -973,6 +1036,7 @@ def dsa_indexer_q_unfused(
     head_scale: float,
     *,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """SGLang's DeepSeek-V3.2 indexer query path (``srt/layers/attention/dsa/dsa_indexer.py``,
     the unfused sequence ``dsa_indexer_q_unfused`` of the golden files), as one call with the
@@ -1000,5 +1064,6 @@ def dsa_indexer_q_unfused(
         raise ValueError("indexer_q: q_input: expected a (T, H, 128) tensor")
     (q_fp8, q_scale), weights_out = quant_q(
         "sgl_v32_unfused_neox_hadamard_ue8m0", q, weights, softmax_scale, cos_sin_cache,
-        positions, head_scale=head_scale, enable_pdl=enable_pdl)
+        positions, head_scale=head_scale, enable_pdl=enable_pdl,
+        side_inputs_ready=side_inputs_ready)
     return q_fp8, q_scale, weights_out

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 import indexer_q
-from conftest import (CUDA_OK, DEVICES, COMPOSED, NATIVE, assert_same_f32, assert_same_fp8,
-                      new_outputs)
+from conftest import (CUDA_OK, DEVICES, COMPOSED, NATIVE, QUANT, QUANT_COMPOSED, QUANT_REFERENCE,
+                      RECIPES, assert_same_f32, assert_same_fp8, assert_same_outputs, new_outputs,
+                      new_recipe_outputs)
 from test_composed_vs_native import make_case
 
 
@@ -14,7 +15,7 @@ def test_schema_defined_once_with_mutation_annotations():
     assert s == (
         "indexer_q::fused_q_indexer_rope_hadamard_quant(Tensor q_input, Tensor(a!) q_fp8, "
         "Tensor weight, Tensor(b!) weights_out, float weight_scale, Tensor freqs, "
-        "Tensor positions, bool enable_pdl=True) -> ()"), s
+        "Tensor positions, bool enable_pdl=True, *, bool side_inputs_ready=False) -> ()"), s
     assert str(COMPOSED.default._schema) == s.replace(
         "fused_q_indexer_rope_hadamard_quant(", "fused_q_indexer_rope_hadamard_quant_composed(")
 
@@ -135,3 +136,176 @@ def test_library_is_loaded_from_the_package_or_override():
     import os
     assert os.path.exists(indexer_q.library_path)
     assert os.path.basename(indexer_q.library_path).startswith("_indexer_q_ops")
+
+
+# ---- side_inputs_ready: the CUDA backend's opt-in, accepted and ignored everywhere else ----------
+def test_side_inputs_ready_is_a_trailing_keyword_only_argument():
+    # keyword-only with a default, after every existing argument: calls written for the old
+    # schemas (positional or by keyword) keep working, and no positional bool can land in it
+    for op in (NATIVE, COMPOSED, QUANT, QUANT_COMPOSED, QUANT_REFERENCE,
+               torch.ops.indexer_q.quant_q_check, torch.ops.indexer_q.quant_q_triton):
+        schema = op.default._schema
+        last = schema.arguments[-1]
+        assert last.name == "side_inputs_ready" and last.kwarg_only, str(schema)
+        assert str(last.type) == "bool" and last.default_value is False, str(schema)
+        assert all(not a.kwarg_only for a in schema.arguments[:-1]), str(schema)
+
+
+def _recipe_inputs(recipe, seed, device="cpu"):
+    q, w, ws, freqs, pos = make_case(5, 8, torch.bfloat16, torch.int64, 3, seed=seed)
+    info = indexer_q.recipe_info(recipe)
+    q, w, freqs, pos = (t.to(device) for t in (q, w, freqs, pos))
+    return (q, w if info.weights else None, ws, freqs if info.rope else None,
+            pos if info.rope else None)
+
+
+@pytest.mark.parametrize("backend", [None, "composed", "reference"])
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_side_inputs_ready_changes_no_byte_off_cuda(recipe, backend):
+    # the CPU backend, the composed path and the scalar reference read every input in order:
+    # the opt-in is accepted and ignored, the bytes are those of the default call
+    q, w, ws, freqs, pos = _recipe_inputs(recipe, 101 + RECIPES.index(recipe))
+    got, want = new_recipe_outputs(recipe, q), new_recipe_outputs(recipe, q)
+    for outs, flag in ((got, True), (want, False)):
+        indexer_q.quant_q(recipe, q, w, ws, freqs, pos, q_out=outs[0], q_sf=outs[1],
+                          weights_out=outs[2], head_scale=0.5, backend=backend,
+                          side_inputs_ready=flag)
+    assert_same_outputs(got, want, f"{recipe} backend={backend} side_inputs_ready")
+
+
+@pytest.mark.parametrize("recipe", ["v4_fp8", "v4_fp4"])
+def test_side_inputs_ready_on_the_triton_path(recipe):
+    # the Triton kernel (here through its CPU interpreter, when tests/python/test_triton.py
+    # turned it on in this session) and the auto kernel of the routing table take the keyword
+    # too, and ignore it
+    from indexer_q import triton_dispatch
+    q, w, ws, freqs, pos = _recipe_inputs(recipe, 7)
+    want = new_recipe_outputs(recipe, q)
+    indexer_q.quant_q(recipe, q, w, ws, freqs, pos, q_out=want[0], q_sf=want[1],
+                      weights_out=want[2])
+    auto = new_recipe_outputs(recipe, q)
+    triton_dispatch.auto_quant_q(recipe, q, auto[0], auto[1], w, auto[2], ws, freqs, pos, True,
+                                 1.0, side_inputs_ready=True)
+    assert_same_outputs(auto, want, f"{recipe} auto_quant_q side_inputs_ready")
+    if triton_dispatch.triton_serves("cpu") is not None:
+        pytest.skip("Triton's CPU interpreter is off in this session (TRITON_INTERPRET=1, "
+                    "tests/python/test_triton.py)")
+    got = new_recipe_outputs(recipe, q)
+    indexer_q.quant_q(recipe, q, w, ws, freqs, pos, q_out=got[0], q_sf=got[1],
+                      weights_out=got[2], backend="triton", side_inputs_ready=True)
+    assert_same_outputs(got, want, f"{recipe} triton side_inputs_ready")
+
+
+@pytest.mark.parametrize("op", [QUANT, QUANT_COMPOSED, QUANT_REFERENCE],
+                         ids=["quant_q", "quant_q_composed", "quant_q_reference"])
+def test_side_inputs_ready_on_the_operators(op):
+    q, w, ws, freqs, pos = _recipe_inputs("v4_fp8", 3)
+    got, want = new_recipe_outputs("v4_fp8", q), new_recipe_outputs("v4_fp8", q)
+    op("v4_fp8", q, got[0], None, w, got[2], ws, freqs, pos, True, 1.0, side_inputs_ready=True)
+    op("v4_fp8", q, want[0], None, w, want[2], ws, freqs, pos)  # the old call, unchanged
+    assert_same_outputs(got, want, "operator side_inputs_ready")
+    # the validator alone accepts it and writes nothing
+    chk = new_recipe_outputs("v4_fp8", q)
+    torch.ops.indexer_q.quant_q_check("v4_fp8", q, chk[0], None, w, chk[2], ws, freqs, pos,
+                                      side_inputs_ready=True)
+    assert bool((chk[0].view(torch.uint8) == 0x5A).all())
+    # the v4_fp8 operator and its composed twin
+    for v4 in (NATIVE, COMPOSED):
+        a, b = _args("cpu"), _args("cpu")
+        v4(*a, side_inputs_ready=True)
+        v4(*b)
+        assert_same_fp8(a[1], b[1], "v4 side_inputs_ready q_fp8")
+        assert_same_f32(a[3], b[3], "v4 side_inputs_ready weights_out")
+
+
+def test_side_inputs_ready_on_every_wrapper():
+    q, w, ws, freqs, pos = _recipe_inputs("v4_fp8", 5)
+    cis = torch.view_as_complex(freqs.view(-1, 32, 2))
+    calls = {
+        "fused_q_indexer_rope_hadamard_quant":
+            lambda **k: indexer_q.fused_q_indexer_rope_hadamard_quant(q, w, ws, cis, pos, **k),
+        "fused_q_indexer_rope_hadamard_quant fnuz":
+            lambda **k: indexer_q.fused_q_indexer_rope_hadamard_quant(
+                q, w, ws, freqs, pos, out_dtype=torch.float8_e4m3fnuz, **k),
+        "composed_fused_q_indexer_rope_hadamard_quant":
+            lambda **k: indexer_q.composed_fused_q_indexer_rope_hadamard_quant(
+                q, w, ws, freqs, pos, **k),
+        "composed_quant_q":
+            lambda **k: indexer_q.composed_quant_q("v4_fp8", q, w, ws, freqs, pos, **k),
+        "fused_q_indexer_rope_first_quant":
+            lambda **k: indexer_q.fused_q_indexer_rope_first_quant(q, w, ws, freqs, pos, **k),
+        "fused_q_indexer_rope_hadamard_fp4_quant":
+            lambda **k: indexer_q.fused_q_indexer_rope_hadamard_fp4_quant(
+                q, w, ws, freqs, pos, **k),
+        "fused_indexer_q_rope_quant":
+            lambda **k: indexer_q.fused_indexer_q_rope_quant(pos, q, freqs, w, ws, 0.5, **k),
+        "fused_indexer_q_rope_quant mxfp4":
+            lambda **k: indexer_q.fused_indexer_q_rope_quant(
+                pos, q, freqs, w, ws, 0.5, use_fp4=True, weights_out_dtype=torch.bfloat16, **k),
+        "fused_indexer_q_rope_quant_v32":
+            lambda **k: indexer_q.fused_indexer_q_rope_quant_v32(pos, q, freqs, w, ws, 0.5, **k),
+        "fused_indexer_q_rope_quant_cutedsl":
+            lambda **k: indexer_q.fused_indexer_q_rope_quant_cutedsl(
+                pos, q, freqs, w, ws, 0.5, **k),
+        "index_q_rope_pack_weights":
+            lambda **k: indexer_q.index_q_rope_pack_weights(q, freqs, pos, w, ws, **k),
+        "quantize_fp4_indexer_tensor":
+            lambda **k: indexer_q.quantize_fp4_indexer_tensor(q, **k),
+        "dsa_indexer_q_unfused":
+            lambda **k: indexer_q.dsa_indexer_q_unfused(q, pos, freqs, w.float(), ws, 0.5, **k),
+    }
+
+    def flat(x):
+        return [t for y in x for t in (flat(y) if isinstance(y, (tuple, list)) else [y])]
+
+    for name, call in calls.items():
+        got, want = flat(call(side_inputs_ready=True)), flat(call())
+        assert len(got) == len(want), name
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype and a.shape == b.shape, name
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name
+    # in place (sgl-kernel's call)
+    a, b = new_outputs(q), new_outputs(q)
+    indexer_q.dsv4_fused_q_indexer_rope_hadamard_quant(q, a[0], w, a[1], ws, freqs, pos,
+                                                       side_inputs_ready=True)
+    indexer_q.dsv4_fused_q_indexer_rope_hadamard_quant(q, b[0], w, b[1], ws, freqs, pos)
+    assert_same_fp8(a[0], b[0], "dsv4 side_inputs_ready q_fp8")
+    assert_same_f32(a[1], b[1], "dsv4 side_inputs_ready weights_out")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", [NATIVE, COMPOSED], ids=["native", "composed"])
+def test_opcheck_side_inputs_ready(op, device, fp8_aware_allclose):
+    # the fake (meta) kernels take the keyword: FakeTensor, torch.compile, AOT dispatch
+    torch.library.opcheck(op.default, _args(device), {"side_inputs_ready": True})
+    a = _args(device)
+    rest = (a[0], new_recipe_outputs("v4_fp8", a[0])[0], None, a[2], a[3], a[4], a[5], a[6])
+    for qop in (QUANT, QUANT_COMPOSED):
+        torch.library.opcheck(qop.default, ("v4_fp8",) + rest,
+                              {"enable_pdl": True, "head_scale": 1.0, "side_inputs_ready": True})
+
+
+def test_meta_tensors_with_side_inputs_ready():
+    q, _, w, _, ws, freqs, pos = (a.to("meta") if isinstance(a, torch.Tensor) else a
+                                  for a in _args("cpu"))
+    q_fp8, w_out = indexer_q.fused_q_indexer_rope_hadamard_quant(q, w, ws, freqs, pos,
+                                                                 side_inputs_ready=True)
+    assert q_fp8.device.type == "meta" and tuple(q_fp8.shape) == (5, 8, 128)
+    (q4, sf), w4 = indexer_q.quant_q("v4_fp4", q, w, ws, freqs, pos, side_inputs_ready=True)
+    assert q4.device.type == "meta" and tuple(sf.shape) == (5, 8)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph_side_inputs_ready(device):
+    q, _, w, _, ws, freqs, pos = _args(device, B=7, H=16)
+
+    def f(q, w, freqs, pos):
+        (q4, sf), w_out = indexer_q.quant_q("v4_fp4", q, w, ws, freqs, pos,
+                                            side_inputs_ready=True)
+        return q4, sf, w_out * 2.0
+
+    torch._dynamo.reset()
+    got = torch.compile(f, fullgraph=True)(q, w, freqs, pos)
+    want = f(q, w, freqs, pos)
+    for a, b in zip(got, want):
+        assert torch.equal(a.cpu().view(torch.uint8), b.cpu().view(torch.uint8))
