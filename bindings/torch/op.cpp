@@ -40,6 +40,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -323,6 +324,128 @@ void quant_q_check(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optio
                                            weight_scale, freqs, positions, head_scale)));
 }
 
+// ---- the allocating form, for the Python wrappers -------------------------------------------
+// quant_q_new(str recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs,
+//             Tensor positions, int out_kind, int weights_dims, bool enable_pdl=True,
+//             float head_scale=1.0, *, bool side_inputs_ready=False) -> (Tensor, Tensor?, Tensor?)
+// quant_q with its outputs allocated here, on q_input's device (contiguous, uninitialized),
+// returned as (q_out, q_sf, weights_out): one call from Python instead of one torch.empty per
+// output (each costs more than a microsecond from Python; bench/python_overhead.py). q_out is
+// (B, H, 128) in the recipe's FP8 dtype, (B, H, 64) uint8 for FP4, or the raw codes out_kind asks
+// for (0: the recipe's dtype, 1: uint8, 2: int8); q_sf (B, H) int32 for FP4, (B, H, 1) float32
+// for a recipe with scale_out, else None; weights_out (B, H) (weights_dims 2) or (B, H, 1)
+// (weights_dims 3) float32, None for a recipe without weights. The arguments a recipe does not take are 0-element tensors, as for quant_q. Then
+// exactly quant_q: the same views, the one validator, the same backends (CPU, CUDA; the
+// composed path for any other device, which only a call mixing devices reaches: the Python
+// wrappers call this form for tensors on a device with a native kernel only).
+namespace {
+
+std::int32_t out_dtype_code(const Recipe& rec, std::int64_t out_kind) {
+  if (out_kind == 1) return aoti_torch_dtype_uint8();
+  if (out_kind == 2) return aoti_torch_dtype_int8();
+  if (out_kind != 0)
+    fail("out_kind", "expected 0 (the recipe's dtype), 1 (uint8) or 2 (int8), got " +
+                         std::to_string(out_kind));
+  if (rec.format == OutFormat::kE2M1) return aoti_torch_dtype_uint8();
+  if (rec.format == OutFormat::kE4M3FNUZ) return aoti_torch_dtype_float8_e4m3fnuz();
+  return aoti_torch_dtype_float8_e4m3fn();
+}
+
+// A contiguous, uninitialized tensor of `ndim` sizes on the device (type, index) given.
+Tensor new_output(std::int64_t ndim, const std::int64_t* sizes, std::int32_t dtype,
+                  std::int32_t device_type, std::int32_t device_index) {
+  std::int64_t strides[3] = {1, 1, 1};
+  for (std::int64_t d = ndim - 2; d >= 0; --d) strides[d] = strides[d + 1] * sizes[d + 1];
+  AtenTensorHandle h = nullptr;
+  IQ_SHIM_CHECK(aoti_torch_empty_strided(ndim, sizes, strides, dtype, device_type, device_index, &h));
+  return Tensor(h);
+}
+
+enum class Run { kCpu, kCuda, kComposed };
+
+}  // namespace
+
+using NewOutputs = std::tuple<Tensor, std::optional<Tensor>, std::optional<Tensor>>;
+
+namespace {
+
+NewOutputs quant_q_new_run(Run run, std::int64_t recipe_id,
+                                                   const Tensor& q_input, const Tensor& weight,
+                                                   double weight_scale, const Tensor& freqs,
+                                                   const Tensor& positions, std::int64_t out_kind,
+                                                   std::int64_t weights_dims, bool enable_pdl,
+                                                   double head_scale, bool side_inputs_ready) {
+  const RecipeId id = recipe_of_id(recipe_id);
+  const Recipe& rec = recipe(id);
+  check_viewable(q_input, "q_input", "3");
+  if (q_input.dim() != 3)
+    fail("q_input", "expected 3 dims (B, H, 128), got " + std::to_string(q_input.dim()));
+  if (weights_dims != 2 && weights_dims != 3)
+    fail("weights_dims", "expected 2 ((B, H)) or 3 ((B, H, 1)), got " + std::to_string(weights_dims));
+  const std::int32_t dtype = out_dtype_code(rec, out_kind);
+  std::int32_t dev_type = 0, dev_index = 0;
+  IQ_SHIM_CHECK(aoti_torch_get_device_type(q_input.get(), &dev_type));
+  IQ_SHIM_CHECK(aoti_torch_get_device_index(q_input.get(), &dev_index));
+  const std::int64_t B = q_input.size(0), H = q_input.size(1);
+  const bool fp4 = recipe_has_block_scales(rec);
+  const std::int64_t q_sizes[3] = {B, H, fp4 ? 64 : 128};
+  Tensor q_out = new_output(3, q_sizes, dtype, dev_type, dev_index);
+  const std::int64_t bh1[3] = {B, H, 1};
+  // None where the recipe writes no such output (no 0-element tensor is made for it)
+  std::optional<Tensor> q_sf;
+  if (fp4)
+    q_sf = new_output(2, bh1, aoti_torch_dtype_int32(), dev_type, dev_index);
+  else if (rec.scale_out)
+    q_sf = new_output(3, bh1, aoti_torch_dtype_float32(), dev_type, dev_index);
+  std::optional<Tensor> weights_out;
+  if (recipe_has_weights(rec))
+    weights_out = new_output(weights_dims, bh1, aoti_torch_dtype_float32(), dev_type, dev_index);
+  // a recipe without weights: weight (and weights_out, here q_input's stand-in) are absent; the
+  // binding skips a 0-element weights_out only, so pass the caller's 0-element weight for it
+  const Tensor& w_out = weights_out ? *weights_out : weight;
+  const TorchArgs a{id,     q_input, q_out, q_sf ? &*q_sf : nullptr, weight,
+                    w_out,  weight_scale, freqs, positions, head_scale};
+  switch (run) {
+    case Run::kCpu: run_cpu(a); break;
+#if defined(INDEXER_Q_TORCH_CUDA)
+    case Run::kCuda: run_cuda(a, enable_pdl, side_inputs_ready); break;
+#endif
+    default: composed_forward(a); break;
+  }
+  return {std::move(q_out), std::move(q_sf), std::move(weights_out)};
+}
+
+}  // namespace
+
+NewOutputs quant_q_new_cpu(std::int64_t recipe, Tensor q_input, Tensor weight,
+                                                   double weight_scale, Tensor freqs, Tensor positions,
+                                                   std::int64_t out_kind, std::int64_t weights_dims,
+                                                   bool enable_pdl, double head_scale,
+                                                   bool side_inputs_ready) {
+  return quant_q_new_run(Run::kCpu, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
+                         weights_dims, enable_pdl, head_scale, side_inputs_ready);
+}
+
+#if defined(INDEXER_Q_TORCH_CUDA)
+NewOutputs quant_q_new_cuda(std::int64_t recipe, Tensor q_input, Tensor weight,
+                                                    double weight_scale, Tensor freqs, Tensor positions,
+                                                    std::int64_t out_kind, std::int64_t weights_dims,
+                                                    bool enable_pdl, double head_scale,
+                                                    bool side_inputs_ready) {
+  return quant_q_new_run(Run::kCuda, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
+                         weights_dims, enable_pdl, head_scale, side_inputs_ready);
+}
+#endif
+
+NewOutputs quant_q_new_composed(std::int64_t recipe, Tensor q_input, Tensor weight,
+                                                        double weight_scale, Tensor freqs, Tensor positions,
+                                                        std::int64_t out_kind, std::int64_t weights_dims,
+                                                        bool enable_pdl, double head_scale,
+                                                        bool side_inputs_ready) {
+  return quant_q_new_run(Run::kComposed, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
+                         weights_dims, enable_pdl, head_scale, side_inputs_ready);
+}
+
 // ---- the recipe lists, for Python -----------------------------------------------------------
 // recipe_table(int side, Tensor(a!) out) -> int: the library's recipe list as text, one line per
 // recipe, "name" then "\tcolumn=value" per column of the descriptor (side 0, the query side: the
@@ -414,6 +537,11 @@ STABLE_TORCH_LIBRARY(indexer_q, m) {
   m.def("quant_q_composed" IQ_QUANT_Q_ARGS);
   m.def("quant_q_check" IQ_QUANT_Q_ARGS);  // the validator alone (writes nothing)
   m.def("quant_q_reference" IQ_QUANT_Q_ARGS);  // the scalar reference (CPU tensors)
+  // quant_q with its outputs allocated (see quant_q_new_run above): for the Python wrappers
+  m.def(
+      "quant_q_new(str recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs, "
+      "Tensor positions, int out_kind, int weights_dims, bool enable_pdl=True, "
+      "float head_scale=1.0, *, bool side_inputs_ready=False) -> (Tensor, Tensor?, Tensor?)");
   // Served by Python from recipe_table (python/indexer_q/_ops.py; see recipe_table_op above).
   m.def("recipes() -> str[]");
   m.def("recipe_info(str recipe) -> str[]");
@@ -425,12 +553,14 @@ STABLE_TORCH_LIBRARY_IMPL(indexer_q, CPU, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cpu_kernel));
   m.impl("quant_q", IQ_RECIPE_BOX(quant_q_cpu));
   m.impl("quant_q_reference", IQ_RECIPE_BOX(quant_q_reference));
+  m.impl("quant_q_new", IQ_RECIPE_BOX(quant_q_new_cpu));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CUDA, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cuda_kernel));
   m.impl("quant_q", IQ_RECIPE_BOX(quant_q_cuda));
+  m.impl("quant_q_new", IQ_RECIPE_BOX(quant_q_new_cuda));
 }
 #endif
 
@@ -446,6 +576,7 @@ STABLE_TORCH_LIBRARY_IMPL(indexer_q, CompositeExplicitAutograd, m) {
   m.impl("quant_q", IQ_RECIPE_BOX(quant_q_composed));
   m.impl("quant_q_composed", IQ_RECIPE_BOX(quant_q_composed));
   m.impl("quant_q_check", IQ_RECIPE_BOX(quant_q_check));
+  m.impl("quant_q_new", IQ_RECIPE_BOX(quant_q_new_composed));
   m.impl("recipe_table", TORCH_BOX(&indexer_q::torch_binding::recipe_table_op));
   m.impl("native_devices", TORCH_BOX(&indexer_q::torch_binding::native_devices_op));
 }

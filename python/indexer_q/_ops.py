@@ -101,6 +101,25 @@ _fake_quant_q_reference = torch.library.register_fake("indexer_q::quant_q_refere
 # (quant_q_check's and quant_q_triton's fakes, registered in triton_dispatch.py, call _fake_q.)
 
 
+@torch.library.register_fake("indexer_q::quant_q_new")
+def _fake_quant_q_new(recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
+                      weights_dims, enable_pdl=True, head_scale=1.0, *, side_inputs_ready=False):
+    # quant_q with its outputs allocated (op.cpp quant_q_new_run): the same shapes and dtypes
+    _check_one_device(_Q_NAMES[:1] + _Q_NAMES[3:4] + _Q_NAMES[5:],
+                      (q_input, weight, freqs, positions), _Q_ABSENT)
+    f = _FACTS[_check_recipe(recipe)]
+    if q_input.dim() != 3:
+        raise RuntimeError(f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
+    b, h = q_input.shape[0], q_input.shape[1]
+    dtype = {0: f.out_dtype, 1: torch.uint8, 2: torch.int8}[out_kind]
+    q_out = q_input.new_empty((b, h, f.out_dim), dtype=dtype)
+    q_sf = (q_input.new_empty((b, h), dtype=torch.int32) if f.fp4 else
+            q_input.new_empty((b, h, 1), dtype=torch.float32) if f.scale_out else None)
+    w_out = (q_input.new_empty((b, h) if weights_dims == 2 else (b, h, 1), dtype=torch.float32)
+             if f.weights else None)
+    return q_out, q_sf, w_out
+
+
 # The key side (indexer_q/kside.py): kside_store writes the paged cache in place.
 def _fake_k(recipe, input, weight, eps, freqs, positions, slots, kvcache, page_size,
             enable_pdl=True):
@@ -399,11 +418,24 @@ def fused_q_indexer_rope_hadamard_quant(
         return quant_q("v4_fp8", q_input, weight, weight_scale, freqs_cis, positions,
                        out_dtype=out_dtype, enable_pdl=enable_pdl,
                        side_inputs_ready=side_inputs_ready)
-    q_fp8, weights_out = _outputs(q_input)
     if type(weight_scale) is not float:
         weight_scale = _scalar("weight_scale", weight_scale)
     if type(freqs_cis) is not torch.Tensor or freqs_cis.dtype is not _F32:
         freqs_cis = _freqs_table(freqs_cis)
+    if isinstance(q_input, torch.Tensor) and (q_input.is_cpu or (_NEW_CUDA and q_input.is_cuda)):
+        # a device with a native kernel: the binding allocates the outputs (quant_q_new)
+        if q_input.dim() != 3:
+            raise ValueError(
+                f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
+        if side_inputs_ready is False:
+            q_fp8, _, weights_out = _OP_QUANT_Q_NEW("v4_fp8", q_input, weight, weight_scale,
+                                                    freqs_cis, positions, 0, 3, enable_pdl)
+        else:
+            q_fp8, _, weights_out = _OP_QUANT_Q_NEW(
+                "v4_fp8", q_input, weight, weight_scale, freqs_cis, positions, 0, 3, enable_pdl,
+                side_inputs_ready=_flag("side_inputs_ready", side_inputs_ready))
+        return q_fp8, weights_out
+    q_fp8, weights_out = _outputs(q_input)
     if side_inputs_ready is False:
         _OP_V4(q_input, q_fp8, weight, weights_out, weight_scale, freqs_cis, positions, enable_pdl)
     else:
@@ -465,8 +497,8 @@ def dsv4_fused_q_indexer_rope_hadamard_quant(
                 "indexer_q: q_fp8: the gfx942 form (recipe sglang_v4_fp8_gfx942) writes "
                 "float8_e4m3fn codes (or uint8 / int8 raw codes), got torch.float8_e4m3fnuz")
         recipe = "sglang_v4_fp8_gfx942"
-    quant_q(recipe, q_input, weight, weight_scale, freqs_real, positions, q_out=q_fp8,
-            weights_out=weights_out, enable_pdl=enable_pdl, side_inputs_ready=side_inputs_ready)
+    _quant_q(_OP_QUANT_Q, recipe, q_input, weight, weight_scale, freqs_real, positions, None,
+             q_fp8, None, weights_out, enable_pdl, 1.0, side_inputs_ready)
     return None
 
 
@@ -503,6 +535,11 @@ _OP_QUANT_Q = torch.ops.indexer_q.quant_q.default
 _OP_QUANT_Q_COMPOSED = torch.ops.indexer_q.quant_q_composed.default
 _OP_V4 = torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant.default
 _OP_V4_COMPOSED = torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant_composed.default
+# quant_q with its outputs allocated by the binding (one call instead of one torch.empty per
+# output): what the allocating wrappers call for tensors on a device with a native kernel
+_OP_QUANT_Q_NEW = torch.ops.indexer_q.quant_q_new.default
+_NEW_CUDA = bool(int(torch.ops.indexer_q.native_devices()) & 2)  # the build's CUDA backend
+_RAW_KINDS = {torch.uint8: 1, torch.int8: 2}  # quant_q_new's out_kind of a raw-code q_out
 _QUANT_Q_BACKENDS: Dict[Optional[str], object] = {}
 
 
@@ -580,6 +617,7 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
     f = _FACTS.get(recipe) if type(recipe) is str else None
     if f is None:
         f = _FACTS[_check_recipe(recipe)]
+    allocate_all = q_out is None and q_sf is None and weights_out is None
     if q_out is not None:
         if not isinstance(q_out, torch.Tensor):
             raise TypeError(f"indexer_q: q_out: expected a tensor, got {type(q_out).__name__}")
@@ -613,6 +651,32 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
                     f"indexer_q: freqs: recipe {recipe} reads a real (max_pos, 64) float32 table "
                     "[cos x32 | sin x32] (cos_sin_cache), not a complex one")
             freqs = _freqs_table(freqs)
+    if (allocate_all and op is _OP_QUANT_Q and (q_input.is_cpu or (_NEW_CUDA and q_input.is_cuda))
+            and (f.weights or weight is None) and (f.rope or (freqs is None and positions is None))):
+        # every output allocated, on a device with a native kernel: the binding allocates them
+        # (quant_q_new), the same checks and bytes as quant_q on outputs allocated here
+        kind = 0 if out_dtype is None or out_dtype == f.out_dtype else _RAW_KINDS.get(out_dtype)
+        if kind is not None:
+            if q_input.dim() != 3:
+                raise ValueError(
+                    f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
+            if not f.rope or not f.weights:
+                absent_in = _absent_pair(q_input)[0]
+                if not f.rope:
+                    freqs = positions = absent_in
+                if not f.weights:
+                    weight = absent_in
+            if side_inputs_ready:
+                q_out, q_sf, weights_out = _OP_QUANT_Q_NEW(
+                    recipe, q_input, weight, weight_scale, freqs, positions, kind,
+                    2 if f.w_shape_2d else 3, enable_pdl, head_scale, side_inputs_ready=True)
+            else:
+                q_out, q_sf, weights_out = _OP_QUANT_Q_NEW(
+                    recipe, q_input, weight, weight_scale, freqs, positions, kind,
+                    2 if f.w_shape_2d else 3, enable_pdl, head_scale)
+            if f.q_scale_out:
+                return (q_out, q_sf), weights_out
+            return q_out, weights_out
     if not f.rope or not f.weights:
         absent_in, absent_out = _absent_pair(q_input)
         if not f.rope:
@@ -748,9 +812,8 @@ def fused_q_indexer_rope_first_quant(
     float32 ``cos_sin_cache`` in halves [cos x32 | sin x32], no Hadamard, FP8 with the per-row
     scale folded into the head weight. Returns ``(q_fp8, weights_out)``;
     ``out_dtype=torch.float8_e4m3fnuz`` gives the FNUZ result (recipe ``v32_fp8_fnuz``)."""
-    return quant_q("v32_fp8", q_input, weight, weight_scale, cos_sin_cache, positions,
-                   out_dtype=out_dtype, enable_pdl=enable_pdl,
-                   side_inputs_ready=side_inputs_ready)
+    return _quant_q(_OP_QUANT_Q, "v32_fp8", q_input, weight, weight_scale, cos_sin_cache,
+                    positions, out_dtype, None, None, None, enable_pdl, 1.0, side_inputs_ready)
 
 
 def fused_q_indexer_rope_hadamard_fp4_quant(
@@ -771,10 +834,9 @@ def fused_q_indexer_rope_hadamard_fp4_quant(
     int32, weights_out (B, H, 1) float32 = weight * weight_scale."""
     if not isinstance(q_input, torch.Tensor) or q_input.dim() != 3:
         raise ValueError("indexer_q: q_input: expected a (B, H, 128) tensor")
-    b, h = q_input.shape[0], q_input.shape[1]
-    q_fp4 = torch.empty(b, h, 64, dtype=torch.int8, device=q_input.device)
-    return quant_q("v4_fp4", q_input, weight, weight_scale, freqs_cis, positions, q_out=q_fp4,
-                   enable_pdl=enable_pdl, side_inputs_ready=side_inputs_ready)
+    # q_fp4 as int8 raw codes, as SGLang allocates it
+    return _quant_q(_OP_QUANT_Q, "v4_fp4", q_input, weight, weight_scale, freqs_cis, positions,
+                    torch.int8, None, None, None, enable_pdl, 1.0, side_inputs_ready)
 
 
 _VLLM_V4_ALIASES = {"cos_sin_cache": "index_q_cos_sin_cache",
@@ -923,9 +985,8 @@ def fused_indexer_q_rope_quant_v32(
     float32 = ``((w * q_scale) * softmax_scale) * head_scale`` (each factor a Python float
     rounded to float32 once, three multiplies)."""
     recipe = "vllm_v32_fp8_neox" if is_neox else "vllm_v32_fp8_gptj"
-    return quant_q(recipe, q, weights, softmax_scale, cos_sin_cache, positions,
-                   head_scale=head_scale, enable_pdl=enable_pdl,
-                   side_inputs_ready=side_inputs_ready)
+    return _quant_q(_OP_QUANT_Q, recipe, q, weights, softmax_scale, cos_sin_cache, positions,
+                    None, None, None, None, enable_pdl, head_scale, side_inputs_ready)
 
 
 def fused_indexer_q_rope_quant_cutedsl(
@@ -964,9 +1025,9 @@ def fused_indexer_q_rope_quant_cutedsl(
     scale = softmax_scale * head_scale  # in double, as vLLM's host code
     # head_scale is passed too (the recipe does not read it): the library checks it on its own,
     # so that two negative factors, whose product is > 0, are refused as well
-    return quant_q("vllm_v4_fp8_cutedsl", index_q, index_weights, scale, cos_sin_cache,
-                   positions, enable_pdl=enable_pdl, head_scale=head_scale,
-                   side_inputs_ready=side_inputs_ready)
+    return _quant_q(_OP_QUANT_Q, "vllm_v4_fp8_cutedsl", index_q, index_weights, scale,
+                    cos_sin_cache, positions, None, None, None, None, enable_pdl, head_scale,
+                    side_inputs_ready)
 
 
 def index_q_rope_pack_weights(
@@ -992,10 +1053,9 @@ def index_q_rope_pack_weights(
     if not isinstance(input, torch.Tensor) or input.dim() != 3:
         raise ValueError("indexer_q: q_input: expected a (T, H, 128) tensor")
     t, h = input.shape[0], input.shape[1]
-    payload = torch.empty(t, h, 64, dtype=torch.int8, device=input.device)
-    (q, sf), w = quant_q("sgl_v41_fp4_rope_pack", input, head_weights, weight_scale, freqs_cis,
-                         positions, q_out=payload, enable_pdl=enable_pdl,
-                         side_inputs_ready=side_inputs_ready)
+    (q, sf), w = _quant_q(_OP_QUANT_Q, "sgl_v41_fp4_rope_pack", input, head_weights,
+                          weight_scale, freqs_cis, positions, torch.int8, None, None, None,
+                          enable_pdl, 1.0, side_inputs_ready)  # the payload as int8 raw codes
     return q.view(t * h, 64), sf.view(t * h), w
 
 
@@ -1018,13 +1078,9 @@ def quantize_fp4_indexer_tensor(
         raise ValueError(f"indexer_q: q_input: expected (..., 128), got {tuple(x.shape)}")
     x = x.reshape(-1, 1, 128)  # the rows, as SGLang flattens the leading dims; H = 1
     n = x.shape[0]
-    dev = x.device
-    # the results in the engine's shapes, the operator given (n, 1, 64) / (n, 1) views of them
-    payload = _EMPTY(n, 64, dtype=torch.int8, device=dev)
-    sf = _EMPTY(n, dtype=_I32, device=dev)
-    _quant_q(_OP_QUANT_Q, "sgl_v41_fp4_quant_rne", x, None, 1.0, None, None, None,
-             payload.view(n, 1, 64), sf.view(n, 1), None, enable_pdl, 1.0, side_inputs_ready)
-    return payload, sf
+    (q, sf), _ = _quant_q(_OP_QUANT_Q, "sgl_v41_fp4_quant_rne", x, None, 1.0, None, None,
+                          torch.int8, None, None, None, enable_pdl, 1.0, side_inputs_ready)
+    return q.view(n, 64), sf.view(n)
 
 
 def dsa_indexer_q_unfused(

@@ -309,3 +309,108 @@ def test_torch_compile_fullgraph_side_inputs_ready(device):
     want = f(q, w, freqs, pos)
     for a, b in zip(got, want):
         assert torch.equal(a.cpu().view(torch.uint8), b.cpu().view(torch.uint8))
+
+
+# ---- quant_q_new: quant_q with its outputs allocated by the binding (the wrappers' fast path) ---
+QUANT_NEW = torch.ops.indexer_q.quant_q_new
+
+
+def _absent_or(t, takes):
+    return t if takes else torch.empty(0)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_quant_q_new_equals_quant_q(recipe):
+    info = indexer_q.recipe_info(recipe)
+    q, w, ws, freqs, pos = _recipe_inputs(recipe, 211 + RECIPES.index(recipe))
+    w, freqs, pos = (_absent_or(w, info.weights), _absent_or(freqs, info.rope),
+                     _absent_or(pos, info.rope))
+    for kind, raw in ((0, None), (1, torch.uint8), (2, torch.int8)):
+        for dims in (2, 3):
+            got = QUANT_NEW(recipe, q, w, ws, freqs, pos, kind, dims, True, 0.5)
+            want = new_recipe_outputs(recipe, q, raw=raw is not None, w2d=dims == 2)
+            q_out = want[0] if raw is None else want[0].view(raw)
+            QUANT(recipe, q, q_out, want[1], w, want[2], ws, freqs, pos, True, 0.5)
+            b, h = q.shape[:2]
+            assert got[0].dtype == q_out.dtype and tuple(got[0].shape) == tuple(q_out.shape)
+            assert got[0].is_contiguous()
+            if info.fp4:
+                assert got[1].dtype == torch.int32 and tuple(got[1].shape) == (b, h)
+            elif info.scale_out:
+                assert got[1].dtype == torch.float32 and tuple(got[1].shape) == (b, h, 1)
+            else:
+                assert got[1] is None
+            if info.weights:
+                assert tuple(got[2].shape) == ((b, h) if dims == 2 else (b, h, 1))
+            else:
+                assert got[2] is None
+            assert_same_outputs(
+                (got[0], got[1], got[2] if info.weights else want[2]),
+                (q_out, want[1], want[2]), f"{recipe} quant_q_new kind {kind} dims {dims}")
+
+
+def test_quant_q_new_errors_are_the_validators():
+    q, w, ws, freqs, pos = _recipe_inputs("v4_fp8", 5)
+    cases = [
+        ((q.double(), w, ws, freqs, pos), "q_input"),
+        ((q, w, ws, freqs, pos.float()), "positions"),
+        ((q, w[:, :3], ws, freqs, pos), "weight"),
+        ((q, w, -1.0, freqs, pos), "weight_scale"),
+        ((q, w, ws, freqs[:, :32], pos), "freqs"),
+    ]
+    for args, arg in cases:
+        with pytest.raises(RuntimeError) as new:
+            QUANT_NEW("v4_fp8", *args, 0, 3)
+        outs = new_recipe_outputs("v4_fp8", q)
+        with pytest.raises(RuntimeError) as old:
+            QUANT("v4_fp8", args[0], outs[0], None, args[1], outs[2], *args[2:])
+        assert str(new.value) == str(old.value), (str(new.value), str(old.value))
+        assert f"indexer_q: {arg}:" in str(new.value)
+    with pytest.raises(RuntimeError, match="indexer_q: out_kind: expected 0"):
+        QUANT_NEW("v4_fp8", q, w, ws, freqs, pos, 3, 3)
+    with pytest.raises(RuntimeError, match="indexer_q: weights_dims: expected 2"):
+        QUANT_NEW("v4_fp8", q, w, ws, freqs, pos, 0, 4)
+    with pytest.raises(RuntimeError, match="indexer_q: q_input: expected 3 dims"):
+        QUANT_NEW("v4_fp8", q[0], w, ws, freqs, pos, 0, 3)
+    with pytest.raises(RuntimeError, match="unknown recipe 'nope'"):
+        QUANT_NEW("nope", q, w, ws, freqs, pos, 0, 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", ["v4_fp8", "v4_fp4", "vllm_v4_fp8",
+                                    "sgl_v32_unfused_neox_hadamard_ue8m0",
+                                    "sgl_v41_fp4_quant_rne"])
+def test_opcheck_quant_q_new(recipe, device, fp8_aware_allclose):
+    # finite inputs (opcheck compares eager and traced results with allclose: no NaN outputs)
+    info = indexer_q.recipe_info(recipe)
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(5, 8, 128, generator=g).to(torch.bfloat16).to(device)
+    w = torch.randn(5, 8, generator=g).to(torch.bfloat16).to(device)
+    freqs = torch.randn(16, 64, generator=g).to(device)
+    pos = torch.randint(0, 16, (5,), generator=g).to(device)
+    ws = 0.25
+    none = torch.empty(0, device=device)
+    args = (recipe, q, w if info.weights else none, ws, freqs if info.rope else none,
+            pos if info.rope else none, 2 if info.fp4 else 0, 2, True, 0.5)
+    torch.library.opcheck(QUANT_NEW.default, args)
+    torch.library.opcheck(QUANT_NEW.default, args, {"side_inputs_ready": True})
+
+
+def test_wrappers_take_the_allocating_operator_on_native_devices(monkeypatch):
+    # the allocating wrappers call quant_q_new once on a device with a native kernel (one call:
+    # no torch.empty per output), and the in-place / composed forms do not
+    from indexer_q import _ops
+    calls = []
+    real = _ops._OP_QUANT_Q_NEW
+    monkeypatch.setattr(_ops, "_OP_QUANT_Q_NEW", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    q, w, ws, freqs, pos = _recipe_inputs("v4_fp8", 5)
+    indexer_q.fused_q_indexer_rope_hadamard_quant(q, w, ws, freqs, pos)
+    indexer_q.quant_q("v4_fp4", q, w, ws, freqs, pos)
+    indexer_q.fused_indexer_q_rope_quant(pos, q, freqs, w, ws, 0.5)
+    indexer_q.quantize_fp4_indexer_tensor(q)
+    assert calls == ["v4_fp8", "v4_fp4", "vllm_v4_fp8", "sgl_v41_fp4_quant_rne"]
+    indexer_q.composed_quant_q("v4_fp8", q, w, ws, freqs, pos)
+    indexer_q.quant_q("v4_fp8", q, w, ws, freqs, pos, backend="reference")
+    a = new_outputs(q)
+    indexer_q.dsv4_fused_q_indexer_rope_hadamard_quant(q, a[0], w, a[1], ws, freqs, pos)
+    assert len(calls) == 4
