@@ -332,7 +332,8 @@ void quant_q_check(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optio
 // returned as (q_out, q_sf, weights_out): one call from Python instead of one torch.empty per
 // output (each costs more than a microsecond from Python; bench/python_overhead.py). q_out is
 // (B, H, 128) in the recipe's FP8 dtype, (B, H, 64) uint8 for FP4, or the raw codes out_kind asks
-// for (0: the recipe's dtype, 1: uint8, 2: int8); q_sf (B, H) int32 for FP4, (B, H, 1) float32
+// for (0: the recipe's dtype, 1: uint8, 2: int8; plus 4: q_out as (B * H, D) rows and q_sf as
+// (B * H,), SGLang's V4.1 shapes); q_sf (B, H) int32 for FP4, (B, H, 1) float32
 // for a recipe with scale_out, else None; weights_out (B, H) (weights_dims 2) or (B, H, 1)
 // (weights_dims 3) float32, None for a recipe without weights. The arguments a recipe does not take are 0-element tensors, as for quant_q. Then
 // exactly quant_q: the same views, the one validator, the same backends (CPU, CUDA; the
@@ -340,12 +341,16 @@ void quant_q_check(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optio
 // wrappers call this form for tensors on a device with a native kernel only).
 namespace {
 
+// out_kind: the dtype in the low bits, kRows for q_out / q_sf as rows.
+constexpr std::int64_t kRows = 4;
+
 std::int32_t out_dtype_code(const Recipe& rec, std::int64_t out_kind) {
+  if (out_kind < 0 || out_kind > (kRows | 2) || (out_kind & 3) == 3)
+    fail("out_kind", "expected 0 (the recipe's dtype), 1 (uint8) or 2 (int8), plus 4 for q_out "
+                     "as (B * H, 128 or 64) rows and q_sf as (B * H,), got " + std::to_string(out_kind));
+  out_kind &= 3;
   if (out_kind == 1) return aoti_torch_dtype_uint8();
   if (out_kind == 2) return aoti_torch_dtype_int8();
-  if (out_kind != 0)
-    fail("out_kind", "expected 0 (the recipe's dtype), 1 (uint8) or 2 (int8), got " +
-                         std::to_string(out_kind));
   if (rec.format == OutFormat::kE2M1) return aoti_torch_dtype_uint8();
   if (rec.format == OutFormat::kE4M3FNUZ) return aoti_torch_dtype_float8_e4m3fnuz();
   return aoti_torch_dtype_float8_e4m3fn();
@@ -358,6 +363,15 @@ Tensor new_output(std::int64_t ndim, const std::int64_t* sizes, std::int32_t dty
   for (std::int64_t d = ndim - 2; d >= 0; --d) strides[d] = strides[d + 1] * sizes[d + 1];
   AtenTensorHandle h = nullptr;
   IQ_SHIM_CHECK(aoti_torch_empty_strided(ndim, sizes, strides, dtype, device_type, device_index, &h));
+  return Tensor(h);
+}
+
+// A view of the contiguous tensor t with `ndim` sizes (the same elements), for the library.
+Tensor view_as(const Tensor& t, std::int64_t ndim, const std::int64_t* sizes) {
+  std::int64_t strides[3] = {1, 1, 1};
+  for (std::int64_t d = ndim - 2; d >= 0; --d) strides[d] = strides[d + 1] * sizes[d + 1];
+  AtenTensorHandle h = nullptr;
+  IQ_SHIM_CHECK(aoti_torch__reinterpret_tensor(t.get(), ndim, sizes, strides, 0, &h));
   return Tensor(h);
 }
 
@@ -389,21 +403,30 @@ NewOutputs quant_q_new_run(Run run, std::int64_t recipe_id,
   const std::int64_t B = q_input.size(0), H = q_input.size(1);
   const bool fp4 = recipe_has_block_scales(rec);
   const std::int64_t q_sizes[3] = {B, H, fp4 ? 64 : 128};
-  Tensor q_out = new_output(3, q_sizes, dtype, dev_type, dev_index);
   const std::int64_t bh1[3] = {B, H, 1};
+  // out_kind & kRows: q_out (B * H, D) and q_sf (B * H,) are allocated and returned; the
+  // library gets (B, H, D) and (B, H) (or (B, H, 1)) views of them
+  const bool rows = (out_kind & kRows) != 0;
+  const std::int64_t q_rows[2] = {B * H, q_sizes[2]}, sf_rows[1] = {B * H};
+  Tensor q_out = rows ? new_output(2, q_rows, dtype, dev_type, dev_index)
+                      : new_output(3, q_sizes, dtype, dev_type, dev_index);
+  const Tensor q_arg = rows ? view_as(q_out, 3, q_sizes) : q_out;
   // None where the recipe writes no such output (no 0-element tensor is made for it)
-  std::optional<Tensor> q_sf;
-  if (fp4)
-    q_sf = new_output(2, bh1, aoti_torch_dtype_int32(), dev_type, dev_index);
-  else if (rec.scale_out)
-    q_sf = new_output(3, bh1, aoti_torch_dtype_float32(), dev_type, dev_index);
+  std::optional<Tensor> q_sf, q_sf_arg;
+  if (fp4 || rec.scale_out) {
+    const std::int32_t sf_dtype = fp4 ? aoti_torch_dtype_int32() : aoti_torch_dtype_float32();
+    const std::int64_t sf_ndim = fp4 ? 2 : 3;
+    q_sf = rows ? new_output(1, sf_rows, sf_dtype, dev_type, dev_index)
+                : new_output(sf_ndim, bh1, sf_dtype, dev_type, dev_index);
+    q_sf_arg = rows ? view_as(*q_sf, sf_ndim, bh1) : *q_sf;
+  }
   std::optional<Tensor> weights_out;
   if (recipe_has_weights(rec))
     weights_out = new_output(weights_dims, bh1, aoti_torch_dtype_float32(), dev_type, dev_index);
   // a recipe without weights: weight (and weights_out, here q_input's stand-in) are absent; the
   // binding skips a 0-element weights_out only, so pass the caller's 0-element weight for it
   const Tensor& w_out = weights_out ? *weights_out : weight;
-  const TorchArgs a{id,     q_input, q_out, q_sf ? &*q_sf : nullptr, weight,
+  const TorchArgs a{id,     q_input, q_arg, q_sf_arg ? &*q_sf_arg : nullptr, weight,
                     w_out,  weight_scale, freqs, positions, head_scale};
   switch (run) {
     case Run::kCpu: run_cpu(a); break;

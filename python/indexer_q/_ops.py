@@ -111,10 +111,19 @@ def _fake_quant_q_new(recipe, q_input, weight, weight_scale, freqs, positions, o
     if q_input.dim() != 3:
         raise RuntimeError(f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
     b, h = q_input.shape[0], q_input.shape[1]
-    dtype = {0: f.out_dtype, 1: torch.uint8, 2: torch.int8}[out_kind]
-    q_out = q_input.new_empty((b, h, f.out_dim), dtype=dtype)
-    q_sf = (q_input.new_empty((b, h), dtype=torch.int32) if f.fp4 else
-            q_input.new_empty((b, h, 1), dtype=torch.float32) if f.scale_out else None)
+    if out_kind not in (0, 1, 2, 4, 5, 6):
+        raise RuntimeError(f"indexer_q: out_kind: expected 0 (the recipe's dtype), 1 (uint8) or "
+                           f"2 (int8), plus 4 for q_out as (B * H, 128 or 64) rows and q_sf as "
+                           f"(B * H,), got {out_kind}")
+    dtype = {0: f.out_dtype, 1: torch.uint8, 2: torch.int8}[out_kind & 3]
+    rows = bool(out_kind & 4)
+    q_out = q_input.new_empty((b * h, f.out_dim) if rows else (b, h, f.out_dim), dtype=dtype)
+    sf_shape = (b * h,) if rows else (b, h) if f.fp4 else (b, h, 1)
+    q_sf = (q_input.new_empty(sf_shape, dtype=torch.int32 if f.fp4 else torch.float32)
+            if f.fp4 or f.scale_out else None)
+    if weights_dims not in (2, 3):
+        raise RuntimeError(f"indexer_q: weights_dims: expected 2 ((B, H)) or 3 ((B, H, 1)), got "
+                           f"{weights_dims}")
     w_out = (q_input.new_empty((b, h) if weights_dims == 2 else (b, h, 1), dtype=torch.float32)
              if f.weights else None)
     return q_out, q_sf, w_out
@@ -611,7 +620,9 @@ def _absent_pair(q_input: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
 
 
 def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dtype, q_out, q_sf,
-             weights_out, enable_pdl, head_scale=1.0, side_inputs_ready=False):
+             weights_out, enable_pdl, head_scale=1.0, side_inputs_ready=False, rows=False):
+    # rows=True (SGLang V4.1's shapes; outputs allocated here): q_out returned as (B * H, D) and
+    # q_sf as (B * H,)
     # (One frame, attribute reads of the recipe's _Facts, module-level names: this is the call
     # path of every allocating entry point; bench/python_overhead.py times it.)
     f = _FACTS.get(recipe) if type(recipe) is str else None
@@ -657,6 +668,8 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
         # (quant_q_new), the same checks and bytes as quant_q on outputs allocated here
         kind = 0 if out_dtype is None or out_dtype == f.out_dtype else _RAW_KINDS.get(out_dtype)
         if kind is not None:
+            if rows:
+                kind += 4  # quant_q_new's rows flag
             if q_input.dim() != 3:
                 raise ValueError(
                     f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
@@ -711,6 +724,10 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
         op(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
            enable_pdl, head_scale)
     w_ret = weights_out if f.weights else None
+    if rows:
+        b, h = q_input.shape[0], q_input.shape[1]
+        q_out = q_out.view(b * h, f.out_dim)
+        q_sf = q_sf.view(b * h) if q_sf is not None else None
     if f.q_scale_out:
         return (q_out, q_sf), w_ret
     return q_out, w_ret
@@ -1052,11 +1069,11 @@ def index_q_rope_pack_weights(
     float32 = ``float(bf16(w * weight_scale))``."""
     if not isinstance(input, torch.Tensor) or input.dim() != 3:
         raise ValueError("indexer_q: q_input: expected a (T, H, 128) tensor")
-    t, h = input.shape[0], input.shape[1]
+    # the payload as int8 raw codes, (T * H, 64), and the scales (T * H,): rows=True
     (q, sf), w = _quant_q(_OP_QUANT_Q, "sgl_v41_fp4_rope_pack", input, head_weights,
                           weight_scale, freqs_cis, positions, torch.int8, None, None, None,
-                          enable_pdl, 1.0, side_inputs_ready)  # the payload as int8 raw codes
-    return q.view(t * h, 64), sf.view(t * h), w
+                          enable_pdl, 1.0, side_inputs_ready, True)
+    return q, sf, w
 
 
 def quantize_fp4_indexer_tensor(
@@ -1077,10 +1094,9 @@ def quantize_fp4_indexer_tensor(
     if x.dim() < 1 or x.shape[-1] != 128:
         raise ValueError(f"indexer_q: q_input: expected (..., 128), got {tuple(x.shape)}")
     x = x.reshape(-1, 1, 128)  # the rows, as SGLang flattens the leading dims; H = 1
-    n = x.shape[0]
     (q, sf), _ = _quant_q(_OP_QUANT_Q, "sgl_v41_fp4_quant_rne", x, None, 1.0, None, None,
-                          torch.int8, None, None, None, enable_pdl, 1.0, side_inputs_ready)
-    return q.view(n, 64), sf.view(n)
+                          torch.int8, None, None, None, enable_pdl, 1.0, side_inputs_ready, True)
+    return q, sf  # (N, 64) and (N,): rows=True
 
 
 def dsa_indexer_q_unfused(

@@ -325,19 +325,23 @@ def test_quant_q_new_equals_quant_q(recipe):
     q, w, ws, freqs, pos = _recipe_inputs(recipe, 211 + RECIPES.index(recipe))
     w, freqs, pos = (_absent_or(w, info.weights), _absent_or(freqs, info.rope),
                      _absent_or(pos, info.rope))
-    for kind, raw in ((0, None), (1, torch.uint8), (2, torch.int8)):
+    b, h = q.shape[:2]
+    for kind in (0, 1, 2, 4, 5, 6):  # dtype (recipe's, uint8, int8), + 4: rows
+        raw, rows = {0: None, 1: torch.uint8, 2: torch.int8}[kind & 3], bool(kind & 4)
         for dims in (2, 3):
-            got = QUANT_NEW(recipe, q, w, ws, freqs, pos, kind, dims, True, 0.5)
+            got = list(QUANT_NEW(recipe, q, w, ws, freqs, pos, kind, dims, True, 0.5))
             want = new_recipe_outputs(recipe, q, raw=raw is not None, w2d=dims == 2)
             q_out = want[0] if raw is None else want[0].view(raw)
             QUANT(recipe, q, q_out, want[1], w, want[2], ws, freqs, pos, True, 0.5)
-            b, h = q.shape[:2]
-            assert got[0].dtype == q_out.dtype and tuple(got[0].shape) == tuple(q_out.shape)
-            assert got[0].is_contiguous()
-            if info.fp4:
-                assert got[1].dtype == torch.int32 and tuple(got[1].shape) == (b, h)
-            elif info.scale_out:
-                assert got[1].dtype == torch.float32 and tuple(got[1].shape) == (b, h, 1)
+            d = q_out.shape[2]
+            assert got[0].dtype == q_out.dtype and got[0].is_contiguous()
+            assert tuple(got[0].shape) == ((b * h, d) if rows else (b, h, d))
+            got[0] = got[0].view(b, h, d)
+            if info.fp4 or info.scale_out:
+                sf_shape = (b, h) if info.fp4 else (b, h, 1)
+                assert got[1].dtype == (torch.int32 if info.fp4 else torch.float32)
+                assert tuple(got[1].shape) == ((b * h,) if rows else sf_shape)
+                got[1] = got[1].view(sf_shape)
             else:
                 assert got[1] is None
             if info.weights:
@@ -366,8 +370,9 @@ def test_quant_q_new_errors_are_the_validators():
             QUANT("v4_fp8", args[0], outs[0], None, args[1], outs[2], *args[2:])
         assert str(new.value) == str(old.value), (str(new.value), str(old.value))
         assert f"indexer_q: {arg}:" in str(new.value)
-    with pytest.raises(RuntimeError, match="indexer_q: out_kind: expected 0"):
-        QUANT_NEW("v4_fp8", q, w, ws, freqs, pos, 3, 3)
+    for bad in (3, 7, 8, -1):
+        with pytest.raises(RuntimeError, match="indexer_q: out_kind: expected 0"):
+            QUANT_NEW("v4_fp8", q, w, ws, freqs, pos, bad, 3)
     with pytest.raises(RuntimeError, match="indexer_q: weights_dims: expected 2"):
         QUANT_NEW("v4_fp8", q, w, ws, freqs, pos, 0, 4)
     with pytest.raises(RuntimeError, match="indexer_q: q_input: expected 3 dims"):
@@ -393,6 +398,7 @@ def test_opcheck_quant_q_new(recipe, device, fp8_aware_allclose):
     args = (recipe, q, w if info.weights else none, ws, freqs if info.rope else none,
             pos if info.rope else none, 2 if info.fp4 else 0, 2, True, 0.5)
     torch.library.opcheck(QUANT_NEW.default, args)
+    torch.library.opcheck(QUANT_NEW.default, args[:6] + (args[6] + 4, 3) + args[8:])  # rows
     torch.library.opcheck(QUANT_NEW.default, args, {"side_inputs_ready": True})
 
 
