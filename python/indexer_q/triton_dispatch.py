@@ -64,8 +64,22 @@ def _kernel_module():
     return triton_kernel
 
 
+_SERVES: Dict[str, Optional[str]] = {}  # device type (not "cpu") -> triton_serves' answer
+
+
 def triton_serves(device_type: str) -> Optional[str]:
-    """None if Triton can compile for this device type here, else why not (one line)."""
+    """None if Triton can compile for this device type here, else why not (one line). Worked
+    out once per device type (the CPU's answer, which depends on whether the kernel module was
+    imported under the interpreter, each time): auto_quant_q asks at every call."""
+    if device_type in _SERVES:
+        return _SERVES[device_type]
+    reason = _triton_serves(device_type)
+    if device_type != "cpu":
+        _SERVES[device_type] = reason
+    return reason
+
+
+def _triton_serves(device_type: str) -> Optional[str]:
     try:
         import triton  # noqa: F401
         import triton.backends as tb
