@@ -173,6 +173,15 @@ RecipeId recipe_of_id(std::int64_t id) {
   fail("recipe", "unknown recipe id " + std::to_string(id));
 }
 
+// quant_q_new's recipe: its index in the library's list (the order of recipes() in Python).
+static RecipeId recipe_at(std::int64_t index) {
+  const auto& e = names().entries;
+  if (index < 0 || index >= std::int64_t(e.size()))
+    fail("recipe", "expected the index of a recipe in the library's list (0 to " +
+                       std::to_string(e.size() - 1) + "), got " + std::to_string(index));
+  return e[std::size_t(index)].second;
+}
+
 RecipeId recipe_or_throw(const std::string& name) {
   const std::int64_t id = recipe_id_of(name);
   if (id < 0) throw std::runtime_error(unknown_recipe_text(name));
@@ -325,10 +334,12 @@ void quant_q_check(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optio
 }
 
 // ---- the allocating form, for the Python wrappers -------------------------------------------
-// quant_q_new(str recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs,
+// quant_q_new(int recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs,
 //             Tensor positions, int out_kind, int weights_dims, bool enable_pdl=True,
 //             float head_scale=1.0, *, bool side_inputs_ready=False) -> (Tensor, Tensor?, Tensor?)
-// quant_q with its outputs allocated here, on q_input's device (contiguous, uninitialized),
+// quant_q with its outputs allocated here, on q_input's device (contiguous, uninitialized), the
+// recipe given by its index in the library's list (Python: RECIPES.index(name); an int costs the
+// call less than a str, whose conversion and lookup IQ_BOX_RECIPE does per call),
 // returned as (q_out, q_sf, weights_out): one call from Python instead of one torch.empty per
 // output (each costs more than a microsecond from Python; bench/python_overhead.py). q_out is
 // (B, H, 128) in the recipe's FP8 dtype, (B, H, 64) uint8 for FP4, or the raw codes out_kind asks
@@ -383,13 +394,13 @@ using NewOutputs = std::tuple<Tensor, std::optional<Tensor>, std::optional<Tenso
 
 namespace {
 
-NewOutputs quant_q_new_run(Run run, std::int64_t recipe_id,
+NewOutputs quant_q_new_run(Run run, std::int64_t recipe_index,
                                                    const Tensor& q_input, const Tensor& weight,
                                                    double weight_scale, const Tensor& freqs,
                                                    const Tensor& positions, std::int64_t out_kind,
                                                    std::int64_t weights_dims, bool enable_pdl,
                                                    double head_scale, bool side_inputs_ready) {
-  const RecipeId id = recipe_of_id(recipe_id);
+  const RecipeId id = recipe_at(recipe_index);
   const Recipe& rec = recipe(id);
   check_viewable(q_input, "q_input", "3");
   if (q_input.dim() != 3)
@@ -562,7 +573,7 @@ STABLE_TORCH_LIBRARY(indexer_q, m) {
   m.def("quant_q_reference" IQ_QUANT_Q_ARGS);  // the scalar reference (CPU tensors)
   // quant_q with its outputs allocated (see quant_q_new_run above): for the Python wrappers
   m.def(
-      "quant_q_new(str recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs, "
+      "quant_q_new(int recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs, "
       "Tensor positions, int out_kind, int weights_dims, bool enable_pdl=True, "
       "float head_scale=1.0, *, bool side_inputs_ready=False) -> (Tensor, Tensor?, Tensor?)");
   // Served by Python from recipe_table (python/indexer_q/_ops.py; see recipe_table_op above).
@@ -576,14 +587,14 @@ STABLE_TORCH_LIBRARY_IMPL(indexer_q, CPU, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cpu_kernel));
   m.impl("quant_q", IQ_RECIPE_BOX(quant_q_cpu));
   m.impl("quant_q_reference", IQ_RECIPE_BOX(quant_q_reference));
-  m.impl("quant_q_new", IQ_RECIPE_BOX(quant_q_new_cpu));
+  m.impl("quant_q_new", TORCH_BOX(&indexer_q::torch_binding::quant_q_new_cpu));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CUDA, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cuda_kernel));
   m.impl("quant_q", IQ_RECIPE_BOX(quant_q_cuda));
-  m.impl("quant_q_new", IQ_RECIPE_BOX(quant_q_new_cuda));
+  m.impl("quant_q_new", TORCH_BOX(&indexer_q::torch_binding::quant_q_new_cuda));
 }
 #endif
 
@@ -599,7 +610,7 @@ STABLE_TORCH_LIBRARY_IMPL(indexer_q, CompositeExplicitAutograd, m) {
   m.impl("quant_q", IQ_RECIPE_BOX(quant_q_composed));
   m.impl("quant_q_composed", IQ_RECIPE_BOX(quant_q_composed));
   m.impl("quant_q_check", IQ_RECIPE_BOX(quant_q_check));
-  m.impl("quant_q_new", IQ_RECIPE_BOX(quant_q_new_composed));
+  m.impl("quant_q_new", TORCH_BOX(&indexer_q::torch_binding::quant_q_new_composed));
   m.impl("recipe_table", TORCH_BOX(&indexer_q::torch_binding::recipe_table_op));
   m.impl("native_devices", TORCH_BOX(&indexer_q::torch_binding::native_devices_op));
 }

@@ -107,7 +107,10 @@ def _fake_quant_q_new(recipe, q_input, weight, weight_scale, freqs, positions, o
     # quant_q with its outputs allocated (op.cpp quant_q_new_run): the same shapes and dtypes
     _check_one_device(_Q_NAMES[:1] + _Q_NAMES[3:4] + _Q_NAMES[5:],
                       (q_input, weight, freqs, positions), _Q_ABSENT)
-    f = _FACTS[_check_recipe(recipe)]
+    if not 0 <= recipe < len(RECIPES):  # the recipe's index in the library's list
+        raise RuntimeError(f"indexer_q: recipe: expected the index of a recipe in the library's "
+                           f"list (0 to {len(RECIPES) - 1}), got {recipe}")
+    f = _FACTS[RECIPES[recipe]]
     if q_input.dim() != 3:
         raise RuntimeError(f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
     b, h = q_input.shape[0], q_input.shape[1]
@@ -437,11 +440,11 @@ def fused_q_indexer_rope_hadamard_quant(
             raise ValueError(
                 f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
         if side_inputs_ready is False:
-            q_fp8, _, weights_out = _OP_QUANT_Q_NEW("v4_fp8", q_input, weight, weight_scale,
+            q_fp8, _, weights_out = _OP_QUANT_Q_NEW(_V4_INDEX, q_input, weight, weight_scale,
                                                     freqs_cis, positions, 0, 3, enable_pdl)
         else:
             q_fp8, _, weights_out = _OP_QUANT_Q_NEW(
-                "v4_fp8", q_input, weight, weight_scale, freqs_cis, positions, 0, 3, enable_pdl,
+                _V4_INDEX, q_input, weight, weight_scale, freqs_cis, positions, 0, 3, enable_pdl,
                 side_inputs_ready=_flag("side_inputs_ready", side_inputs_ready))
         return q_fp8, weights_out
     q_fp8, weights_out = _outputs(q_input)
@@ -518,11 +521,12 @@ class _Facts:
     """What the wrappers need of a recipe, worked out once at import (a call reads attributes
     of this object instead of RecipeInfo's properties)."""
 
-    __slots__ = ("name", "weights", "rope", "halves", "fp4", "scale_out", "q_scale_out",
+    __slots__ = ("name", "index", "weights", "rope", "halves", "fp4", "scale_out", "q_scale_out",
                  "out_dim", "out_dtype", "w_shape_2d", "fn")
 
     def __init__(self, info: RecipeInfo):
         self.name = info.name
+        self.index = RECIPES.index(info.name)  # quant_q_new's recipe argument
         self.weights = info.weights
         self.rope = info.rope
         self.halves = info.freqs_layout == "halves"
@@ -549,6 +553,7 @@ _OP_V4_COMPOSED = torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant_compos
 _OP_QUANT_Q_NEW = torch.ops.indexer_q.quant_q_new.default
 _NEW_CUDA = bool(int(torch.ops.indexer_q.native_devices()) & 2)  # the build's CUDA backend
 _RAW_KINDS = {torch.uint8: 1, torch.int8: 2}  # quant_q_new's out_kind of a raw-code q_out
+_V4_INDEX = _FACTS["v4_fp8"].index
 _QUANT_Q_BACKENDS: Dict[Optional[str], object] = {}
 
 
@@ -681,11 +686,11 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
                     weight = absent_in
             if side_inputs_ready:
                 q_out, q_sf, weights_out = _OP_QUANT_Q_NEW(
-                    recipe, q_input, weight, weight_scale, freqs, positions, kind,
+                    f.index, q_input, weight, weight_scale, freqs, positions, kind,
                     2 if f.w_shape_2d else 3, enable_pdl, head_scale, side_inputs_ready=True)
             else:
                 q_out, q_sf, weights_out = _OP_QUANT_Q_NEW(
-                    recipe, q_input, weight, weight_scale, freqs, positions, kind,
+                    f.index, q_input, weight, weight_scale, freqs, positions, kind,
                     2 if f.w_shape_2d else 3, enable_pdl, head_scale)
             if f.q_scale_out:
                 return (q_out, q_sf), weights_out

@@ -329,7 +329,8 @@ def test_quant_q_new_equals_quant_q(recipe):
     for kind in (0, 1, 2, 4, 5, 6):  # dtype (recipe's, uint8, int8), + 4: rows
         raw, rows = {0: None, 1: torch.uint8, 2: torch.int8}[kind & 3], bool(kind & 4)
         for dims in (2, 3):
-            got = list(QUANT_NEW(recipe, q, w, ws, freqs, pos, kind, dims, True, 0.5))
+            got = list(QUANT_NEW(RECIPES.index(recipe), q, w, ws, freqs, pos, kind, dims, True,
+                                 0.5))
             want = new_recipe_outputs(recipe, q, raw=raw is not None, w2d=dims == 2)
             q_out = want[0] if raw is None else want[0].view(raw)
             QUANT(recipe, q, q_out, want[1], w, want[2], ws, freqs, pos, True, 0.5)
@@ -355,6 +356,7 @@ def test_quant_q_new_equals_quant_q(recipe):
 
 def test_quant_q_new_errors_are_the_validators():
     q, w, ws, freqs, pos = _recipe_inputs("v4_fp8", 5)
+    v4 = RECIPES.index("v4_fp8")
     cases = [
         ((q.double(), w, ws, freqs, pos), "q_input"),
         ((q, w, ws, freqs, pos.float()), "positions"),
@@ -364,7 +366,7 @@ def test_quant_q_new_errors_are_the_validators():
     ]
     for args, arg in cases:
         with pytest.raises(RuntimeError) as new:
-            QUANT_NEW("v4_fp8", *args, 0, 3)
+            QUANT_NEW(v4, *args, 0, 3)
         outs = new_recipe_outputs("v4_fp8", q)
         with pytest.raises(RuntimeError) as old:
             QUANT("v4_fp8", args[0], outs[0], None, args[1], outs[2], *args[2:])
@@ -372,13 +374,17 @@ def test_quant_q_new_errors_are_the_validators():
         assert f"indexer_q: {arg}:" in str(new.value)
     for bad in (3, 7, 8, -1):
         with pytest.raises(RuntimeError, match="indexer_q: out_kind: expected 0"):
-            QUANT_NEW("v4_fp8", q, w, ws, freqs, pos, bad, 3)
+            QUANT_NEW(v4, q, w, ws, freqs, pos, bad, 3)
     with pytest.raises(RuntimeError, match="indexer_q: weights_dims: expected 2"):
-        QUANT_NEW("v4_fp8", q, w, ws, freqs, pos, 0, 4)
+        QUANT_NEW(v4, q, w, ws, freqs, pos, 0, 4)
     with pytest.raises(RuntimeError, match="indexer_q: q_input: expected 3 dims"):
-        QUANT_NEW("v4_fp8", q[0], w, ws, freqs, pos, 0, 3)
-    with pytest.raises(RuntimeError, match="unknown recipe 'nope'"):
-        QUANT_NEW("nope", q, w, ws, freqs, pos, 0, 3)
+        QUANT_NEW(v4, q[0], w, ws, freqs, pos, 0, 3)
+    for bad in (-1, len(RECIPES)):
+        with pytest.raises(RuntimeError, match=r"indexer_q: recipe: expected the index of a "
+                                               r"recipe in the library's list \(0 to "):
+            QUANT_NEW(bad, q, w, ws, freqs, pos, 0, 3)
+    with pytest.raises(RuntimeError, match="recipe"):  # a name: torch's parser refuses it
+        QUANT_NEW("v4_fp8", q, w, ws, freqs, pos, 0, 3)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -395,7 +401,8 @@ def test_opcheck_quant_q_new(recipe, device, fp8_aware_allclose):
     pos = torch.randint(0, 16, (5,), generator=g).to(device)
     ws = 0.25
     none = torch.empty(0, device=device)
-    args = (recipe, q, w if info.weights else none, ws, freqs if info.rope else none,
+    args = (RECIPES.index(recipe), q, w if info.weights else none, ws,
+            freqs if info.rope else none,
             pos if info.rope else none, 2 if info.fp4 else 0, 2, True, 0.5)
     torch.library.opcheck(QUANT_NEW.default, args)
     torch.library.opcheck(QUANT_NEW.default, args[:6] + (args[6] + 4, 3) + args[8:])  # rows
@@ -408,7 +415,8 @@ def test_wrappers_take_the_allocating_operator_on_native_devices(monkeypatch):
     from indexer_q import _ops
     calls = []
     real = _ops._OP_QUANT_Q_NEW
-    monkeypatch.setattr(_ops, "_OP_QUANT_Q_NEW", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(_ops, "_OP_QUANT_Q_NEW",
+                        lambda *a, **k: calls.append(RECIPES[a[0]]) or real(*a, **k))
     q, w, ws, freqs, pos = _recipe_inputs("v4_fp8", 5)
     indexer_q.fused_q_indexer_rope_hadamard_quant(q, w, ws, freqs, pos)
     indexer_q.quant_q("v4_fp4", q, w, ws, freqs, pos)
