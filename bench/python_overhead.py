@@ -3,6 +3,7 @@ one token).
 
     PYTHONPATH=python python bench/python_overhead.py [--tokens 1] [--heads 64] [--calls 20000]
                                                       [--rounds 7] [--threads 1] [--device cpu]
+                                                      [--clock wall|cpu] [--only SUBSTRING]
 
 For each entry point the same run times, in alternating rounds, (a) the operator alone
 (``torch.ops.indexer_q.<op>.default`` on preallocated outputs: dispatcher + binding + kernel)
@@ -12,6 +13,11 @@ call with its plan (positions and slots derived on the device) against the opera
 and the integrations' routed SGLang / vLLM functions (indexer_q.integrations: binding the call
 against the engine's signature, the adapter, the wrapper) against the operator. Nothing here is
 a test.
+
+``--clock cpu`` times with the calling thread's CPU time (time.thread_time) instead of the wall
+clock: on a machine shared with other work the per-call figures then leave out the time the
+thread waits for a core (with --threads 1 the CPU backend runs the call inline, on this thread,
+so nothing of the call is left out). ``--only`` keeps the entry points whose name contains it.
 """
 
 import argparse
@@ -27,11 +33,14 @@ import indexer_q
 OPS = torch.ops.indexer_q
 
 
+CLOCK = time.perf_counter
+
+
 def per_call_us(fn, calls):
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - t0) / calls * 1e6
+    return (CLOCK() - t0) / calls * 1e6
 
 
 def cases(tokens, heads, device):
@@ -59,6 +68,8 @@ def cases(tokens, heads, device):
     kpos = torch.full((tokens,), 4, dtype=torch.int64, device=device)
     cis = torch.view_as_complex(freqs.view(4096, 32, 2))
     sg_q, vl_v4 = routed_engine_functions()
+    q3 = torch.empty(tokens, heads, 1, dtype=torch.float32, device=device)  # a row scale
+    q4i = torch.empty(tokens, heads, 64, dtype=torch.int8, device=device)
     v4 = OPS.fused_q_indexer_rope_hadamard_quant.default
     qq = OPS.quant_q.default
     ks = OPS.kside_store.default
@@ -75,6 +86,29 @@ def cases(tokens, heads, device):
         ("fused_indexer_q_rope_quant (vllm_v4_fp8)",
          lambda: qq("vllm_v4_fp8", q, q8, None, w, wo2, 0.125, freqs, pos, True, 0.5),
          lambda: indexer_q.fused_indexer_q_rope_quant(pos, q, freqs, w, 0.125, 0.5)),
+        ("fused_q_indexer_rope_first_quant (v32_fp8)",
+         lambda: qq("v32_fp8", q, q8, None, w, wo3, 0.125, freqs, pos, True, 1.0),
+         lambda: indexer_q.fused_q_indexer_rope_first_quant(q, w, 0.125, freqs, pos)),
+        ("fused_q_indexer_rope_hadamard_fp4_quant (v4_fp4)",
+         lambda: qq("v4_fp4", q, q4i, sf, w, wo3, 0.125, freqs, pos, True, 1.0),
+         lambda: indexer_q.fused_q_indexer_rope_hadamard_fp4_quant(q, w, 0.125, cis, pos)),
+        ("dsv4_fused_q_indexer_rope_hadamard_quant (in place)",
+         lambda: v4(q, q8, w, wo3, 0.125, freqs, pos, True),
+         lambda: indexer_q.dsv4_fused_q_indexer_rope_hadamard_quant(q, q8, w, wo3, 0.125, freqs,
+                                                                   pos)),
+        ("fused_indexer_q_rope_quant_v32 (vllm_v32_fp8_neox)",
+         lambda: qq("vllm_v32_fp8_neox", q, q8, None, w, wo2, 0.125, freqs, pos, True, 0.5),
+         lambda: indexer_q.fused_indexer_q_rope_quant_v32(pos, q, freqs, w, 0.125, 0.5)),
+        ("fused_indexer_q_rope_quant_cutedsl",
+         lambda: qq("vllm_v4_fp8_cutedsl", q, q8, None, w, wo2, 0.0625, freqs, pos, True, 0.5),
+         lambda: indexer_q.fused_indexer_q_rope_quant_cutedsl(pos, q, freqs, w, 0.125, 0.5)),
+        ("index_q_rope_pack_weights (sgl_v41_fp4_rope_pack)",
+         lambda: qq("sgl_v41_fp4_rope_pack", q, q4i, sf, w, wo2, 0.125, freqs, pos, True, 1.0),
+         lambda: indexer_q.index_q_rope_pack_weights(q, freqs, pos, w, 0.125)),
+        ("dsa_indexer_q_unfused (V3.2 unfused)",
+         lambda: qq("sgl_v32_unfused_neox_hadamard_ue8m0", q, q8, q3, w, wo3, 0.125, freqs, pos,
+                    True, 0.5),
+         lambda: indexer_q.dsa_indexer_q_unfused(q, pos, freqs, w, 0.125, 0.5)),
         ("quantize_fp4_indexer_tensor (no RoPE, no weights)",
          lambda: qq("sgl_v41_fp4_quant_rne", x2.view(-1, 1, 128), q4n, sfn, none, none, 1.0,
                     none, none, True, 1.0),
@@ -150,12 +184,19 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    ap.add_argument("--only", default="")
     a = ap.parse_args()
+    global CLOCK
+    CLOCK = time.thread_time if a.clock == "cpu" else time.perf_counter
     torch.set_num_threads(a.threads)
     print(f"torch {torch.__version__}, {a.device}, {a.tokens} token(s) x {a.heads} heads, "
-          f"{a.threads} thread(s), {a.rounds} alternating rounds of {a.calls} calls, median")
+          f"{a.threads} thread(s), {a.rounds} alternating rounds of {a.calls} calls, median, "
+          f"{a.clock} clock; package {indexer_q.__file__}")
     print(f"{'entry point':52s} {'op alone':>9s} {'wrapper':>9s} {'added':>8s}  (us a call)")
     for name, op, wrapper in cases(a.tokens, a.heads, a.device):
+        if a.only not in name:
+            continue
         for fn in (op, wrapper):  # warm-up
             per_call_us(fn, max(a.calls // 10, 100))
         ops, wraps = [], []

@@ -40,6 +40,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -172,6 +173,15 @@ RecipeId recipe_of_id(std::int64_t id) {
   fail("recipe", "unknown recipe id " + std::to_string(id));
 }
 
+// quant_q_new's recipe: its index in the library's list (the order of recipes() in Python).
+static RecipeId recipe_at(std::int64_t index) {
+  const auto& e = names().entries;
+  if (index < 0 || index >= std::int64_t(e.size()))
+    fail("recipe", "expected the index of a recipe in the library's list (0 to " +
+                       std::to_string(e.size() - 1) + "), got " + std::to_string(index));
+  return e[std::size_t(index)].second;
+}
+
 RecipeId recipe_or_throw(const std::string& name) {
   const std::int64_t id = recipe_id_of(name);
   if (id < 0) throw std::runtime_error(unknown_recipe_text(name));
@@ -227,7 +237,11 @@ void run_cpu(const TorchArgs& a) { run_on_cpu(make_args(a)); }
 // ---- CUDA: the library's CUDA backend on torch's current stream ---------------------------
 // positions cannot be range-checked here without a device synchronization: the CUDA backend
 // guards every read instead (see docs/TORCH.md).
-void run_cuda(const TorchArgs& a, bool enable_pdl) { run_on_cuda(a.q_input, make_args(a), enable_pdl); }
+// side_inputs_ready: Options::side_inputs_ready (the caller's promise that positions, freqs and
+// weight are final before the kernel starts; docs/TORCH.md states it for torch callers).
+void run_cuda(const TorchArgs& a, bool enable_pdl, bool side_inputs_ready) {
+  run_on_cuda(a.q_input, make_args(a), enable_pdl, side_inputs_ready);
+}
 #endif
 
 // ---- the historical v4_fp8 operator --------------------------------------------------------
@@ -239,20 +253,23 @@ TorchArgs v4_args(const Tensor& q_input, const Tensor& q_fp8, const Tensor& weig
 }
 
 void cpu_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out,
-                double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/) {
+                double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/,
+                bool /*side_inputs_ready*/) {
   run_cpu(v4_args(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 void cuda_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out,
-                 double weight_scale, Tensor freqs, Tensor positions, bool enable_pdl) {
+                 double weight_scale, Tensor freqs, Tensor positions, bool enable_pdl,
+                 bool side_inputs_ready) {
   run_cuda(v4_args(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions),
-           enable_pdl);
+           enable_pdl, side_inputs_ready);
 }
 #endif
 
 void composed_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out,
-                     double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/) {
+                     double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/,
+                     bool /*side_inputs_ready*/) {
   composed_forward(v4_args(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions));
 }
 
@@ -268,7 +285,8 @@ TorchArgs general_args(std::int64_t recipe, const Tensor& q_input, const Tensor&
 
 void quant_q_cpu(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
                  Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
-                 Tensor positions, bool /*enable_pdl*/, double head_scale) {
+                 Tensor positions, bool /*enable_pdl*/, double head_scale,
+                 bool /*side_inputs_ready*/) {
   run_cpu(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
                        positions, head_scale));
 }
@@ -276,17 +294,17 @@ void quant_q_cpu(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optiona
 #if defined(INDEXER_Q_TORCH_CUDA)
 void quant_q_cuda(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
                   Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
-                  Tensor positions, bool enable_pdl, double head_scale) {
+                  Tensor positions, bool enable_pdl, double head_scale, bool side_inputs_ready) {
   run_cuda(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
                         positions, head_scale),
-           enable_pdl);
+           enable_pdl, side_inputs_ready);
 }
 #endif
 
 void quant_q_composed(std::int64_t recipe, Tensor q_input, Tensor q_out,
                       std::optional<Tensor> q_sf, Tensor weight, Tensor weights_out,
                       double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/,
-                      double head_scale) {
+                      double head_scale, bool /*side_inputs_ready*/) {
   composed_forward(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale,
                                 freqs, positions, head_scale));
 }
@@ -295,7 +313,8 @@ void quant_q_composed(std::int64_t recipe, Tensor q_input, Tensor q_out,
 // the other implementations are tested against (quant_q(..., backend="reference") in Python).
 void quant_q_reference(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
                        Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
-                       Tensor positions, bool /*enable_pdl*/, double head_scale) {
+                       Tensor positions, bool /*enable_pdl*/, double head_scale,
+                       bool /*side_inputs_ready*/) {
   Options o;
   o.backend = Backend::kReference;
   throw_if_error(indexer_q::run(make_args(general_args(recipe, q_input, q_out, q_sf, weight,
@@ -308,9 +327,157 @@ void quant_q_reference(std::int64_t recipe, Tensor q_input, Tensor q_out, std::o
 // python/indexer_q/triton_kernel.py): the checks quant_q makes, nothing written.
 void quant_q_check(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
                    Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
-                   Tensor positions, bool /*enable_pdl*/, double head_scale) {
+                   Tensor positions, bool /*enable_pdl*/, double head_scale,
+                   bool /*side_inputs_ready*/) {
   validate_or_throw(make_args(general_args(recipe, q_input, q_out, q_sf, weight, weights_out,
                                            weight_scale, freqs, positions, head_scale)));
+}
+
+// ---- the allocating form, for the Python wrappers -------------------------------------------
+// quant_q_new(int recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs,
+//             Tensor positions, int out_kind, int weights_dims, bool enable_pdl=True,
+//             float head_scale=1.0, *, bool side_inputs_ready=False) -> (Tensor, Tensor?, Tensor?)
+// quant_q with its outputs allocated here, on q_input's device (contiguous, uninitialized), the
+// recipe given by its index in the library's list (Python: RECIPES.index(name); an int costs the
+// call less than a str, whose conversion and lookup IQ_BOX_RECIPE does per call),
+// returned as (q_out, q_sf, weights_out): one call from Python instead of one torch.empty per
+// output (each costs more than a microsecond from Python; bench/python_overhead.py). q_out is
+// (B, H, 128) in the recipe's FP8 dtype, (B, H, 64) uint8 for FP4, or the raw codes out_kind asks
+// for (0: the recipe's dtype, 1: uint8, 2: int8; plus 4: q_out as (B * H, D) rows and q_sf as
+// (B * H,), SGLang's V4.1 shapes); q_sf (B, H) int32 for FP4, (B, H, 1) float32
+// for a recipe with scale_out, else None; weights_out (B, H) (weights_dims 2) or (B, H, 1)
+// (weights_dims 3) float32, None for a recipe without weights. The arguments a recipe does not take are 0-element tensors, as for quant_q. Then
+// exactly quant_q: the same views, the one validator, the same backends (CPU, CUDA; the
+// composed path for any other device, which only a call mixing devices reaches: the Python
+// wrappers call this form for tensors on a device with a native kernel only).
+namespace {
+
+// out_kind: the dtype in the low bits, kRows for q_out / q_sf as rows.
+constexpr std::int64_t kRows = 4;
+
+std::int32_t out_dtype_code(const Recipe& rec, std::int64_t out_kind) {
+  if (out_kind < 0 || out_kind > (kRows | 2) || (out_kind & 3) == 3)
+    fail("out_kind", "expected 0 (the recipe's dtype), 1 (uint8) or 2 (int8), plus 4 for q_out "
+                     "as (B * H, 128 or 64) rows and q_sf as (B * H,), got " + std::to_string(out_kind));
+  out_kind &= 3;
+  if (out_kind == 1) return aoti_torch_dtype_uint8();
+  if (out_kind == 2) return aoti_torch_dtype_int8();
+  if (rec.format == OutFormat::kE2M1) return aoti_torch_dtype_uint8();
+  if (rec.format == OutFormat::kE4M3FNUZ) return aoti_torch_dtype_float8_e4m3fnuz();
+  return aoti_torch_dtype_float8_e4m3fn();
+}
+
+// A contiguous, uninitialized tensor of `ndim` sizes on the device (type, index) given.
+Tensor new_output(std::int64_t ndim, const std::int64_t* sizes, std::int32_t dtype,
+                  std::int32_t device_type, std::int32_t device_index) {
+  std::int64_t strides[3] = {1, 1, 1};
+  for (std::int64_t d = ndim - 2; d >= 0; --d) strides[d] = strides[d + 1] * sizes[d + 1];
+  AtenTensorHandle h = nullptr;
+  IQ_SHIM_CHECK(aoti_torch_empty_strided(ndim, sizes, strides, dtype, device_type, device_index, &h));
+  return Tensor(h);
+}
+
+// A view of the contiguous tensor t with `ndim` sizes (the same elements), for the library.
+Tensor view_as(const Tensor& t, std::int64_t ndim, const std::int64_t* sizes) {
+  std::int64_t strides[3] = {1, 1, 1};
+  for (std::int64_t d = ndim - 2; d >= 0; --d) strides[d] = strides[d + 1] * sizes[d + 1];
+  AtenTensorHandle h = nullptr;
+  IQ_SHIM_CHECK(aoti_torch__reinterpret_tensor(t.get(), ndim, sizes, strides, 0, &h));
+  return Tensor(h);
+}
+
+enum class Run { kCpu, kCuda, kComposed };
+
+}  // namespace
+
+using NewOutputs = std::tuple<Tensor, std::optional<Tensor>, std::optional<Tensor>>;
+
+namespace {
+
+NewOutputs quant_q_new_run(Run run, std::int64_t recipe_index,
+                                                   const Tensor& q_input, const Tensor& weight,
+                                                   double weight_scale, const Tensor& freqs,
+                                                   const Tensor& positions, std::int64_t out_kind,
+                                                   std::int64_t weights_dims, bool enable_pdl,
+                                                   double head_scale, bool side_inputs_ready) {
+  const RecipeId id = recipe_at(recipe_index);
+  const Recipe& rec = recipe(id);
+  check_viewable(q_input, "q_input", "3");
+  if (q_input.dim() != 3)
+    fail("q_input", "expected 3 dims (B, H, 128), got " + std::to_string(q_input.dim()));
+  if (weights_dims != 2 && weights_dims != 3)
+    fail("weights_dims", "expected 2 ((B, H)) or 3 ((B, H, 1)), got " + std::to_string(weights_dims));
+  const std::int32_t dtype = out_dtype_code(rec, out_kind);
+  std::int32_t dev_type = 0, dev_index = 0;
+  IQ_SHIM_CHECK(aoti_torch_get_device_type(q_input.get(), &dev_type));
+  IQ_SHIM_CHECK(aoti_torch_get_device_index(q_input.get(), &dev_index));
+  const std::int64_t B = q_input.size(0), H = q_input.size(1);
+  const bool fp4 = recipe_has_block_scales(rec);
+  const std::int64_t q_sizes[3] = {B, H, fp4 ? 64 : 128};
+  const std::int64_t bh1[3] = {B, H, 1};
+  // out_kind & kRows: q_out (B * H, D) and q_sf (B * H,) are allocated and returned; the
+  // library gets (B, H, D) and (B, H) (or (B, H, 1)) views of them
+  const bool rows = (out_kind & kRows) != 0;
+  const std::int64_t q_rows[2] = {B * H, q_sizes[2]}, sf_rows[1] = {B * H};
+  Tensor q_out = rows ? new_output(2, q_rows, dtype, dev_type, dev_index)
+                      : new_output(3, q_sizes, dtype, dev_type, dev_index);
+  const Tensor q_arg = rows ? view_as(q_out, 3, q_sizes) : q_out;
+  // None where the recipe writes no such output (no 0-element tensor is made for it)
+  std::optional<Tensor> q_sf, q_sf_arg;
+  if (fp4 || rec.scale_out) {
+    const std::int32_t sf_dtype = fp4 ? aoti_torch_dtype_int32() : aoti_torch_dtype_float32();
+    const std::int64_t sf_ndim = fp4 ? 2 : 3;
+    q_sf = rows ? new_output(1, sf_rows, sf_dtype, dev_type, dev_index)
+                : new_output(sf_ndim, bh1, sf_dtype, dev_type, dev_index);
+    q_sf_arg = rows ? view_as(*q_sf, sf_ndim, bh1) : *q_sf;
+  }
+  std::optional<Tensor> weights_out;
+  if (recipe_has_weights(rec))
+    weights_out = new_output(weights_dims, bh1, aoti_torch_dtype_float32(), dev_type, dev_index);
+  // a recipe without weights: weight (and weights_out, here q_input's stand-in) are absent; the
+  // binding skips a 0-element weights_out only, so pass the caller's 0-element weight for it
+  const Tensor& w_out = weights_out ? *weights_out : weight;
+  const TorchArgs a{id,     q_input, q_arg, q_sf_arg ? &*q_sf_arg : nullptr, weight,
+                    w_out,  weight_scale, freqs, positions, head_scale};
+  switch (run) {
+    case Run::kCpu: run_cpu(a); break;
+#if defined(INDEXER_Q_TORCH_CUDA)
+    case Run::kCuda: run_cuda(a, enable_pdl, side_inputs_ready); break;
+#endif
+    default: composed_forward(a); break;
+  }
+  return {std::move(q_out), std::move(q_sf), std::move(weights_out)};
+}
+
+}  // namespace
+
+NewOutputs quant_q_new_cpu(std::int64_t recipe, Tensor q_input, Tensor weight,
+                                                   double weight_scale, Tensor freqs, Tensor positions,
+                                                   std::int64_t out_kind, std::int64_t weights_dims,
+                                                   bool enable_pdl, double head_scale,
+                                                   bool side_inputs_ready) {
+  return quant_q_new_run(Run::kCpu, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
+                         weights_dims, enable_pdl, head_scale, side_inputs_ready);
+}
+
+#if defined(INDEXER_Q_TORCH_CUDA)
+NewOutputs quant_q_new_cuda(std::int64_t recipe, Tensor q_input, Tensor weight,
+                                                    double weight_scale, Tensor freqs, Tensor positions,
+                                                    std::int64_t out_kind, std::int64_t weights_dims,
+                                                    bool enable_pdl, double head_scale,
+                                                    bool side_inputs_ready) {
+  return quant_q_new_run(Run::kCuda, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
+                         weights_dims, enable_pdl, head_scale, side_inputs_ready);
+}
+#endif
+
+NewOutputs quant_q_new_composed(std::int64_t recipe, Tensor q_input, Tensor weight,
+                                                        double weight_scale, Tensor freqs, Tensor positions,
+                                                        std::int64_t out_kind, std::int64_t weights_dims,
+                                                        bool enable_pdl, double head_scale,
+                                                        bool side_inputs_ready) {
+  return quant_q_new_run(Run::kComposed, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
+                         weights_dims, enable_pdl, head_scale, side_inputs_ready);
 }
 
 // ---- the recipe lists, for Python -----------------------------------------------------------
@@ -377,6 +544,11 @@ std::int64_t native_devices_op() {
 // two-factor weight folds of the vllm_* recipes and of head_scale_first, OpArgs::head_scale; the
 // other recipes ignore it)
 // is a defaulted trailing argument, so calls written for the schema without it keep working.
+// side_inputs_ready (keyword-only, default False, the safe default; every computing op of the query
+// side has it) is Options::side_inputs_ready: the CUDA backend reads positions, freqs and weight
+// before griddepcontrol.wait when the caller guarantees they are final before the kernel starts
+// (docs/TORCH.md states the contract); the CPU, composed, reference and check kernels accept it and
+// ignore it (they read nothing early).
 // Every kernel taking the recipe (a str in the schema) is boxed by IQ_BOX_RECIPE (binding.h):
 // its str is read without the stable ABI's std::string conversion, which leaks.
 #define IQ_RECIPE_BOX(f)                                                                   \
@@ -385,20 +557,25 @@ std::int64_t native_devices_op() {
 #define IQ_QUANT_Q_ARGS                                                                      \
   "(str recipe, Tensor q_input, Tensor(a!) q_out, Tensor(b!)? q_sf, Tensor weight, "         \
   "Tensor(c!) weights_out, float weight_scale, Tensor freqs, Tensor positions, "             \
-  "bool enable_pdl=True, float head_scale=1.0) -> ()"
+  "bool enable_pdl=True, float head_scale=1.0, *, bool side_inputs_ready=False) -> ()"
 STABLE_TORCH_LIBRARY(indexer_q, m) {
   m.def(
       "fused_q_indexer_rope_hadamard_quant(Tensor q_input, Tensor(a!) q_fp8, Tensor weight, "
       "Tensor(b!) weights_out, float weight_scale, Tensor freqs, Tensor positions, "
-      "bool enable_pdl=True) -> ()");
+      "bool enable_pdl=True, *, bool side_inputs_ready=False) -> ()");
   m.def(
       "fused_q_indexer_rope_hadamard_quant_composed(Tensor q_input, Tensor(a!) q_fp8, "
       "Tensor weight, Tensor(b!) weights_out, float weight_scale, Tensor freqs, "
-      "Tensor positions, bool enable_pdl=True) -> ()");
+      "Tensor positions, bool enable_pdl=True, *, bool side_inputs_ready=False) -> ()");
   m.def("quant_q" IQ_QUANT_Q_ARGS);
   m.def("quant_q_composed" IQ_QUANT_Q_ARGS);
   m.def("quant_q_check" IQ_QUANT_Q_ARGS);  // the validator alone (writes nothing)
   m.def("quant_q_reference" IQ_QUANT_Q_ARGS);  // the scalar reference (CPU tensors)
+  // quant_q with its outputs allocated (see quant_q_new_run above): for the Python wrappers
+  m.def(
+      "quant_q_new(int recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs, "
+      "Tensor positions, int out_kind, int weights_dims, bool enable_pdl=True, "
+      "float head_scale=1.0, *, bool side_inputs_ready=False) -> (Tensor, Tensor?, Tensor?)");
   // Served by Python from recipe_table (python/indexer_q/_ops.py; see recipe_table_op above).
   m.def("recipes() -> str[]");
   m.def("recipe_info(str recipe) -> str[]");
@@ -410,12 +587,14 @@ STABLE_TORCH_LIBRARY_IMPL(indexer_q, CPU, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cpu_kernel));
   m.impl("quant_q", IQ_RECIPE_BOX(quant_q_cpu));
   m.impl("quant_q_reference", IQ_RECIPE_BOX(quant_q_reference));
+  m.impl("quant_q_new", TORCH_BOX(&indexer_q::torch_binding::quant_q_new_cpu));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CUDA, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cuda_kernel));
   m.impl("quant_q", IQ_RECIPE_BOX(quant_q_cuda));
+  m.impl("quant_q_new", TORCH_BOX(&indexer_q::torch_binding::quant_q_new_cuda));
 }
 #endif
 
@@ -431,6 +610,7 @@ STABLE_TORCH_LIBRARY_IMPL(indexer_q, CompositeExplicitAutograd, m) {
   m.impl("quant_q", IQ_RECIPE_BOX(quant_q_composed));
   m.impl("quant_q_composed", IQ_RECIPE_BOX(quant_q_composed));
   m.impl("quant_q_check", IQ_RECIPE_BOX(quant_q_check));
+  m.impl("quant_q_new", TORCH_BOX(&indexer_q::torch_binding::quant_q_new_composed));
   m.impl("recipe_table", TORCH_BOX(&indexer_q::torch_binding::recipe_table_op));
   m.impl("native_devices", TORCH_BOX(&indexer_q::torch_binding::native_devices_op));
 }

@@ -131,11 +131,13 @@ void run_on_cpu(const Args& args) {
 // device of `lead` (the operator's input), that device current. The dispatcher also lands here
 // when lead is on the CPU but another tensor is on CUDA: then no guard or stream is needed, the
 // validator reports the device mismatch.
+// side_inputs_ready: Options::side_inputs_ready (query side only; the key side passes false).
 template <class Args>
-void run_on_cuda(const Tensor& lead, const Args& args, bool enable_pdl) {
+void run_on_cuda(const Tensor& lead, const Args& args, bool enable_pdl, bool side_inputs_ready = false) {
   Options o;
   o.backend = Backend::kCuda;
   o.enable_pdl = enable_pdl;
+  o.side_inputs_ready = side_inputs_ready;
   std::optional<torch::stable::accelerator::DeviceGuard> guard;
   if (lead.is_cuda()) {
     const int32_t index = lead.get_device_index();

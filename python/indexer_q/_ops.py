@@ -9,6 +9,13 @@ from typing import Dict, NamedTuple, Optional, Tuple, Union
 
 import torch
 
+# torch names read on every call, bound once (a module global is one dict read; torch.float32 is
+# two lookups).
+_EMPTY = torch.empty
+_F32 = torch.float32
+_I32 = torch.int32
+_FP8 = torch.float8_e4m3fn
+
 _OP = "fused_q_indexer_rope_hadamard_quant"
 _QUALNAME = "indexer_q::" + _OP
 _QUALNAME_COMPOSED = _QUALNAME + "_composed"
@@ -66,21 +73,23 @@ _K_NAMES = ("input", "weight", "freqs", "positions", "slots", "kvcache")
 
 
 @torch.library.register_fake(_QUALNAME)
-def _fake(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=True):
+def _fake(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=True,
+          *, side_inputs_ready=False):
     _check_one_device(_V4_NAMES, (q_input, q_fp8, weight, weights_out, freqs, positions))
     return None
 
 
 @torch.library.register_fake(_QUALNAME_COMPOSED)
 def _fake_composed(
-    q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=True
+    q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=True, *,
+    side_inputs_ready=False
 ):
     _check_one_device(_V4_NAMES, (q_input, q_fp8, weight, weights_out, freqs, positions))
     return None
 
 
 def _fake_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
-            enable_pdl=True, head_scale=1.0):
+            enable_pdl=True, head_scale=1.0, *, side_inputs_ready=False):
     _check_one_device(_Q_NAMES, (q_input, q_out, q_sf, weight, weights_out, freqs, positions),
                       _Q_ABSENT)
     return None
@@ -90,6 +99,37 @@ _fake_quant_q = torch.library.register_fake(_QUANT_Q)(_fake_q)
 _fake_quant_q_composed = torch.library.register_fake(_QUANT_Q_COMPOSED)(_fake_q)
 _fake_quant_q_reference = torch.library.register_fake("indexer_q::quant_q_reference")(_fake_q)
 # (quant_q_check's and quant_q_triton's fakes, registered in triton_dispatch.py, call _fake_q.)
+
+
+@torch.library.register_fake("indexer_q::quant_q_new")
+def _fake_quant_q_new(recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
+                      weights_dims, enable_pdl=True, head_scale=1.0, *, side_inputs_ready=False):
+    # quant_q with its outputs allocated (op.cpp quant_q_new_run): the same shapes and dtypes
+    _check_one_device(_Q_NAMES[:1] + _Q_NAMES[3:4] + _Q_NAMES[5:],
+                      (q_input, weight, freqs, positions), _Q_ABSENT)
+    if not 0 <= recipe < len(RECIPES):  # the recipe's index in the library's list
+        raise RuntimeError(f"indexer_q: recipe: expected the index of a recipe in the library's "
+                           f"list (0 to {len(RECIPES) - 1}), got {recipe}")
+    f = _FACTS[RECIPES[recipe]]
+    if q_input.dim() != 3:
+        raise RuntimeError(f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
+    b, h = q_input.shape[0], q_input.shape[1]
+    if out_kind not in (0, 1, 2, 4, 5, 6):
+        raise RuntimeError(f"indexer_q: out_kind: expected 0 (the recipe's dtype), 1 (uint8) or "
+                           f"2 (int8), plus 4 for q_out as (B * H, 128 or 64) rows and q_sf as "
+                           f"(B * H,), got {out_kind}")
+    dtype = {0: f.out_dtype, 1: torch.uint8, 2: torch.int8}[out_kind & 3]
+    rows = bool(out_kind & 4)
+    q_out = q_input.new_empty((b * h, f.out_dim) if rows else (b, h, f.out_dim), dtype=dtype)
+    sf_shape = (b * h,) if rows else (b, h) if f.fp4 else (b, h, 1)
+    q_sf = (q_input.new_empty(sf_shape, dtype=torch.int32 if f.fp4 else torch.float32)
+            if f.fp4 or f.scale_out else None)
+    if weights_dims not in (2, 3):
+        raise RuntimeError(f"indexer_q: weights_dims: expected 2 ((B, H)) or 3 ((B, H, 1)), got "
+                           f"{weights_dims}")
+    w_out = (q_input.new_empty((b, h) if weights_dims == 2 else (b, h, 1), dtype=torch.float32)
+             if f.weights else None)
+    return q_out, q_sf, w_out
 
 
 # The key side (indexer_q/kside.py): kside_store writes the paged cache in place.
@@ -342,15 +382,24 @@ def _freqs_table(freqs_cis: torch.Tensor) -> torch.Tensor:
     return freqs_cis  # the real (max_pos, 64) view; the library checks it
 
 
+def _flag(arg: str, value) -> bool:
+    """A bool argument (side_inputs_ready), or TypeError naming it: only True and False pass (an
+    int, a tensor or a string is refused, never read as truthy)."""
+    if value is True or value is False:
+        return value
+    raise TypeError(f"indexer_q: {arg}: expected a bool (True or False), got "
+                    f"{type(value).__name__} {value!r}")
+
+
 def _outputs(q_input: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(q_input, torch.Tensor):
         raise TypeError(f"indexer_q: q_input: expected a tensor, got {type(q_input).__name__}")
     if q_input.dim() != 3:
         raise ValueError(f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
     b, h, d = q_input.shape
-    q_fp8 = torch.empty((b, h, d), dtype=torch.float8_e4m3fn, device=q_input.device)
-    weights_out = torch.empty((b, h, 1), dtype=torch.float32, device=q_input.device)
-    return q_fp8, weights_out
+    dev = q_input.device
+    # sizes as separate ints, not a tuple: torch.empty parses them faster (about 0.4 us a call)
+    return (_EMPTY(b, h, d, dtype=_FP8, device=dev), _EMPTY(b, h, 1, dtype=_F32, device=dev))
 
 
 def fused_q_indexer_rope_hadamard_quant(
@@ -362,6 +411,7 @@ def fused_q_indexer_rope_hadamard_quant(
     *,
     out_dtype: Optional[torch.dtype] = None,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Allocates and returns ``(q_fp8, weights_out)``.
 
@@ -370,15 +420,39 @@ def fused_q_indexer_rope_hadamard_quant(
     weight_scale a float; freqs_cis the complex64 (max_pos, 32) RoPE table or its float32
     (max_pos, 64) real view; positions (B,) int32/int64. Returns q_fp8 (B, H, 128)
     float8_e4m3fn and weights_out (B, H, 1) float32. ``enable_pdl`` is used by the CUDA
-    kernel only (programmatic dependent launch on sm_90+; on by default, False turns it off). ``out_dtype=torch.float8_e4m3fnuz`` gives the
+    kernel only (programmatic dependent launch on sm_90+; on by default, False turns it off).
+    ``side_inputs_ready`` (default False): the CUDA kernel's opt-in to read positions, freqs and
+    weight before the previous kernel has finished (docs/TORCH.md states when that is safe);
+    accepted and ignored on every other path. ``out_dtype=torch.float8_e4m3fnuz`` gives the
     FNUZ result (recipe ``v4_fp8_fnuz``: q_fp8 float8_e4m3fnuz, weights_out doubled).
     """
     if out_dtype is not None:
         return quant_q("v4_fp8", q_input, weight, weight_scale, freqs_cis, positions,
-                       out_dtype=out_dtype, enable_pdl=enable_pdl)
+                       out_dtype=out_dtype, enable_pdl=enable_pdl,
+                       side_inputs_ready=side_inputs_ready)
+    if type(weight_scale) is not float:
+        weight_scale = _scalar("weight_scale", weight_scale)
+    if type(freqs_cis) is not torch.Tensor or freqs_cis.dtype is not _F32:
+        freqs_cis = _freqs_table(freqs_cis)
+    if isinstance(q_input, torch.Tensor) and (q_input.is_cpu or (_NEW_CUDA and q_input.is_cuda)):
+        # a device with a native kernel: the binding allocates the outputs (quant_q_new)
+        if q_input.dim() != 3:
+            raise ValueError(
+                f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
+        if side_inputs_ready is False:
+            q_fp8, _, weights_out = _OP_QUANT_Q_NEW(_V4_INDEX, q_input, weight, weight_scale,
+                                                    freqs_cis, positions, 0, 3, enable_pdl)
+        else:
+            q_fp8, _, weights_out = _OP_QUANT_Q_NEW(
+                _V4_INDEX, q_input, weight, weight_scale, freqs_cis, positions, 0, 3, enable_pdl,
+                side_inputs_ready=_flag("side_inputs_ready", side_inputs_ready))
+        return q_fp8, weights_out
     q_fp8, weights_out = _outputs(q_input)
-    _OP_V4(q_input, q_fp8, weight, weights_out, _scalar("weight_scale", weight_scale),
-           _freqs_table(freqs_cis), positions, enable_pdl)
+    if side_inputs_ready is False:
+        _OP_V4(q_input, q_fp8, weight, weights_out, weight_scale, freqs_cis, positions, enable_pdl)
+    else:
+        _OP_V4(q_input, q_fp8, weight, weights_out, weight_scale, freqs_cis, positions, enable_pdl,
+               side_inputs_ready=_flag("side_inputs_ready", side_inputs_ready))
     return q_fp8, weights_out
 
 
@@ -388,12 +462,17 @@ def composed_fused_q_indexer_rope_hadamard_quant(
     weight_scale: float,
     freqs_cis: torch.Tensor,
     positions: torch.Tensor,
+    *,
+    side_inputs_ready: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Same as :func:`fused_q_indexer_rope_hadamard_quant`, always through the composed ATen
-    implementation (the one XPU and other devices get), on any device, CPU included."""
+    implementation (the one XPU and other devices get), on any device, CPU included.
+    ``side_inputs_ready`` is accepted (a bool) and ignored: the composed path reads every input
+    in stream order."""
     q_fp8, weights_out = _outputs(q_input)
     _OP_V4_COMPOSED(q_input, q_fp8, weight, weights_out, _scalar("weight_scale", weight_scale),
-                    _freqs_table(freqs_cis), positions, True)
+                    _freqs_table(freqs_cis), positions, True,
+                    side_inputs_ready=_flag("side_inputs_ready", side_inputs_ready))
     return q_fp8, weights_out
 
 
@@ -408,6 +487,7 @@ def dsv4_fused_q_indexer_rope_hadamard_quant(
     *,
     gfx942: bool = False,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
 ) -> None:
     """sgl-kernel's ahead-of-time op ``torch.ops.sgl_kernel.dsv4_fused_q_indexer_rope_hadamard_quant
     (q_input, q_fp8, weight, weights_out, weight_scale, freqs_real, positions)``, same arguments,
@@ -429,8 +509,8 @@ def dsv4_fused_q_indexer_rope_hadamard_quant(
                 "indexer_q: q_fp8: the gfx942 form (recipe sglang_v4_fp8_gfx942) writes "
                 "float8_e4m3fn codes (or uint8 / int8 raw codes), got torch.float8_e4m3fnuz")
         recipe = "sglang_v4_fp8_gfx942"
-    quant_q(recipe, q_input, weight, weight_scale, freqs_real, positions, q_out=q_fp8,
-            weights_out=weights_out, enable_pdl=enable_pdl)
+    _quant_q(_OP_QUANT_Q, recipe, q_input, weight, weight_scale, freqs_real, positions, None,
+             q_fp8, None, weights_out, enable_pdl, 1.0, side_inputs_ready)
     return None
 
 
@@ -441,11 +521,12 @@ class _Facts:
     """What the wrappers need of a recipe, worked out once at import (a call reads attributes
     of this object instead of RecipeInfo's properties)."""
 
-    __slots__ = ("name", "weights", "rope", "halves", "fp4", "scale_out", "q_scale_out",
+    __slots__ = ("name", "index", "weights", "rope", "halves", "fp4", "scale_out", "q_scale_out",
                  "out_dim", "out_dtype", "w_shape_2d", "fn")
 
     def __init__(self, info: RecipeInfo):
         self.name = info.name
+        self.index = RECIPES.index(info.name)  # quant_q_new's recipe argument
         self.weights = info.weights
         self.rope = info.rope
         self.halves = info.freqs_layout == "halves"
@@ -467,6 +548,12 @@ _OP_QUANT_Q = torch.ops.indexer_q.quant_q.default
 _OP_QUANT_Q_COMPOSED = torch.ops.indexer_q.quant_q_composed.default
 _OP_V4 = torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant.default
 _OP_V4_COMPOSED = torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant_composed.default
+# quant_q with its outputs allocated by the binding (one call instead of one torch.empty per
+# output): what the allocating wrappers call for tensors on a device with a native kernel
+_OP_QUANT_Q_NEW = torch.ops.indexer_q.quant_q_new.default
+_NEW_CUDA = bool(int(torch.ops.indexer_q.native_devices()) & 2)  # the build's CUDA backend
+_RAW_KINDS = {torch.uint8: 1, torch.int8: 2}  # quant_q_new's out_kind of a raw-code q_out
+_V4_INDEX = _FACTS["v4_fp8"].index
 _QUANT_Q_BACKENDS: Dict[Optional[str], object] = {}
 
 
@@ -537,23 +624,16 @@ def _absent_pair(q_input: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
             torch.empty(0, dtype=torch.float32, device=dev))
 
 
-def _absent(value, device) -> torch.Tensor:
-    """An argument the recipe does not take (None, or a tensor with no elements): the operator
-    gets a 0-element tensor on q_input's device, which the binding turns into the library's
-    empty view (ndim 0, no data). A tensor with elements is passed on: the validator names it."""
-    if value is None:
-        return torch.empty(0, dtype=torch.float32, device=device)
-    return value
-
-
-def _recipe_facts(recipe) -> _Facts:
-    f = _FACTS.get(recipe) if type(recipe) is str else None
-    return f if f is not None else _FACTS[_check_recipe(recipe)]
-
-
 def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dtype, q_out, q_sf,
-             weights_out, enable_pdl, head_scale=1.0):
-    f = _recipe_facts(recipe)
+             weights_out, enable_pdl, head_scale=1.0, side_inputs_ready=False, rows=False):
+    # rows=True (SGLang V4.1's shapes; outputs allocated here): q_out returned as (B * H, D) and
+    # q_sf as (B * H,)
+    # (One frame, attribute reads of the recipe's _Facts, module-level names: this is the call
+    # path of every allocating entry point; bench/python_overhead.py times it.)
+    f = _FACTS.get(recipe) if type(recipe) is str else None
+    if f is None:
+        f = _FACTS[_check_recipe(recipe)]
+    allocate_all = q_out is None and q_sf is None and weights_out is None
     if q_out is not None:
         if not isinstance(q_out, torch.Tensor):
             raise TypeError(f"indexer_q: q_out: expected a tensor, got {type(q_out).__name__}")
@@ -566,8 +646,12 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
     recipe = f.name
     if not isinstance(q_input, torch.Tensor):
         raise TypeError(f"indexer_q: q_input: expected a tensor, got {type(q_input).__name__}")
-    weight_scale = _scalar("weight_scale", weight_scale)
-    head_scale = _scalar("head_scale", head_scale)
+    if type(weight_scale) is not float:
+        weight_scale = _scalar("weight_scale", weight_scale)
+    if type(head_scale) is not float:
+        head_scale = _scalar("head_scale", head_scale)
+    if side_inputs_ready is not False:
+        side_inputs_ready = _flag("side_inputs_ready", side_inputs_ready)
     if f.weights:
         if weight is None:
             raise TypeError(f"indexer_q: weight: recipe {recipe} reads it: expected a tensor, "
@@ -577,12 +661,40 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
             arg = "freqs" if freqs is None else "positions"
             raise TypeError(f"indexer_q: {arg}: recipe {recipe} reads it: expected a tensor, "
                             "got None")
-        if type(freqs) is not torch.Tensor or freqs.dtype is not torch.float32:
+        if type(freqs) is not torch.Tensor or freqs.dtype is not _F32:
             if f.halves and isinstance(freqs, torch.Tensor) and freqs.is_complex():
                 raise TypeError(
                     f"indexer_q: freqs: recipe {recipe} reads a real (max_pos, 64) float32 table "
                     "[cos x32 | sin x32] (cos_sin_cache), not a complex one")
             freqs = _freqs_table(freqs)
+    if (allocate_all and op is _OP_QUANT_Q and (q_input.is_cpu or (_NEW_CUDA and q_input.is_cuda))
+            and (f.weights or weight is None) and (f.rope or (freqs is None and positions is None))):
+        # every output allocated, on a device with a native kernel: the binding allocates them
+        # (quant_q_new), the same checks and bytes as quant_q on outputs allocated here
+        kind = 0 if out_dtype is None or out_dtype == f.out_dtype else _RAW_KINDS.get(out_dtype)
+        if kind is not None:
+            if rows:
+                kind += 4  # quant_q_new's rows flag
+            if q_input.dim() != 3:
+                raise ValueError(
+                    f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
+            if not f.rope or not f.weights:
+                absent_in = _absent_pair(q_input)[0]
+                if not f.rope:
+                    freqs = positions = absent_in
+                if not f.weights:
+                    weight = absent_in
+            if side_inputs_ready:
+                q_out, q_sf, weights_out = _OP_QUANT_Q_NEW(
+                    f.index, q_input, weight, weight_scale, freqs, positions, kind,
+                    2 if f.w_shape_2d else 3, enable_pdl, head_scale, side_inputs_ready=True)
+            else:
+                q_out, q_sf, weights_out = _OP_QUANT_Q_NEW(
+                    f.index, q_input, weight, weight_scale, freqs, positions, kind,
+                    2 if f.w_shape_2d else 3, enable_pdl, head_scale)
+            if f.q_scale_out:
+                return (q_out, q_sf), weights_out
+            return q_out, weights_out
     if not f.rope or not f.weights:
         absent_in, absent_out = _absent_pair(q_input)
         if not f.rope:
@@ -597,21 +709,30 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
                 f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
         b, h, _ = q_input.shape
         dev = q_input.device
+        # sizes as separate ints, not a tuple: torch.empty parses them faster (~0.4 us a call)
         if q_out is None:
-            q_out = torch.empty((b, h, f.out_dim), dtype=out_dtype or f.out_dtype, device=dev)
+            q_out = _EMPTY(b, h, f.out_dim, dtype=out_dtype or f.out_dtype, device=dev)
         if q_sf is None:
             if f.fp4:
-                q_sf = torch.empty((b, h), dtype=torch.int32, device=dev)
+                q_sf = _EMPTY(b, h, dtype=_I32, device=dev)
             elif f.scale_out:  # the row scale, (B, H, 1) as SGLang's act_quant
-                q_sf = torch.empty((b, h, 1), dtype=torch.float32, device=dev)
+                q_sf = _EMPTY(b, h, 1, dtype=_F32, device=dev)
         if weights_out is None:  # SGLang's V4 forms: (B, H, 1); the other engines': (B, H)
-            weights_out = torch.empty((b, h) if f.w_shape_2d else (b, h, 1),
-                                      dtype=torch.float32, device=dev)
+            weights_out = (_EMPTY(b, h, dtype=_F32, device=dev) if f.w_shape_2d
+                           else _EMPTY(b, h, 1, dtype=_F32, device=dev))
     # weight_scale / head_scale: Python floats (doubles); the library checks each and rounds it
-    # to float32 once
-    op(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
-       enable_pdl, head_scale)
+    # to float32 once. side_inputs_ready is passed only when set (a keyword costs the parser time).
+    if side_inputs_ready:
+        op(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
+           enable_pdl, head_scale, side_inputs_ready=True)
+    else:
+        op(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
+           enable_pdl, head_scale)
     w_ret = weights_out if f.weights else None
+    if rows:
+        b, h = q_input.shape[0], q_input.shape[1]
+        q_out = q_out.view(b * h, f.out_dim)
+        q_sf = q_sf.view(b * h) if q_sf is not None else None
     if f.q_scale_out:
         return (q_out, q_sf), w_ret
     return q_out, w_ret
@@ -632,6 +753,7 @@ def quant_q(
     enable_pdl: bool = True,
     head_scale: float = 1.0,
     backend: Optional[str] = None,
+    side_inputs_ready: bool = False,
 ) -> Tuple[QOut, torch.Tensor]:
     """Any recipe of the library by name (see :data:`RECIPES`); returns what the engine's entry
     point of that form returns (SGLang's, or vLLM's for the ``vllm_*`` recipes).
@@ -658,15 +780,20 @@ def quant_q(
     is allocated (B, H) for every engine's form but SGLang's V4 and V3.2 unfused ones
     (``recipe_info(r).weights_2d``).
     ``enable_pdl`` (default True: programmatic dependent launch on sm_90+) is used by the CUDA
-    kernel only.
+    kernel only. ``side_inputs_ready`` (default False, a bool: anything else raises TypeError) is
+    the CUDA kernel's opt-in to read positions, freqs and weight before ``griddepcontrol.wait``;
+    the caller promises that no kernel that may still run when this one starts writes them
+    (docs/TORCH.md, "side_inputs_ready"). The CPU, composed, reference and Triton paths accept it
+    and ignore it (same bytes either way).
     ``backend``: None (the dispatcher's choice, see :func:`available_backends`), ``"triton"``
     (operator ``indexer_q::quant_q_triton``: the Triton kernel on any device Triton serves) or
     ``"composed"`` (``indexer_q::quant_q_composed``) or ``"reference"``
     (``indexer_q::quant_q_reference``: the library's scalar reference, the executable spec; CPU
     tensors only).
     """
-    return _quant_q(_backend_op(backend), recipe, q_input, weight, weight_scale, freqs,
-                    positions, out_dtype, q_out, q_sf, weights_out, enable_pdl, head_scale)
+    return _quant_q(_OP_QUANT_Q if backend is None else _backend_op(backend), recipe, q_input,
+                    weight, weight_scale, freqs, positions, out_dtype, q_out, q_sf, weights_out,
+                    enable_pdl, head_scale, side_inputs_ready)
 
 
 def composed_quant_q(
@@ -682,11 +809,14 @@ def composed_quant_q(
     q_sf: Optional[torch.Tensor] = None,
     weights_out: Optional[torch.Tensor] = None,
     head_scale: float = 1.0,
+    side_inputs_ready: bool = False,
 ) -> Tuple[QOut, torch.Tensor]:
     """Same as :func:`quant_q`, always through the composed ATen implementation (operator
-    ``indexer_q::quant_q_composed``), on any device, CPU included."""
+    ``indexer_q::quant_q_composed``), on any device, CPU included (``side_inputs_ready``
+    accepted and ignored)."""
     return _quant_q(_OP_QUANT_Q_COMPOSED, recipe, q_input, weight, weight_scale,
-                    freqs, positions, out_dtype, q_out, q_sf, weights_out, False, head_scale)
+                    freqs, positions, out_dtype, q_out, q_sf, weights_out, False, head_scale,
+                    side_inputs_ready)
 
 
 def fused_q_indexer_rope_first_quant(
@@ -698,13 +828,14 @@ def fused_q_indexer_rope_first_quant(
     *,
     out_dtype: Optional[torch.dtype] = None,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """The DeepSeek-V3.2 form (recipe ``v32_fp8``): RoPE on dims 0..63 with the (max_pos, 64)
     float32 ``cos_sin_cache`` in halves [cos x32 | sin x32], no Hadamard, FP8 with the per-row
     scale folded into the head weight. Returns ``(q_fp8, weights_out)``;
     ``out_dtype=torch.float8_e4m3fnuz`` gives the FNUZ result (recipe ``v32_fp8_fnuz``)."""
-    return quant_q("v32_fp8", q_input, weight, weight_scale, cos_sin_cache, positions,
-                   out_dtype=out_dtype, enable_pdl=enable_pdl)
+    return _quant_q(_OP_QUANT_Q, "v32_fp8", q_input, weight, weight_scale, cos_sin_cache,
+                    positions, out_dtype, None, None, None, enable_pdl, 1.0, side_inputs_ready)
 
 
 def fused_q_indexer_rope_hadamard_fp4_quant(
@@ -715,6 +846,7 @@ def fused_q_indexer_rope_hadamard_fp4_quant(
     positions: torch.Tensor,
     *,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
 ) -> Tuple[Tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
     """SGLang's FP4 call (``kernels/ops/attention/dsv4/norm_rope.py``
     ``fused_q_indexer_rope_hadamard_fp4_quant``), recipe ``v4_fp4``: RoPE on dims 64..127,
@@ -724,10 +856,9 @@ def fused_q_indexer_rope_hadamard_fp4_quant(
     int32, weights_out (B, H, 1) float32 = weight * weight_scale."""
     if not isinstance(q_input, torch.Tensor) or q_input.dim() != 3:
         raise ValueError("indexer_q: q_input: expected a (B, H, 128) tensor")
-    b, h = q_input.shape[0], q_input.shape[1]
-    q_fp4 = torch.empty((b, h, 64), dtype=torch.int8, device=q_input.device)
-    return quant_q("v4_fp4", q_input, weight, weight_scale, freqs_cis, positions, q_out=q_fp4,
-                   enable_pdl=enable_pdl)
+    # q_fp4 as int8 raw codes, as SGLang allocates it
+    return _quant_q(_OP_QUANT_Q, "v4_fp4", q_input, weight, weight_scale, freqs_cis, positions,
+                    torch.int8, None, None, None, enable_pdl, 1.0, side_inputs_ready)
 
 
 _VLLM_V4_ALIASES = {"cos_sin_cache": "index_q_cos_sin_cache",
@@ -757,6 +888,9 @@ def _vllm_weights_out(weights_out: torch.Tensor, weights_out_dtype) -> torch.Ten
 def _vllm_v4_args(fn, table, weights, softmax_scale, head_scale, aliases):
     """vLLM's V4 arguments by its keyword names or the short ones (``cos_sin_cache``,
     ``softmax_scale``, ``head_scale``); the table widened to float32 (:func:`_vllm_table`)."""
+    if not aliases and table is not None and weights is not None and softmax_scale is not None \
+            and head_scale is not None:  # every argument given by vLLM's names: nothing to merge
+        return _vllm_table(table), weights, softmax_scale, head_scale
     given = {"index_q_cos_sin_cache": table, "index_weights_softmax_scale": softmax_scale,
              "index_weights_head_scale": head_scale}
     for short, val in aliases.items():
@@ -789,6 +923,7 @@ def fused_indexer_q_rope_quant(
     *,
     out_dtype: Optional[torch.dtype] = None,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
     **aliases,
 ) -> Tuple[QOut, torch.Tensor]:
     """vLLM's call (``vllm/models/deepseek_v4/common/ops/fused_indexer_q.py``), same arguments
@@ -839,10 +974,13 @@ def fused_indexer_q_rope_quant(
             raise ValueError("indexer_q: out_dtype: float8_e4m3fnuz is an FP8 output; vLLM's "
                              "MXFP4 form (use_fp4=True) has no ROCm FNUZ recipe")
         return quant_q("vllm_v4_fp8_fnuz224", index_q, index_weights, softmax_scale,
-                       cos_sin_cache, positions, head_scale=head_scale, enable_pdl=enable_pdl)
-    recipe = "vllm_v4_mxfp4" if use_fp4 else "vllm_v4_fp8"
-    q, w = quant_q(recipe, index_q, index_weights, softmax_scale, cos_sin_cache, positions,
-                   out_dtype=out_dtype, head_scale=head_scale, enable_pdl=enable_pdl)
+                       cos_sin_cache, positions, head_scale=head_scale, enable_pdl=enable_pdl,
+                       side_inputs_ready=side_inputs_ready)
+    q, w = _quant_q(_OP_QUANT_Q, "vllm_v4_mxfp4" if use_fp4 else "vllm_v4_fp8", index_q,
+                    index_weights, softmax_scale, cos_sin_cache, positions, out_dtype, None, None,
+                    None, enable_pdl, head_scale, side_inputs_ready)
+    if weights_out_dtype is None or weights_out_dtype is torch.float32:
+        return q, w
     return q, _vllm_weights_out(w, weights_out_dtype)
 
 
@@ -856,6 +994,7 @@ def fused_indexer_q_rope_quant_v32(
     is_neox: bool = True,
     *,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """vLLM's DeepSeek-V3.2 call (``vllm/model_executor/layers/sparse_attn_indexer.py``
     ``fused_indexer_q_rope_quant(positions, q, cos_sin_cache, weights, softmax_scale, head_scale,
@@ -868,8 +1007,8 @@ def fused_indexer_q_rope_quant_v32(
     float32 = ``((w * q_scale) * softmax_scale) * head_scale`` (each factor a Python float
     rounded to float32 once, three multiplies)."""
     recipe = "vllm_v32_fp8_neox" if is_neox else "vllm_v32_fp8_gptj"
-    return quant_q(recipe, q, weights, softmax_scale, cos_sin_cache, positions,
-                   head_scale=head_scale, enable_pdl=enable_pdl)
+    return _quant_q(_OP_QUANT_Q, recipe, q, weights, softmax_scale, cos_sin_cache, positions,
+                    None, None, None, None, enable_pdl, head_scale, side_inputs_ready)
 
 
 def fused_indexer_q_rope_quant_cutedsl(
@@ -883,6 +1022,7 @@ def fused_indexer_q_rope_quant_cutedsl(
     weights_out_dtype: torch.dtype = torch.float32,
     *,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
     **aliases,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """vLLM's V4 call :func:`fused_indexer_q_rope_quant` with the numerics of its CuTe DSL kernel
@@ -907,8 +1047,9 @@ def fused_indexer_q_rope_quant_cutedsl(
     scale = softmax_scale * head_scale  # in double, as vLLM's host code
     # head_scale is passed too (the recipe does not read it): the library checks it on its own,
     # so that two negative factors, whose product is > 0, are refused as well
-    return quant_q("vllm_v4_fp8_cutedsl", index_q, index_weights, scale, cos_sin_cache,
-                   positions, enable_pdl=enable_pdl, head_scale=head_scale)
+    return _quant_q(_OP_QUANT_Q, "vllm_v4_fp8_cutedsl", index_q, index_weights, scale,
+                    cos_sin_cache, positions, None, None, None, None, enable_pdl, head_scale,
+                    side_inputs_ready)
 
 
 def index_q_rope_pack_weights(
@@ -919,6 +1060,7 @@ def index_q_rope_pack_weights(
     weight_scale: float,
     *,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """SGLang's DeepSeek-V4.1 call (``kernels/ops/attention/dsv4/fp4_indexer_rope.py``
     ``index_q_rope_pack_weights(input, freqs_cis, positions, head_weights, weight_scale)``),
@@ -932,15 +1074,15 @@ def index_q_rope_pack_weights(
     float32 = ``float(bf16(w * weight_scale))``."""
     if not isinstance(input, torch.Tensor) or input.dim() != 3:
         raise ValueError("indexer_q: q_input: expected a (T, H, 128) tensor")
-    t, h = input.shape[0], input.shape[1]
-    payload = torch.empty((t, h, 64), dtype=torch.int8, device=input.device)
-    (q, sf), w = quant_q("sgl_v41_fp4_rope_pack", input, head_weights, weight_scale, freqs_cis,
-                         positions, q_out=payload, enable_pdl=enable_pdl)
-    return q.view(t * h, 64), sf.view(t * h), w
+    # the payload as int8 raw codes, (T * H, 64), and the scales (T * H,): rows=True
+    (q, sf), w = _quant_q(_OP_QUANT_Q, "sgl_v41_fp4_rope_pack", input, head_weights,
+                          weight_scale, freqs_cis, positions, torch.int8, None, None, None,
+                          enable_pdl, 1.0, side_inputs_ready, True)
+    return q, sf, w
 
 
 def quantize_fp4_indexer_tensor(
-    x: torch.Tensor, rne: bool = True, *, enable_pdl: bool = True
+    x: torch.Tensor, rne: bool = True, *, enable_pdl: bool = True, side_inputs_ready: bool = False
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """SGLang's DeepSeek-V4.1 FP4 packer (``kernels/ops/quantization/fp4_indexer_quant.py``
     ``quantize_fp4_indexer_tensor(x, rne=True)``), same results, same bytes
@@ -956,12 +1098,10 @@ def quantize_fp4_indexer_tensor(
         raise TypeError(f"indexer_q: q_input: expected a tensor, got {type(x).__name__}")
     if x.dim() < 1 or x.shape[-1] != 128:
         raise ValueError(f"indexer_q: q_input: expected (..., 128), got {tuple(x.shape)}")
-    x = x.reshape(-1, 128)  # SGLang flattens the leading dims the same way
-    n = x.shape[0]
-    payload = torch.empty((n, 1, 64), dtype=torch.int8, device=x.device)
-    (q, sf), _ = quant_q("sgl_v41_fp4_quant_rne", x.reshape(n, 1, 128), None, 1.0, None, None,
-                         q_out=payload, enable_pdl=enable_pdl)
-    return q.view(n, 64), sf.view(n)
+    x = x.reshape(-1, 1, 128)  # the rows, as SGLang flattens the leading dims; H = 1
+    (q, sf), _ = _quant_q(_OP_QUANT_Q, "sgl_v41_fp4_quant_rne", x, None, 1.0, None, None,
+                          torch.int8, None, None, None, enable_pdl, 1.0, side_inputs_ready, True)
+    return q, sf  # (N, 64) and (N,): rows=True
 
 
 def dsa_indexer_q_unfused(
@@ -973,6 +1113,7 @@ def dsa_indexer_q_unfused(
     head_scale: float,
     *,
     enable_pdl: bool = True,
+    side_inputs_ready: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """SGLang's DeepSeek-V3.2 indexer query path (``srt/layers/attention/dsa/dsa_indexer.py``,
     the unfused sequence ``dsa_indexer_q_unfused`` of the golden files), as one call with the
@@ -1000,5 +1141,6 @@ def dsa_indexer_q_unfused(
         raise ValueError("indexer_q: q_input: expected a (T, H, 128) tensor")
     (q_fp8, q_scale), weights_out = quant_q(
         "sgl_v32_unfused_neox_hadamard_ue8m0", q, weights, softmax_scale, cos_sin_cache,
-        positions, head_scale=head_scale, enable_pdl=enable_pdl)
+        positions, head_scale=head_scale, enable_pdl=enable_pdl,
+        side_inputs_ready=side_inputs_ready)
     return q_fp8, q_scale, weights_out

@@ -45,6 +45,9 @@ def _schema_of(op_name: str, new_name: str) -> str:
 
 
 _lib.define(_schema_of("quant_q", "quant_q_triton"))
+# Looked up once (a torch.ops attribute lookup costs microseconds a call).
+_OP_CHECK = torch.ops.indexer_q.quant_q_check.default
+_OP_COMPOSED = torch.ops.indexer_q.quant_q_composed.default
 
 _state_lock = threading.Lock()
 _device_ok: Dict[str, bool] = {}  # device string -> known-answer check passed
@@ -61,8 +64,22 @@ def _kernel_module():
     return triton_kernel
 
 
+_SERVES: Dict[str, Optional[str]] = {}  # device type (not "cpu") -> triton_serves' answer
+
+
 def triton_serves(device_type: str) -> Optional[str]:
-    """None if Triton can compile for this device type here, else why not (one line)."""
+    """None if Triton can compile for this device type here, else why not (one line). Worked
+    out once per device type (the CPU's answer, which depends on whether the kernel module was
+    imported under the interpreter, each time): auto_quant_q asks at every call."""
+    if device_type in _SERVES:
+        return _SERVES[device_type]
+    reason = _triton_serves(device_type)
+    if device_type != "cpu":
+        _SERVES[device_type] = reason
+    return reason
+
+
+def _triton_serves(device_type: str) -> Optional[str]:
     try:
         import triton  # noqa: F401
         import triton.backends as tb
@@ -84,13 +101,15 @@ def triton_serves(device_type: str) -> Optional[str]:
 
 def _validate(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
               enable_pdl, head_scale):
-    torch.ops.indexer_q.quant_q_check(recipe, q_input, q_out, q_sf, weight, weights_out,
-                                      weight_scale, freqs, positions, enable_pdl, head_scale)
+    _OP_CHECK(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
+              enable_pdl, head_scale)
 
 
 def run_triton(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
                enable_pdl=False, head_scale=1.0, *, validate=True):
-    """The Triton kernel for `recipe` on the operator's arguments (q_out written as raw codes)."""
+    """The Triton kernel for `recipe` on the operator's arguments (q_out written as raw codes).
+    The operator's ``side_inputs_ready`` is not an argument here: the Triton kernel reads every
+    input in program order, so the opt-in (a CUDA-backend one) has nothing to change."""
     if validate:
         _validate(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
                   positions, enable_pdl, head_scale)
@@ -100,7 +119,8 @@ def run_triton(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, 
 
 
 def _quant_q_triton(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
-                    positions, enable_pdl=False, head_scale=1.0):
+                    positions, enable_pdl=False, head_scale=1.0, *, side_inputs_ready=False):
+    # side_inputs_ready: accepted (the schema is quant_q's) and ignored
     reason = triton_serves(q_input.device.type)
     if reason is not None:
         raise RuntimeError(f"indexer_q: q_input: the Triton path cannot run on "
@@ -114,7 +134,7 @@ _lib.impl("quant_q_triton", _quant_q_triton, "CompositeExplicitAutograd")
 
 @torch.library.register_fake(f"{_NS}::quant_q_triton")
 def _fake_quant_q_triton(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
-                         positions, enable_pdl=False, head_scale=1.0):
+                         positions, enable_pdl=False, head_scale=1.0, *, side_inputs_ready=False):
     from ._ops import _fake_q  # every tensor on one device (a mixed meta call raises)
 
     return _fake_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
@@ -123,7 +143,7 @@ def _fake_quant_q_triton(recipe, q_input, q_out, q_sf, weight, weights_out, weig
 
 @torch.library.register_fake(f"{_NS}::quant_q_check")
 def _fake_quant_q_check(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
-                        positions, enable_pdl=False, head_scale=1.0):
+                        positions, enable_pdl=False, head_scale=1.0, *, side_inputs_ready=False):
     from ._ops import _fake_q  # every tensor on one device (a mixed meta call raises)
 
     return _fake_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
@@ -204,9 +224,11 @@ def reset_checks() -> None:
 
 
 def auto_quant_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
-                 positions, enable_pdl=False, head_scale=1.0):
+                 positions, enable_pdl=False, head_scale=1.0, *, side_inputs_ready=False):
     """The kernel of ``indexer_q::quant_q`` on a device the routing table sends to Triton:
-    Triton where it serves the device and the recipe, else the composed path."""
+    Triton where it serves the device and the recipe, else the composed path.
+    ``side_inputs_ready`` (the CUDA backend's opt-in) is accepted and ignored: neither path reads
+    an input before the previous kernel has finished."""
     info = _RECIPES.get(recipe)  # an unknown name: the composed path reports it
     if info is not None and device_uses_triton(q_input.device):
         try:
@@ -216,12 +238,12 @@ def auto_quant_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale
         else:
             return run_triton(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale,
                               freqs, positions, enable_pdl, head_scale)
-    torch.ops.indexer_q.quant_q_composed(recipe, q_input, q_out, q_sf, weight, weights_out,
-                                         weight_scale, freqs, positions, enable_pdl, head_scale)
+    _OP_COMPOSED(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
+                 positions, enable_pdl, head_scale)
 
 
 def auto_v4(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions,
-            enable_pdl=False):
+            enable_pdl=False, *, side_inputs_ready=False):
     """The same for ``indexer_q::fused_q_indexer_rope_hadamard_quant`` (recipe v4_fp8)."""
     auto_quant_q("v4_fp8", q_input, q_fp8, None, weight, weights_out, weight_scale, freqs,
                  positions, enable_pdl, 1.0)

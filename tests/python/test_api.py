@@ -4,8 +4,9 @@ import pytest
 import torch
 
 import indexer_q
-from conftest import (CUDA_OK, DEVICES, COMPOSED, NATIVE, assert_same_f32, assert_same_fp8,
-                      new_outputs)
+from conftest import (CUDA_OK, DEVICES, COMPOSED, NATIVE, QUANT, QUANT_COMPOSED, QUANT_REFERENCE,
+                      RECIPES, assert_same_f32, assert_same_fp8, assert_same_outputs, new_outputs,
+                      new_recipe_outputs)
 from test_composed_vs_native import make_case
 
 
@@ -14,7 +15,7 @@ def test_schema_defined_once_with_mutation_annotations():
     assert s == (
         "indexer_q::fused_q_indexer_rope_hadamard_quant(Tensor q_input, Tensor(a!) q_fp8, "
         "Tensor weight, Tensor(b!) weights_out, float weight_scale, Tensor freqs, "
-        "Tensor positions, bool enable_pdl=True) -> ()"), s
+        "Tensor positions, bool enable_pdl=True, *, bool side_inputs_ready=False) -> ()"), s
     assert str(COMPOSED.default._schema) == s.replace(
         "fused_q_indexer_rope_hadamard_quant(", "fused_q_indexer_rope_hadamard_quant_composed(")
 
@@ -135,3 +136,295 @@ def test_library_is_loaded_from_the_package_or_override():
     import os
     assert os.path.exists(indexer_q.library_path)
     assert os.path.basename(indexer_q.library_path).startswith("_indexer_q_ops")
+
+
+# ---- side_inputs_ready: the CUDA backend's opt-in, accepted and ignored everywhere else ----------
+def test_side_inputs_ready_is_a_trailing_keyword_only_argument():
+    # keyword-only with a default, after every existing argument: calls written for the old
+    # schemas (positional or by keyword) keep working, and no positional bool can land in it
+    for op in (NATIVE, COMPOSED, QUANT, QUANT_COMPOSED, QUANT_REFERENCE,
+               torch.ops.indexer_q.quant_q_check, torch.ops.indexer_q.quant_q_triton):
+        schema = op.default._schema
+        last = schema.arguments[-1]
+        assert last.name == "side_inputs_ready" and last.kwarg_only, str(schema)
+        assert str(last.type) == "bool" and last.default_value is False, str(schema)
+        assert all(not a.kwarg_only for a in schema.arguments[:-1]), str(schema)
+
+
+def _recipe_inputs(recipe, seed, device="cpu"):
+    q, w, ws, freqs, pos = make_case(5, 8, torch.bfloat16, torch.int64, 3, seed=seed)
+    info = indexer_q.recipe_info(recipe)
+    q, w, freqs, pos = (t.to(device) for t in (q, w, freqs, pos))
+    return (q, w if info.weights else None, ws, freqs if info.rope else None,
+            pos if info.rope else None)
+
+
+@pytest.mark.parametrize("backend", [None, "composed", "reference"])
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_side_inputs_ready_changes_no_byte_off_cuda(recipe, backend):
+    # the CPU backend, the composed path and the scalar reference read every input in order:
+    # the opt-in is accepted and ignored, the bytes are those of the default call
+    q, w, ws, freqs, pos = _recipe_inputs(recipe, 101 + RECIPES.index(recipe))
+    got, want = new_recipe_outputs(recipe, q), new_recipe_outputs(recipe, q)
+    for outs, flag in ((got, True), (want, False)):
+        indexer_q.quant_q(recipe, q, w, ws, freqs, pos, q_out=outs[0], q_sf=outs[1],
+                          weights_out=outs[2], head_scale=0.5, backend=backend,
+                          side_inputs_ready=flag)
+    assert_same_outputs(got, want, f"{recipe} backend={backend} side_inputs_ready")
+
+
+@pytest.mark.parametrize("recipe", ["v4_fp8", "v4_fp4"])
+def test_side_inputs_ready_on_the_triton_path(recipe):
+    # the Triton kernel (here through its CPU interpreter, when tests/python/test_triton.py
+    # turned it on in this session) and the auto kernel of the routing table take the keyword
+    # too, and ignore it
+    from indexer_q import triton_dispatch
+    q, w, ws, freqs, pos = _recipe_inputs(recipe, 7)
+    want = new_recipe_outputs(recipe, q)
+    indexer_q.quant_q(recipe, q, w, ws, freqs, pos, q_out=want[0], q_sf=want[1],
+                      weights_out=want[2])
+    auto = new_recipe_outputs(recipe, q)
+    triton_dispatch.auto_quant_q(recipe, q, auto[0], auto[1], w, auto[2], ws, freqs, pos, True,
+                                 1.0, side_inputs_ready=True)
+    assert_same_outputs(auto, want, f"{recipe} auto_quant_q side_inputs_ready")
+    if triton_dispatch.triton_serves("cpu") is not None:
+        pytest.skip("Triton's CPU interpreter is off in this session (TRITON_INTERPRET=1, "
+                    "tests/python/test_triton.py)")
+    got = new_recipe_outputs(recipe, q)
+    indexer_q.quant_q(recipe, q, w, ws, freqs, pos, q_out=got[0], q_sf=got[1],
+                      weights_out=got[2], backend="triton", side_inputs_ready=True)
+    assert_same_outputs(got, want, f"{recipe} triton side_inputs_ready")
+
+
+@pytest.mark.parametrize("op", [QUANT, QUANT_COMPOSED, QUANT_REFERENCE],
+                         ids=["quant_q", "quant_q_composed", "quant_q_reference"])
+def test_side_inputs_ready_on_the_operators(op):
+    q, w, ws, freqs, pos = _recipe_inputs("v4_fp8", 3)
+    got, want = new_recipe_outputs("v4_fp8", q), new_recipe_outputs("v4_fp8", q)
+    op("v4_fp8", q, got[0], None, w, got[2], ws, freqs, pos, True, 1.0, side_inputs_ready=True)
+    op("v4_fp8", q, want[0], None, w, want[2], ws, freqs, pos)  # the old call, unchanged
+    assert_same_outputs(got, want, "operator side_inputs_ready")
+    # the validator alone accepts it and writes nothing
+    chk = new_recipe_outputs("v4_fp8", q)
+    torch.ops.indexer_q.quant_q_check("v4_fp8", q, chk[0], None, w, chk[2], ws, freqs, pos,
+                                      side_inputs_ready=True)
+    assert bool((chk[0].view(torch.uint8) == 0x5A).all())
+    # the v4_fp8 operator and its composed twin
+    for v4 in (NATIVE, COMPOSED):
+        a, b = _args("cpu"), _args("cpu")
+        v4(*a, side_inputs_ready=True)
+        v4(*b)
+        assert_same_fp8(a[1], b[1], "v4 side_inputs_ready q_fp8")
+        assert_same_f32(a[3], b[3], "v4 side_inputs_ready weights_out")
+
+
+def test_side_inputs_ready_on_every_wrapper():
+    q, w, ws, freqs, pos = _recipe_inputs("v4_fp8", 5)
+    cis = torch.view_as_complex(freqs.view(-1, 32, 2))
+    calls = {
+        "fused_q_indexer_rope_hadamard_quant":
+            lambda **k: indexer_q.fused_q_indexer_rope_hadamard_quant(q, w, ws, cis, pos, **k),
+        "fused_q_indexer_rope_hadamard_quant fnuz":
+            lambda **k: indexer_q.fused_q_indexer_rope_hadamard_quant(
+                q, w, ws, freqs, pos, out_dtype=torch.float8_e4m3fnuz, **k),
+        "composed_fused_q_indexer_rope_hadamard_quant":
+            lambda **k: indexer_q.composed_fused_q_indexer_rope_hadamard_quant(
+                q, w, ws, freqs, pos, **k),
+        "composed_quant_q":
+            lambda **k: indexer_q.composed_quant_q("v4_fp8", q, w, ws, freqs, pos, **k),
+        "fused_q_indexer_rope_first_quant":
+            lambda **k: indexer_q.fused_q_indexer_rope_first_quant(q, w, ws, freqs, pos, **k),
+        "fused_q_indexer_rope_hadamard_fp4_quant":
+            lambda **k: indexer_q.fused_q_indexer_rope_hadamard_fp4_quant(
+                q, w, ws, freqs, pos, **k),
+        "fused_indexer_q_rope_quant":
+            lambda **k: indexer_q.fused_indexer_q_rope_quant(pos, q, freqs, w, ws, 0.5, **k),
+        "fused_indexer_q_rope_quant mxfp4":
+            lambda **k: indexer_q.fused_indexer_q_rope_quant(
+                pos, q, freqs, w, ws, 0.5, use_fp4=True, weights_out_dtype=torch.bfloat16, **k),
+        "fused_indexer_q_rope_quant_v32":
+            lambda **k: indexer_q.fused_indexer_q_rope_quant_v32(pos, q, freqs, w, ws, 0.5, **k),
+        "fused_indexer_q_rope_quant_cutedsl":
+            lambda **k: indexer_q.fused_indexer_q_rope_quant_cutedsl(
+                pos, q, freqs, w, ws, 0.5, **k),
+        "index_q_rope_pack_weights":
+            lambda **k: indexer_q.index_q_rope_pack_weights(q, freqs, pos, w, ws, **k),
+        "quantize_fp4_indexer_tensor":
+            lambda **k: indexer_q.quantize_fp4_indexer_tensor(q, **k),
+        "dsa_indexer_q_unfused":
+            lambda **k: indexer_q.dsa_indexer_q_unfused(q, pos, freqs, w.float(), ws, 0.5, **k),
+    }
+
+    def flat(x):
+        return [t for y in x for t in (flat(y) if isinstance(y, (tuple, list)) else [y])]
+
+    for name, call in calls.items():
+        got, want = flat(call(side_inputs_ready=True)), flat(call())
+        assert len(got) == len(want), name
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype and a.shape == b.shape, name
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name
+    # in place (sgl-kernel's call)
+    a, b = new_outputs(q), new_outputs(q)
+    indexer_q.dsv4_fused_q_indexer_rope_hadamard_quant(q, a[0], w, a[1], ws, freqs, pos,
+                                                       side_inputs_ready=True)
+    indexer_q.dsv4_fused_q_indexer_rope_hadamard_quant(q, b[0], w, b[1], ws, freqs, pos)
+    assert_same_fp8(a[0], b[0], "dsv4 side_inputs_ready q_fp8")
+    assert_same_f32(a[1], b[1], "dsv4 side_inputs_ready weights_out")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", [NATIVE, COMPOSED], ids=["native", "composed"])
+def test_opcheck_side_inputs_ready(op, device, fp8_aware_allclose):
+    # the fake (meta) kernels take the keyword: FakeTensor, torch.compile, AOT dispatch
+    torch.library.opcheck(op.default, _args(device), {"side_inputs_ready": True})
+    a = _args(device)
+    rest = (a[0], new_recipe_outputs("v4_fp8", a[0])[0], None, a[2], a[3], a[4], a[5], a[6])
+    for qop in (QUANT, QUANT_COMPOSED):
+        torch.library.opcheck(qop.default, ("v4_fp8",) + rest,
+                              {"enable_pdl": True, "head_scale": 1.0, "side_inputs_ready": True})
+
+
+def test_meta_tensors_with_side_inputs_ready():
+    q, _, w, _, ws, freqs, pos = (a.to("meta") if isinstance(a, torch.Tensor) else a
+                                  for a in _args("cpu"))
+    q_fp8, w_out = indexer_q.fused_q_indexer_rope_hadamard_quant(q, w, ws, freqs, pos,
+                                                                 side_inputs_ready=True)
+    assert q_fp8.device.type == "meta" and tuple(q_fp8.shape) == (5, 8, 128)
+    (q4, sf), w4 = indexer_q.quant_q("v4_fp4", q, w, ws, freqs, pos, side_inputs_ready=True)
+    assert q4.device.type == "meta" and tuple(sf.shape) == (5, 8)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph_side_inputs_ready(device):
+    q, _, w, _, ws, freqs, pos = _args(device, B=7, H=16)
+
+    def f(q, w, freqs, pos):
+        (q4, sf), w_out = indexer_q.quant_q("v4_fp4", q, w, ws, freqs, pos,
+                                            side_inputs_ready=True)
+        return q4, sf, w_out * 2.0
+
+    torch._dynamo.reset()
+    got = torch.compile(f, fullgraph=True)(q, w, freqs, pos)
+    want = f(q, w, freqs, pos)
+    for a, b in zip(got, want):
+        assert torch.equal(a.cpu().view(torch.uint8), b.cpu().view(torch.uint8))
+
+
+# ---- quant_q_new: quant_q with its outputs allocated by the binding (the wrappers' fast path) ---
+QUANT_NEW = torch.ops.indexer_q.quant_q_new
+
+
+def _absent_or(t, takes):
+    return t if takes else torch.empty(0)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_quant_q_new_equals_quant_q(recipe):
+    info = indexer_q.recipe_info(recipe)
+    q, w, ws, freqs, pos = _recipe_inputs(recipe, 211 + RECIPES.index(recipe))
+    w, freqs, pos = (_absent_or(w, info.weights), _absent_or(freqs, info.rope),
+                     _absent_or(pos, info.rope))
+    b, h = q.shape[:2]
+    for kind in (0, 1, 2, 4, 5, 6):  # dtype (recipe's, uint8, int8), + 4: rows
+        raw, rows = {0: None, 1: torch.uint8, 2: torch.int8}[kind & 3], bool(kind & 4)
+        for dims in (2, 3):
+            got = list(QUANT_NEW(RECIPES.index(recipe), q, w, ws, freqs, pos, kind, dims, True,
+                                 0.5))
+            want = new_recipe_outputs(recipe, q, raw=raw is not None, w2d=dims == 2)
+            q_out = want[0] if raw is None else want[0].view(raw)
+            QUANT(recipe, q, q_out, want[1], w, want[2], ws, freqs, pos, True, 0.5)
+            d = q_out.shape[2]
+            assert got[0].dtype == q_out.dtype and got[0].is_contiguous()
+            assert tuple(got[0].shape) == ((b * h, d) if rows else (b, h, d))
+            got[0] = got[0].view(b, h, d)
+            if info.fp4 or info.scale_out:
+                sf_shape = (b, h) if info.fp4 else (b, h, 1)
+                assert got[1].dtype == (torch.int32 if info.fp4 else torch.float32)
+                assert tuple(got[1].shape) == ((b * h,) if rows else sf_shape)
+                got[1] = got[1].view(sf_shape)
+            else:
+                assert got[1] is None
+            if info.weights:
+                assert tuple(got[2].shape) == ((b, h) if dims == 2 else (b, h, 1))
+            else:
+                assert got[2] is None
+            assert_same_outputs(
+                (got[0], got[1], got[2] if info.weights else want[2]),
+                (q_out, want[1], want[2]), f"{recipe} quant_q_new kind {kind} dims {dims}")
+
+
+def test_quant_q_new_errors_are_the_validators():
+    q, w, ws, freqs, pos = _recipe_inputs("v4_fp8", 5)
+    v4 = RECIPES.index("v4_fp8")
+    cases = [
+        ((q.double(), w, ws, freqs, pos), "q_input"),
+        ((q, w, ws, freqs, pos.float()), "positions"),
+        ((q, w[:, :3], ws, freqs, pos), "weight"),
+        ((q, w, -1.0, freqs, pos), "weight_scale"),
+        ((q, w, ws, freqs[:, :32], pos), "freqs"),
+    ]
+    for args, arg in cases:
+        with pytest.raises(RuntimeError) as new:
+            QUANT_NEW(v4, *args, 0, 3)
+        outs = new_recipe_outputs("v4_fp8", q)
+        with pytest.raises(RuntimeError) as old:
+            QUANT("v4_fp8", args[0], outs[0], None, args[1], outs[2], *args[2:])
+        assert str(new.value) == str(old.value), (str(new.value), str(old.value))
+        assert f"indexer_q: {arg}:" in str(new.value)
+    for bad in (3, 7, 8, -1):
+        with pytest.raises(RuntimeError, match="indexer_q: out_kind: expected 0"):
+            QUANT_NEW(v4, q, w, ws, freqs, pos, bad, 3)
+    with pytest.raises(RuntimeError, match="indexer_q: weights_dims: expected 2"):
+        QUANT_NEW(v4, q, w, ws, freqs, pos, 0, 4)
+    with pytest.raises(RuntimeError, match="indexer_q: q_input: expected 3 dims"):
+        QUANT_NEW(v4, q[0], w, ws, freqs, pos, 0, 3)
+    for bad in (-1, len(RECIPES)):
+        with pytest.raises(RuntimeError, match=r"indexer_q: recipe: expected the index of a "
+                                               r"recipe in the library's list \(0 to "):
+            QUANT_NEW(bad, q, w, ws, freqs, pos, 0, 3)
+    with pytest.raises(RuntimeError, match="recipe"):  # a name: torch's parser refuses it
+        QUANT_NEW("v4_fp8", q, w, ws, freqs, pos, 0, 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", ["v4_fp8", "v4_fp4", "vllm_v4_fp8",
+                                    "sgl_v32_unfused_neox_hadamard_ue8m0",
+                                    "sgl_v41_fp4_quant_rne"])
+def test_opcheck_quant_q_new(recipe, device, fp8_aware_allclose):
+    # finite inputs (opcheck compares eager and traced results with allclose: no NaN outputs)
+    info = indexer_q.recipe_info(recipe)
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(5, 8, 128, generator=g).to(torch.bfloat16).to(device)
+    w = torch.randn(5, 8, generator=g).to(torch.bfloat16).to(device)
+    freqs = torch.randn(16, 64, generator=g).to(device)
+    pos = torch.randint(0, 16, (5,), generator=g).to(device)
+    ws = 0.25
+    none = torch.empty(0, device=device)
+    args = (RECIPES.index(recipe), q, w if info.weights else none, ws,
+            freqs if info.rope else none,
+            pos if info.rope else none, 2 if info.fp4 else 0, 2, True, 0.5)
+    torch.library.opcheck(QUANT_NEW.default, args)
+    torch.library.opcheck(QUANT_NEW.default, args[:6] + (args[6] + 4, 3) + args[8:])  # rows
+    torch.library.opcheck(QUANT_NEW.default, args, {"side_inputs_ready": True})
+
+
+def test_wrappers_take_the_allocating_operator_on_native_devices(monkeypatch):
+    # the allocating wrappers call quant_q_new once on a device with a native kernel (one call:
+    # no torch.empty per output), and the in-place / composed forms do not
+    from indexer_q import _ops
+    calls = []
+    real = _ops._OP_QUANT_Q_NEW
+    monkeypatch.setattr(_ops, "_OP_QUANT_Q_NEW",
+                        lambda *a, **k: calls.append(RECIPES[a[0]]) or real(*a, **k))
+    q, w, ws, freqs, pos = _recipe_inputs("v4_fp8", 5)
+    indexer_q.fused_q_indexer_rope_hadamard_quant(q, w, ws, freqs, pos)
+    indexer_q.quant_q("v4_fp4", q, w, ws, freqs, pos)
+    indexer_q.fused_indexer_q_rope_quant(pos, q, freqs, w, ws, 0.5)
+    indexer_q.quantize_fp4_indexer_tensor(q)
+    assert calls == ["v4_fp8", "v4_fp4", "vllm_v4_fp8", "sgl_v41_fp4_quant_rne"]
+    indexer_q.composed_quant_q("v4_fp8", q, w, ws, freqs, pos)
+    indexer_q.quant_q("v4_fp8", q, w, ws, freqs, pos, backend="reference")
+    a = new_outputs(q)
+    indexer_q.dsv4_fused_q_indexer_rope_hadamard_quant(q, a[0], w, a[1], ws, freqs, pos)
+    assert len(calls) == 4

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import indexer_q
-from conftest import CUDA_OK, NATIVE, assert_same_f32, assert_same_fp8, new_outputs
+from conftest import (CUDA_OK, NATIVE, assert_same_f32, assert_same_fp8, assert_same_outputs,
+                      new_outputs, new_recipe_outputs)
 from test_composed_vs_native import make_case
 
 pytestmark = pytest.mark.skipif(not CUDA_OK, reason="no CUDA device")
@@ -92,3 +93,61 @@ def test_out_of_range_positions_on_cuda(impl):
     assert bool((wo.cpu()[bad].view(torch.int32) == 0x7FFFFFFF).all())  # the one NaN of weights_out
     assert_same_fp8(q8.cpu()[good], want_q[good], "in-range rows q_fp8")
     assert_same_f32(wo.cpu()[good], want_w[good], "in-range rows weights_out")
+
+
+# ---- side_inputs_ready: the opt-in behind producer kernels in a CUDA graph ---------------------
+# The contract (docs/TORCH.md, "side_inputs_ready"): with side_inputs_ready=True the kernel may
+# read positions, freqs and weight before griddepcontrol.wait, i.e. while the kernel right before
+# it on the stream still runs (PDL). So those three must have been written before that kernel
+# began: by a kernel that completed before it, which a plain launch (every torch op) guarantees.
+# Here, in one graph: kernel 1 writes positions, kernel 2 weight, kernel 3 q_input (the kernel
+# right before the op, which the op may overlap: q_input is still read after the wait), then the
+# op with PDL and the opt-in. Each replay gets new values from the producers; the bytes are
+# checked against the CPU backend run on the inputs the producers wrote.
+@pytest.mark.parametrize("side_inputs_ready", [True, False], ids=["side-ready", "default"])
+@pytest.mark.parametrize("recipe", ["v4_fp8", "v4_fp4", "vllm_v4_fp8", "v32_fp8"])
+@pytest.mark.parametrize("tokens", [1, 8, 64])
+def test_side_inputs_ready_behind_producer_kernels_in_a_graph(tokens, recipe, side_inputs_ready):
+    H, hs = 64, 0.5
+    info = indexer_q.recipe_info(recipe)
+    assert info.rope and info.weights  # the recipes chosen read all three side inputs
+    first = make_case(tokens, H, torch.bfloat16, torch.int64, 2, seed=31)
+    ws = first[2]
+    # the op's inputs, and the producers' sources (refilled between replays, outside the graph)
+    q, w, freqs, pos = (t.cuda() for t in (first[0], first[1], first[3], first[4]))
+    q_src, w_src, pos_src = q.clone(), w.clone(), pos.clone()
+    outs = new_recipe_outputs(recipe, q)
+
+    def step():
+        torch.mul(pos_src, 1, out=pos)  # kernel 1: positions
+        torch.mul(w_src, 1, out=w)      # kernel 2: weight
+        torch.mul(q_src, 1, out=q)      # kernel 3, right before the op: q_input
+        indexer_q.quant_q(recipe, q, w, ws, freqs, pos, q_out=outs[0], q_sf=outs[1],
+                          weights_out=outs[2], head_scale=hs, enable_pdl=True,
+                          side_inputs_ready=side_inputs_ready)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # warm-up, as torch.cuda.graphs recommends
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    for seed in (32, 33, 34, 35):
+        new = make_case(tokens, H, torch.bfloat16, torch.int64, 2, seed=seed)
+        q_src.copy_(new[0]); w_src.copy_(new[1]); pos_src.copy_(new[4])
+        freqs.copy_(new[3])  # final long before the graph runs: allowed
+        for t in outs:
+            if t is not None and t.numel():
+                t.view(torch.uint8).fill_(0x5A)
+        torch.cuda.synchronize()
+        g.replay()
+        torch.cuda.synchronize()
+        # what the producers wrote, run through the CPU backend
+        want = new_recipe_outputs(recipe, q.cpu())
+        indexer_q.quant_q(recipe, q.cpu(), w.cpu(), ws, freqs.cpu(), pos.cpu(), q_out=want[0],
+                          q_sf=want[1], weights_out=want[2], head_scale=hs)
+        assert torch.equal(pos.cpu(), new[4])  # the producers ran
+        assert_same_outputs(outs, want, f"{recipe} T={tokens} replay {seed} "
+                                        f"side_inputs_ready={side_inputs_ready}")

@@ -460,3 +460,54 @@ def test_unknown_recipe_names_it():
     with pytest.raises(RuntimeError, match="unknown key-side recipe 'v4_k_fp9'; expected one of "
                                            "v4_k_fp8"):
         _call_k(torch.ops.indexer_q.kside_store, k)
+
+
+# ---- side_inputs_ready: the wrappers take True or False only ----------------------------------
+@pytest.mark.parametrize("bad", [1, 0, "yes", None, 1.0, torch.tensor(True)],
+                         ids=["int1", "int0", "str", "None", "float", "tensor"])
+def test_side_inputs_ready_must_be_a_bool(bad):
+    import indexer_q
+
+    a = valid("cpu")
+    q, w, freqs, pos = a["q_input"], a["weight"], a["freqs"], a["positions"]
+    calls = [
+        lambda: indexer_q.quant_q("v4_fp8", q, w, 0.5, freqs, pos, side_inputs_ready=bad),
+        lambda: indexer_q.quant_q("v4_fp8", q, w, 0.5, freqs, pos, backend="composed",
+                                  side_inputs_ready=bad),
+        lambda: indexer_q.composed_quant_q("v4_fp4", q, w, 0.5, freqs, pos,
+                                           side_inputs_ready=bad),
+        lambda: indexer_q.fused_q_indexer_rope_hadamard_quant(q, w, 0.5, freqs, pos,
+                                                              side_inputs_ready=bad),
+        lambda: indexer_q.composed_fused_q_indexer_rope_hadamard_quant(
+            q, w, 0.5, freqs, pos, side_inputs_ready=bad),
+        lambda: indexer_q.fused_indexer_q_rope_quant(pos, q, freqs, w, 0.5, 1.0,
+                                                     side_inputs_ready=bad),
+        lambda: indexer_q.quantize_fp4_indexer_tensor(q, side_inputs_ready=bad),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match=r"^indexer_q: side_inputs_ready: expected a bool "
+                                            r"\(True or False\), got "):
+            call()
+    # in place: nothing written
+    q8, wo = a["q_fp8"], a["weights_out"]
+    with pytest.raises(TypeError, match="indexer_q: side_inputs_ready: expected a bool"):
+        indexer_q.dsv4_fused_q_indexer_rope_hadamard_quant(q, q8, w, wo, 0.5, freqs, pos,
+                                                           side_inputs_ready=bad)
+    assert bool((q8.view(torch.uint8) == 0x5A).all())
+    assert bool((wo == -7.25).all())
+
+
+@pytest.mark.parametrize("op", ["quant_q", "fused_q_indexer_rope_hadamard_quant"])
+def test_side_inputs_ready_bad_type_on_the_operator(op):
+    # the operator itself: torch's schema parser refuses a value that is not a bool-like,
+    # naming the argument; nothing written
+    a = valid("cpu")
+    args = [a[k] for k in ("q_input", "q_fp8", "weight", "weights_out", "weight_scale", "freqs",
+                           "positions")]
+    if op == "quant_q":
+        args = ["v4_fp8"] + args[:2] + [None] + args[2:]
+    with pytest.raises(RuntimeError, match="side_inputs_ready"):
+        getattr(torch.ops.indexer_q, op)(*args, side_inputs_ready="yes")
+    with pytest.raises(RuntimeError, match="positional argument"):  # keyword-only
+        getattr(torch.ops.indexer_q, op)(*args, True, *([1.0] if op == "quant_q" else []), True)
+    assert bool((a["q_fp8"].view(torch.uint8) == 0x5A).all())

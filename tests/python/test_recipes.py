@@ -124,7 +124,7 @@ def test_recipe_info_op_gives_the_librarys_names():
 def test_schema():
     args = ("(str recipe, Tensor q_input, Tensor(a!) q_out, Tensor(b!)? q_sf, Tensor weight, "
             "Tensor(c!) weights_out, float weight_scale, Tensor freqs, Tensor positions, "
-            "bool enable_pdl=True, float head_scale=1.) -> ()")
+            "bool enable_pdl=True, float head_scale=1., *, bool side_inputs_ready=False) -> ()")
     assert str(QUANT.default._schema) == "indexer_q::quant_q" + args
     assert str(QUANT_COMPOSED.default._schema) == "indexer_q::quant_q_composed" + args
     has = torch._C._dispatch_has_kernel_for_dispatch_key

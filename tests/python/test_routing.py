@@ -142,3 +142,15 @@ def test_format_table():
     lines = routing.format_table().splitlines()
     assert len(lines) == len(routing.OPS) * len(routing.DEVICES)
     assert any(ln.split()[:3] == ["kside_store", "cpu", "native"] for ln in lines)
+
+
+def test_triton_serves_is_worked_out_once_per_device_type():
+    # auto_quant_q asks at every call: the answer for a GPU device type is kept (Triton's
+    # install does not change in a process); the CPU's (the interpreter) is asked each time
+    from indexer_q import triton_dispatch
+
+    first = triton_dispatch.triton_serves("xpu")
+    assert triton_dispatch._SERVES["xpu"] == first
+    assert triton_dispatch.triton_serves("xpu") == first
+    triton_dispatch.triton_serves("cpu")
+    assert "cpu" not in triton_dispatch._SERVES
