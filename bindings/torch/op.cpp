@@ -173,7 +173,7 @@ RecipeId recipe_of_id(std::int64_t id) {
   fail("recipe", "unknown recipe id " + std::to_string(id));
 }
 
-// quant_q_new's recipe: its index in the library's list (the order of recipes() in Python).
+// quant_q_alloc's recipe: its index in the library's list (the order of recipes() in Python).
 static RecipeId recipe_at(std::int64_t index) {
   const auto& e = names().entries;
   if (index < 0 || index >= std::int64_t(e.size()))
@@ -334,7 +334,7 @@ void quant_q_check(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optio
 }
 
 // ---- the allocating form, for the Python wrappers -------------------------------------------
-// quant_q_new(int recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs,
+// quant_q_alloc(int recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs,
 //             Tensor positions, int out_kind, int weights_dims, bool enable_pdl=True,
 //             float head_scale=1.0, *, bool side_inputs_ready=False) -> (Tensor, Tensor?, Tensor?)
 // quant_q with its outputs allocated here, on q_input's device (contiguous, uninitialized), the
@@ -394,7 +394,7 @@ using NewOutputs = std::tuple<Tensor, std::optional<Tensor>, std::optional<Tenso
 
 namespace {
 
-NewOutputs quant_q_new_run(Run run, std::int64_t recipe_index,
+NewOutputs quant_q_alloc_run(Run run, std::int64_t recipe_index,
                                                    const Tensor& q_input, const Tensor& weight,
                                                    double weight_scale, const Tensor& freqs,
                                                    const Tensor& positions, std::int64_t out_kind,
@@ -451,32 +451,32 @@ NewOutputs quant_q_new_run(Run run, std::int64_t recipe_index,
 
 }  // namespace
 
-NewOutputs quant_q_new_cpu(std::int64_t recipe, Tensor q_input, Tensor weight,
+NewOutputs quant_q_alloc_cpu(std::int64_t recipe, Tensor q_input, Tensor weight,
                                                    double weight_scale, Tensor freqs, Tensor positions,
                                                    std::int64_t out_kind, std::int64_t weights_dims,
                                                    bool enable_pdl, double head_scale,
                                                    bool side_inputs_ready) {
-  return quant_q_new_run(Run::kCpu, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
+  return quant_q_alloc_run(Run::kCpu, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
                          weights_dims, enable_pdl, head_scale, side_inputs_ready);
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
-NewOutputs quant_q_new_cuda(std::int64_t recipe, Tensor q_input, Tensor weight,
+NewOutputs quant_q_alloc_cuda(std::int64_t recipe, Tensor q_input, Tensor weight,
                                                     double weight_scale, Tensor freqs, Tensor positions,
                                                     std::int64_t out_kind, std::int64_t weights_dims,
                                                     bool enable_pdl, double head_scale,
                                                     bool side_inputs_ready) {
-  return quant_q_new_run(Run::kCuda, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
+  return quant_q_alloc_run(Run::kCuda, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
                          weights_dims, enable_pdl, head_scale, side_inputs_ready);
 }
 #endif
 
-NewOutputs quant_q_new_composed(std::int64_t recipe, Tensor q_input, Tensor weight,
+NewOutputs quant_q_alloc_composed(std::int64_t recipe, Tensor q_input, Tensor weight,
                                                         double weight_scale, Tensor freqs, Tensor positions,
                                                         std::int64_t out_kind, std::int64_t weights_dims,
                                                         bool enable_pdl, double head_scale,
                                                         bool side_inputs_ready) {
-  return quant_q_new_run(Run::kComposed, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
+  return quant_q_alloc_run(Run::kComposed, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
                          weights_dims, enable_pdl, head_scale, side_inputs_ready);
 }
 
@@ -571,9 +571,9 @@ STABLE_TORCH_LIBRARY(indexer_q, m) {
   m.def("quant_q_composed" IQ_QUANT_Q_ARGS);
   m.def("quant_q_check" IQ_QUANT_Q_ARGS);  // the validator alone (writes nothing)
   m.def("quant_q_reference" IQ_QUANT_Q_ARGS);  // the scalar reference (CPU tensors)
-  // quant_q with its outputs allocated (see quant_q_new_run above): for the Python wrappers
+  // quant_q with its outputs allocated (see quant_q_alloc_run above): for the Python wrappers
   m.def(
-      "quant_q_new(int recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs, "
+      "quant_q_alloc(int recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs, "
       "Tensor positions, int out_kind, int weights_dims, bool enable_pdl=True, "
       "float head_scale=1.0, *, bool side_inputs_ready=False) -> (Tensor, Tensor?, Tensor?)");
   // Served by Python from recipe_table (python/indexer_q/_ops.py; see recipe_table_op above).
@@ -587,14 +587,14 @@ STABLE_TORCH_LIBRARY_IMPL(indexer_q, CPU, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cpu_kernel));
   m.impl("quant_q", IQ_RECIPE_BOX(quant_q_cpu));
   m.impl("quant_q_reference", IQ_RECIPE_BOX(quant_q_reference));
-  m.impl("quant_q_new", TORCH_BOX(&indexer_q::torch_binding::quant_q_new_cpu));
+  m.impl("quant_q_alloc", TORCH_BOX(&indexer_q::torch_binding::quant_q_alloc_cpu));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CUDA, m) {
   m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cuda_kernel));
   m.impl("quant_q", IQ_RECIPE_BOX(quant_q_cuda));
-  m.impl("quant_q_new", TORCH_BOX(&indexer_q::torch_binding::quant_q_new_cuda));
+  m.impl("quant_q_alloc", TORCH_BOX(&indexer_q::torch_binding::quant_q_alloc_cuda));
 }
 #endif
 
@@ -610,7 +610,7 @@ STABLE_TORCH_LIBRARY_IMPL(indexer_q, CompositeExplicitAutograd, m) {
   m.impl("quant_q", IQ_RECIPE_BOX(quant_q_composed));
   m.impl("quant_q_composed", IQ_RECIPE_BOX(quant_q_composed));
   m.impl("quant_q_check", IQ_RECIPE_BOX(quant_q_check));
-  m.impl("quant_q_new", TORCH_BOX(&indexer_q::torch_binding::quant_q_new_composed));
+  m.impl("quant_q_alloc", TORCH_BOX(&indexer_q::torch_binding::quant_q_alloc_composed));
   m.impl("recipe_table", TORCH_BOX(&indexer_q::torch_binding::recipe_table_op));
   m.impl("native_devices", TORCH_BOX(&indexer_q::torch_binding::native_devices_op));
 }

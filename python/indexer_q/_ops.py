@@ -101,10 +101,10 @@ _fake_quant_q_reference = torch.library.register_fake("indexer_q::quant_q_refere
 # (quant_q_check's and quant_q_triton's fakes, registered in triton_dispatch.py, call _fake_q.)
 
 
-@torch.library.register_fake("indexer_q::quant_q_new")
-def _fake_quant_q_new(recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
+@torch.library.register_fake("indexer_q::quant_q_alloc")
+def _fake_quant_q_alloc(recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
                       weights_dims, enable_pdl=True, head_scale=1.0, *, side_inputs_ready=False):
-    # quant_q with its outputs allocated (op.cpp quant_q_new_run): the same shapes and dtypes
+    # quant_q with its outputs allocated (op.cpp quant_q_alloc_run): the same shapes and dtypes
     _check_one_device(_Q_NAMES[:1] + _Q_NAMES[3:4] + _Q_NAMES[5:],
                       (q_input, weight, freqs, positions), _Q_ABSENT)
     if not 0 <= recipe < len(RECIPES):  # the recipe's index in the library's list
@@ -434,16 +434,16 @@ def fused_q_indexer_rope_hadamard_quant(
         weight_scale = _scalar("weight_scale", weight_scale)
     if type(freqs_cis) is not torch.Tensor or freqs_cis.dtype is not _F32:
         freqs_cis = _freqs_table(freqs_cis)
-    if isinstance(q_input, torch.Tensor) and (q_input.is_cpu or (_NEW_CUDA and q_input.is_cuda)):
-        # a device with a native kernel: the binding allocates the outputs (quant_q_new)
+    if isinstance(q_input, torch.Tensor) and (q_input.is_cpu or (_ALLOC_CUDA and q_input.is_cuda)):
+        # a device with a native kernel: the binding allocates the outputs (quant_q_alloc)
         if q_input.dim() != 3:
             raise ValueError(
                 f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
         if side_inputs_ready is False:
-            q_fp8, _, weights_out = _OP_QUANT_Q_NEW(_V4_INDEX, q_input, weight, weight_scale,
+            q_fp8, _, weights_out = _OP_QUANT_Q_ALLOC(_V4_INDEX, q_input, weight, weight_scale,
                                                     freqs_cis, positions, 0, 3, enable_pdl)
         else:
-            q_fp8, _, weights_out = _OP_QUANT_Q_NEW(
+            q_fp8, _, weights_out = _OP_QUANT_Q_ALLOC(
                 _V4_INDEX, q_input, weight, weight_scale, freqs_cis, positions, 0, 3, enable_pdl,
                 side_inputs_ready=_flag("side_inputs_ready", side_inputs_ready))
         return q_fp8, weights_out
@@ -526,7 +526,7 @@ class _Facts:
 
     def __init__(self, info: RecipeInfo):
         self.name = info.name
-        self.index = RECIPES.index(info.name)  # quant_q_new's recipe argument
+        self.index = RECIPES.index(info.name)  # quant_q_alloc's recipe argument
         self.weights = info.weights
         self.rope = info.rope
         self.halves = info.freqs_layout == "halves"
@@ -550,9 +550,11 @@ _OP_V4 = torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant.default
 _OP_V4_COMPOSED = torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant_composed.default
 # quant_q with its outputs allocated by the binding (one call instead of one torch.empty per
 # output): what the allocating wrappers call for tensors on a device with a native kernel
-_OP_QUANT_Q_NEW = torch.ops.indexer_q.quant_q_new.default
-_NEW_CUDA = bool(int(torch.ops.indexer_q.native_devices()) & 2)  # the build's CUDA backend
-_RAW_KINDS = {torch.uint8: 1, torch.int8: 2}  # quant_q_new's out_kind of a raw-code q_out
+_OP_QUANT_Q_ALLOC = torch.ops.indexer_q.quant_q_alloc.default
+# CUDA tensors keep quant_q on outputs allocated here: quant_q_alloc's CUDA kernel is registered
+# and tested by tests/python/test_api.py on a GPU, but has not run on one yet (docs/TORCH.md)
+_ALLOC_CUDA = False
+_RAW_KINDS = {torch.uint8: 1, torch.int8: 2}  # quant_q_alloc's out_kind of a raw-code q_out
 _V4_INDEX = _FACTS["v4_fp8"].index
 _QUANT_Q_BACKENDS: Dict[Optional[str], object] = {}
 
@@ -667,14 +669,14 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
                     f"indexer_q: freqs: recipe {recipe} reads a real (max_pos, 64) float32 table "
                     "[cos x32 | sin x32] (cos_sin_cache), not a complex one")
             freqs = _freqs_table(freqs)
-    if (allocate_all and op is _OP_QUANT_Q and (q_input.is_cpu or (_NEW_CUDA and q_input.is_cuda))
+    if (allocate_all and op is _OP_QUANT_Q and (q_input.is_cpu or (_ALLOC_CUDA and q_input.is_cuda))
             and (f.weights or weight is None) and (f.rope or (freqs is None and positions is None))):
         # every output allocated, on a device with a native kernel: the binding allocates them
-        # (quant_q_new), the same checks and bytes as quant_q on outputs allocated here
+        # (quant_q_alloc), the same checks and bytes as quant_q on outputs allocated here
         kind = 0 if out_dtype is None or out_dtype == f.out_dtype else _RAW_KINDS.get(out_dtype)
         if kind is not None:
             if rows:
-                kind += 4  # quant_q_new's rows flag
+                kind += 4  # quant_q_alloc's rows flag
             if q_input.dim() != 3:
                 raise ValueError(
                     f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
@@ -685,11 +687,11 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
                 if not f.weights:
                     weight = absent_in
             if side_inputs_ready:
-                q_out, q_sf, weights_out = _OP_QUANT_Q_NEW(
+                q_out, q_sf, weights_out = _OP_QUANT_Q_ALLOC(
                     f.index, q_input, weight, weight_scale, freqs, positions, kind,
                     2 if f.w_shape_2d else 3, enable_pdl, head_scale, side_inputs_ready=True)
             else:
-                q_out, q_sf, weights_out = _OP_QUANT_Q_NEW(
+                q_out, q_sf, weights_out = _OP_QUANT_Q_ALLOC(
                     f.index, q_input, weight, weight_scale, freqs, positions, kind,
                     2 if f.w_shape_2d else 3, enable_pdl, head_scale)
             if f.q_scale_out:

@@ -311,20 +311,22 @@ def test_torch_compile_fullgraph_side_inputs_ready(device):
         assert torch.equal(a.cpu().view(torch.uint8), b.cpu().view(torch.uint8))
 
 
-# ---- quant_q_new: quant_q with its outputs allocated by the binding (the wrappers' fast path) ---
-QUANT_NEW = torch.ops.indexer_q.quant_q_new
+# ---- quant_q_alloc: quant_q with its outputs allocated by the binding (the wrappers' fast path) ---
+QUANT_NEW = torch.ops.indexer_q.quant_q_alloc
 
 
-def _absent_or(t, takes):
-    return t if takes else torch.empty(0)
+def _absent_or(t, takes, device="cpu"):
+    return t if takes else torch.empty(0, device=device)
 
 
+# on CUDA too (where a GPU is present): the allocation on q_input's device and stream
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_quant_q_new_equals_quant_q(recipe):
+def test_quant_q_alloc_equals_quant_q(recipe, device):
     info = indexer_q.recipe_info(recipe)
-    q, w, ws, freqs, pos = _recipe_inputs(recipe, 211 + RECIPES.index(recipe))
-    w, freqs, pos = (_absent_or(w, info.weights), _absent_or(freqs, info.rope),
-                     _absent_or(pos, info.rope))
+    q, w, ws, freqs, pos = _recipe_inputs(recipe, 211 + RECIPES.index(recipe), device)
+    w, freqs, pos = (_absent_or(w, info.weights, device), _absent_or(freqs, info.rope, device),
+                     _absent_or(pos, info.rope, device))
     b, h = q.shape[:2]
     for kind in (0, 1, 2, 4, 5, 6):  # dtype (recipe's, uint8, int8), + 4: rows
         raw, rows = {0: None, 1: torch.uint8, 2: torch.int8}[kind & 3], bool(kind & 4)
@@ -351,10 +353,10 @@ def test_quant_q_new_equals_quant_q(recipe):
                 assert got[2] is None
             assert_same_outputs(
                 (got[0], got[1], got[2] if info.weights else want[2]),
-                (q_out, want[1], want[2]), f"{recipe} quant_q_new kind {kind} dims {dims}")
+                (q_out, want[1], want[2]), f"{recipe} quant_q_alloc kind {kind} dims {dims}")
 
 
-def test_quant_q_new_errors_are_the_validators():
+def test_quant_q_alloc_errors_are_the_validators():
     q, w, ws, freqs, pos = _recipe_inputs("v4_fp8", 5)
     v4 = RECIPES.index("v4_fp8")
     cases = [
@@ -391,7 +393,7 @@ def test_quant_q_new_errors_are_the_validators():
 @pytest.mark.parametrize("recipe", ["v4_fp8", "v4_fp4", "vllm_v4_fp8",
                                     "sgl_v32_unfused_neox_hadamard_ue8m0",
                                     "sgl_v41_fp4_quant_rne"])
-def test_opcheck_quant_q_new(recipe, device, fp8_aware_allclose):
+def test_opcheck_quant_q_alloc(recipe, device, fp8_aware_allclose):
     # finite inputs (opcheck compares eager and traced results with allclose: no NaN outputs)
     info = indexer_q.recipe_info(recipe)
     g = torch.Generator().manual_seed(9)
@@ -410,12 +412,12 @@ def test_opcheck_quant_q_new(recipe, device, fp8_aware_allclose):
 
 
 def test_wrappers_take_the_allocating_operator_on_native_devices(monkeypatch):
-    # the allocating wrappers call quant_q_new once on a device with a native kernel (one call:
+    # the allocating wrappers call quant_q_alloc once on a device with a native kernel (one call:
     # no torch.empty per output), and the in-place / composed forms do not
     from indexer_q import _ops
     calls = []
-    real = _ops._OP_QUANT_Q_NEW
-    monkeypatch.setattr(_ops, "_OP_QUANT_Q_NEW",
+    real = _ops._OP_QUANT_Q_ALLOC
+    monkeypatch.setattr(_ops, "_OP_QUANT_Q_ALLOC",
                         lambda *a, **k: calls.append(RECIPES[a[0]]) or real(*a, **k))
     q, w, ws, freqs, pos = _recipe_inputs("v4_fp8", 5)
     indexer_q.fused_q_indexer_rope_hadamard_quant(q, w, ws, freqs, pos)

@@ -79,6 +79,12 @@ def _cases():
         ("kside_store", lambda: OPS.kside_store(*k)),
         ("kside_store_composed", lambda: OPS.kside_store_composed(*k)),
         ("krecipes", lambda: OPS.krecipes()),
+        # the allocating operator the wrappers call (its outputs freed each call)
+        ("quant_q_alloc", lambda: OPS.quant_q_alloc(indexer_q.RECIPES.index("v4_fp8"), q[1], q[4],
+                                                    0.25, q[7], q[8], 0, 3, True, 1.0)),
+        ("quant_q_alloc fp4", lambda: OPS.quant_q_alloc(indexer_q.RECIPES.index("v4_fp4"), fp4[1],
+                                                        fp4[4], 0.25, fp4[7], fp4[8], 0, 3, True,
+                                                        1.0)),
         # the public wrappers (their allocations must all be freed too)
         ("indexer_q.quant_q", lambda: indexer_q.quant_q("v4_fp8", q[1], q[4], 0.25, q[7], q[8])),
         ("indexer_q.kside_store", lambda: indexer_q.kside_store(*k[:9])),
