@@ -34,6 +34,7 @@ struct Consts {
   __m512i even, odd, hi16, absmask, expmask, min_normal, cff, c0f, c8;
   __m512i fp4_base, fp4_lo, fp4_hi;
   __m512i c1ffff, c8000, c80_32, enc_k;
+  __m512i signexp, enc_k2;          // fp8_fast_raw
   __m512 c2p22;                     // vLLM E2M1 encoder
   __m512i one_bits, mx_off, c1;
   __m256i c80;
@@ -79,6 +80,11 @@ struct Consts {
     alignas(64) std::uint32_t k[16] = {};
     for (std::uint32_t e = 121; e <= 135; ++e) k[e & 15u] = (e << 3) + 56u - (e << 23);
     enc_k = _mm512_load_si512(k);
+    // fp8_fast_raw: entry e & 15 is (e << 3) - 968 - ((e + 20) << 23) mod 2^32, which takes the
+    // fma's bits straight to the code (see there).
+    for (std::uint32_t e = 121; e <= 135; ++e) k[e & 15u] = (e << 3) - 968u - ((e + 20u) << 23);
+    enc_k2 = _mm512_load_si512(k);
+    signexp = _mm512_set1_epi32(int(0xff800000u));
   }
 };
 
@@ -149,24 +155,39 @@ inline __m512 round_bf16(__m512 x, const Consts& c) {
 // sign is the class "negative finite, -Inf or -0" of v (never a NaN: fmin(NaN, 448) = +448), and
 // (bits(m) >> 20) + 56 - bits(m) comes from a 16-entry table on m's exponent (enc_k).
 // kNanNeg (Quantizer::kSglangUe8m0): a NaN counts as negative too, so it gives -448 (0xfe).
-//
-// kFast (rows known to hold no NaN in q, see Avx512::front_body): a = min(|q|, bound) in one
-// vrangeps (min of the magnitudes, sign cleared; it would return a NaN as it is, hence the
-// condition) and the sign is q's sign bit. bound: 448, or 224 for Quantizer::kSglang224 (whose
-// clamp to [-224, 224] keeps the sign, -0 included).
-template <bool kNanNeg = false, bool kFast = false>
-inline __m512i clamp_encode(__m512 q, const Consts& c, __m512 bound) {
+// Rows known to hold no NaN or Inf take fp8_fast_pair instead.
+template <bool kNanNeg = false>
+inline __m512i clamp_encode(__m512 q, const Consts& c) {
   // 0x40 negative finite, 0x10 -Inf, 0x04 -0 (kNanNeg: also 0x01 QNaN, 0x80 SNaN)
-  const __mmask16 neg = kFast ? _mm512_movepi32_mask(_mm512_castps_si512(q)) : _mm512_fpclass_ps_mask(q, kNanNeg ? 0xD5 : 0x54);
-  const __m512 a = kFast ? _mm512_range_ps(q, bound, 0x0A) : _mm512_min_ps(abs_ps(q, c), bound);
+  const __mmask16 neg = _mm512_fpclass_ps_mask(q, kNanNeg ? 0xD5 : 0x54);
+  const __m512 a = _mm512_min_ps(abs_ps(q, c), c.c448);
   const __m512i m = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), c.expmask), c.min_normal);
   const __m512i t = _mm512_castps_si512(_mm512_fmadd_ps(_mm512_castsi512_ps(m), c.c2p20, a));  // the one rounding
   const __m512i raw = _mm512_add_epi32(t, _mm512_permutexvar_epi32(_mm512_srli_epi32(m, 23), c.enc_k));
   return _mm512_mask_or_epi32(raw, neg, raw, c.c80_32);
 }
-template <bool kNanNeg = false, bool kFast = false>
-inline __m512i clamp_encode(__m512 q, const Consts& c) {
-  return clamp_encode<kNanNeg, kFast>(q, c, c.c448);
+// The FP8 codes of rows known to hold no NaN or Inf (kFast, see kRangeAmax), 32 values at a time.
+// There |q| < 464 for every quantizer (q = y * inv with |y| <= amax and inv at most 448 / amax, or
+// 224 / amax, times a few ulps), so the clamp to 448 (224) is a no-op after rounding: every such q
+// rounds to a code of at most 448 (224). The rounding is clamp_encode's fma done on the signed
+// value: m = +-2^max(E, -6) with q's sign (one vrangeps on q's sign and exponent bits: the larger
+// magnitude of that and 2^-6, q's sign), t = fma(m, 2^20, q) = -fma(|m|, 2^20, |q|) or
+// +fma(|m|, 2^20, |q|) (round to nearest even is symmetric), so bits(t) = sign << 31 | the bits of
+// clamp_encode's t, and bits(t) + enc_k2[e & 15] (e = the biased exponent of |m|) is sign << 31 |
+// the 7-bit code, nothing else (clamp_encode's raw is the same less 0x0a000400 and its sign).
+inline __m512i fp8_fast_raw(__m512 q, const Consts& c) {
+  const __m512 m = _mm512_range_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(q), c.signexp)),
+                                   _mm512_castsi512_ps(c.min_normal), 0x03);
+  const __m512i t = _mm512_castps_si512(_mm512_fmadd_ps(m, c.c2p20, q));
+  return _mm512_add_epi32(t, _mm512_permutexvar_epi32(_mm512_srli_epi32(_mm512_castps_si512(m), 23), c.enc_k2));
+}
+// The codes of qe and qo as the 16-bit words (code(qe) | code(qo) << 8) in the low halves of the
+// lanes (upper halves: don't care): each sign moves from bit 31 to bit 7 / 15 by a shift, the
+// codes by none / one: re | ro << 8 | ro >> 16 | re >> 24.
+inline __m512i fp8_fast_pair(__m512 qe, __m512 qo, const Consts& c) {
+  const __m512i re = fp8_fast_raw(qe, c), ro = fp8_fast_raw(qo, c);
+  const __m512i w = _mm512_ternarylogic_epi32(re, _mm512_slli_epi32(ro, 8), _mm512_srli_epi32(ro, 16), 0xFE);
+  return _mm512_or_si512(w, _mm512_srli_epi32(re, 24));
 }
 
 // E2M1 code (0..15, clean 32-bit lanes) of v, any float. a = min(|v|, 6) (NaN -> 6). The
@@ -240,25 +261,21 @@ inline __m512i fp4_encode(__m512 v, const Consts& c) {
 
 // vLLM's FP8 code of q = x * inv (row.h's vllm_fp8_code): clamp_encode (NaN -> min(NaN, 448) =
 // 448, positive: 0x7e), or 1 on the NaN lanes (0x7f).
-// kFast (no NaN in q): clamp_encode alone.
-template <bool kFast = false>
 inline __m512i vllm_fp8_encode(__m512 q, const Consts& c) {
-  const __m512i code = clamp_encode<false, kFast>(q, c);
-  if (kFast) return code;
+  const __m512i code = clamp_encode(q, c);
   return _mm512_mask_or_epi32(code, _mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q), code, c.c1);
 }
 
-template <class R, bool kFast>
+template <class R>
 inline __m512i fp8_encode(__m512 q, const Consts& c) {
   // gfx942 (see kernel_avx2.cpp): kSglang224 clamps to [-224, 224] first (NaN -> 224); kVllmFnuz224
   // (q = 2 * x / q_scale) takes vLLM's code (NaN -> 0x7f), made e4m3fnuz in back_body.
   if constexpr (R::kQuant == Quantizer::kSglang224) {
-    if constexpr (kFast) return clamp_encode<false, true>(q, c, c.c224);
     return clamp_encode(_mm512_max_ps(_mm512_min_ps(q, c.c224), c.cm224), c);
   }
-  if constexpr (R::kQuant == Quantizer::kVllmFnuz224) return vllm_fp8_encode<kFast>(q, c);
-  if constexpr (kNanCode7f<R>) return vllm_fp8_encode<kFast>(q, c);
-  return clamp_encode<kNanCodeFe<R>, kFast>(q, c);
+  if constexpr (R::kQuant == Quantizer::kVllmFnuz224) return vllm_fp8_encode(q, c);
+  if constexpr (kNanCode7f<R>) return vllm_fp8_encode(q, c);
+  return clamp_encode<kNanCodeFe<R>>(q, c);
 }
 
 // Max of a 16-lane vector into 8 lanes (max is exact, order free; no NaN reaches here).
@@ -512,10 +529,16 @@ struct Avx512 {
     std::uint8_t* out = p.q_out + (r0 + n) * 128;
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      const __m512i e = fp8_encode<R, kFast>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv), c);
-      const __m512i o = fp8_encode<R, kFast>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv), c);
-      // (e & 0xff) | (o << 8), low 16 bits of each lane, then narrowed to 16 words.
-      const __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 8), c.cff, 0xE4);
+      const __m512 qe = _mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv);
+      const __m512 qo = _mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv);
+      __m512i w;
+      if (kFast) {
+        w = fp8_fast_pair(qe, qo, c);
+      } else {
+        const __m512i e = fp8_encode<R>(qe, c), o = fp8_encode<R>(qo, c);
+        // (e & 0xff) | (o << 8), low 16 bits of each lane, then narrowed to 16 words.
+        w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 8), c.cff, 0xE4);
+      }
       __m256i v = _mm512_cvtepi32_epi16(w);
       if (R::kFnuz) v = _mm256_andnot_si256(_mm256_cmpeq_epi8(v, c.c80), v);  // -0 -> +0
       if constexpr (R::kQuant == Quantizer::kVllmFnuz224)
@@ -571,6 +594,24 @@ void quantize_vllm_avx512(const float* y, float inv, std::uint8_t* out, std::int
 void encode_mxfp4_avx512(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
   encode_hook(y, inv, out, n, [](__m512 v, const Consts& c) { return mx_e2m1_encode(v, c); });
 }
+
+namespace {
+void quantize_fast_avx512(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  const Consts c;
+  const __m512 vinv = _mm512_set1_ps(inv);
+  for (std::int64_t i = 0; i + 32 <= n; i += 32) {
+    const __m512i w = fp8_fast_pair(_mm512_mul_ps(_mm512_loadu_ps(y + i), vinv),
+                                    _mm512_mul_ps(_mm512_loadu_ps(y + i + 16), vinv), c);
+    alignas(32) std::uint8_t pairs[32];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(pairs), _mm512_cvtepi32_epi16(w));
+    for (int l = 0; l < 16; ++l) {
+      out[i + l] = pairs[2 * l];
+      out[i + 16 + l] = pairs[2 * l + 1];
+    }
+  }
+}
+}  // namespace
+QuantizeFn fp8_fast_encoder_avx512() { return quantize_fast_avx512; }
 
 }  // namespace cpu
 }  // namespace detail
