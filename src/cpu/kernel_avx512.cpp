@@ -35,11 +35,11 @@ struct Consts {
   __m512i fp4_base, fp4_lo, fp4_hi;
   __m512i c1ffff, c8000, c80_32, enc_k;
   __m512i signexp, enc_k2;          // fp8_fast_raw
+  __m512i lane0_8;                  // lanes 0, 8 to lanes 0, 1
+  __m512i c7f_32, cffff, qperm, dperm, c80_8, c7f_8;  // the codes' packing (back_row)
   __m512 c2p22;                     // vLLM E2M1 encoder
   __m512i one_bits, mx_off, c1;
-  __m256i c80;
   __m512 c224, cm224;  // gfx942: Quantizer::kSglang224's clamp
-  __m256i c7f;         // gfx942: Quantizer::kVllmFnuz224's NaN code
   Consts() {
     sg0 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
     sg1 = _mm512_setr_ps(1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1);
@@ -64,10 +64,8 @@ struct Consts {
     // up (see e2m1_encode).
     fp4_lo = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 3, 3, 4);
     fp4_hi = _mm512_setr_epi32(4, 5, 5, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7);
-    c80 = _mm256_set1_epi8(char(0x80));
     c224 = _mm512_set1_ps(kFp8Max224K);
     cm224 = _mm512_set1_ps(-kFp8Max224K);
-    c7f = _mm256_set1_epi8(0x7f);
     c1ffff = _mm512_set1_epi32(0x1ffff);
     c8000 = _mm512_set1_epi32(0x8000);
     c80_32 = _mm512_set1_epi32(0x80);
@@ -85,6 +83,13 @@ struct Consts {
     for (std::uint32_t e = 121; e <= 135; ++e) k[e & 15u] = (e << 3) - 968u - ((e + 20u) << 23);
     enc_k2 = _mm512_load_si512(k);
     signexp = _mm512_set1_epi32(int(0xff800000u));
+    lane0_8 = _mm512_setr_epi32(0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8);
+    c7f_32 = _mm512_set1_epi32(0x7f);
+    cffff = _mm512_set1_epi32(0xffff);
+    qperm = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    dperm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    c80_8 = _mm512_set1_epi8(char(0x80));
+    c7f_8 = _mm512_set1_epi8(0x7f);
   }
 };
 
@@ -181,13 +186,14 @@ inline __m512i fp8_fast_raw(__m512 q, const Consts& c) {
   const __m512i t = _mm512_castps_si512(_mm512_fmadd_ps(m, c.c2p20, q));
   return _mm512_add_epi32(t, _mm512_permutexvar_epi32(_mm512_srli_epi32(_mm512_castps_si512(m), 23), c.enc_k2));
 }
-// The codes of qe and qo as the 16-bit words (code(qe) | code(qo) << 8) in the low halves of the
-// lanes (upper halves: don't care): each sign moves from bit 31 to bit 7 / 15 by a shift, the
-// codes by none / one: re | ro << 8 | ro >> 16 | re >> 24.
+// The codes of qe and qo as the 16-bit words code(qe) | code(qo) << 8, zero-extended to the
+// lanes: each sign moves from bit 31 to bit 7 / 15 by a shift, the codes by none / one:
+// (re & 0x7f) | ro << 8 | ro >> 16 | re >> 24.
 inline __m512i fp8_fast_pair(__m512 qe, __m512 qo, const Consts& c) {
   const __m512i re = fp8_fast_raw(qe, c), ro = fp8_fast_raw(qo, c);
-  const __m512i w = _mm512_ternarylogic_epi32(re, _mm512_slli_epi32(ro, 8), _mm512_srli_epi32(ro, 16), 0xFE);
-  return _mm512_or_si512(w, _mm512_srli_epi32(re, 24));
+  const __m512i x = _mm512_ternarylogic_epi32(_mm512_slli_epi32(ro, 8), _mm512_srli_epi32(ro, 16),
+                                              _mm512_srli_epi32(re, 24), 0xFE);  // a | b | c
+  return _mm512_ternarylogic_epi32(re, x, c.c7f_32, 0xEC);                        // (a & c) | b
 }
 
 // E2M1 code (0..15, clean 32-bit lanes) of v, any float. a = min(|v|, 6) (NaN -> 6). The
@@ -330,6 +336,10 @@ __attribute__((noinline, cold)) __m128 amax_exact(const float* row, const Consts
 
 struct Avx512 {
   using Consts = cpu::Consts;
+  // FP4 back bodies inlined into the driver (see back_of: left to GCC, some were called out of
+  // line after the packing below changed their size, 232 -> 272 instructions per row for
+  // vllm_v4_mxfp4).
+  static constexpr bool kFp4BackInline = true;
   struct Freqs {
     // Adjacent pairs: lane l of C[m] / S[m]: pair j = 16m + l. NeoX pairs (j, j + 32): C[0] / C[1]
     // lane l hold cos of the pairs j = 2l / 2l + 1 (those of E / O of the first rotated block).
@@ -419,6 +429,7 @@ struct Avx512 {
     // ignoring NaN (maxps returns its 2nd operand, the running max, when the new value is NaN) of
     // the row (FP8) or of each block of 32 = E[k], O[k] (FP4). Results to buf for the back phase.
     __m128 amax[kRows];
+    __m512 mrow[kRows];                // FP8, kRangeAmax: the row's 16 partial maxima
     __m512 fin = _mm512_setzero_ps();  // kRangeAmax: finite while every value of the step is
 #pragma GCC unroll 2
     for (int n = 0; n < kRows; ++n) {
@@ -439,8 +450,9 @@ struct Avx512 {
         if (R::kFp4 && kRangeAmax<R>) {
           mb[k] = half_range_max(range_max(e, o));
         } else if (kRangeAmax<R>) {
-          m0 = range_max(e, m0);
-          m1 = range_max(o, m1);
+          // (k = 0: the values themselves; the next vrangeps clears their signs.)
+          m0 = k == 0 ? e : range_max(e, m0);
+          m1 = k == 0 ? o : range_max(o, m1);
         } else if (R::kFp4) {
           // maxps returns its 2nd operand when either is NaN: the inner max turns a NaN of o
           // into 0, the outer one ignores a NaN of e.
@@ -475,15 +487,30 @@ struct Avx512 {
           amax[n] = max4x8(mb[0], mb[1], mb[2], mb[3]);
         }
       } else if (kRangeAmax<R>) {
-        const __m256 m8 = half_range_max(range_max(m0, m1));
-        __m128 m4 = range_max(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
-        m4 = range_max(m4, _mm_permute_ps(m4, 0x4E));
-        amax[n] = range_max(m4, _mm_permute_ps(m4, 0xB1));  // all lanes hold the max
+        mrow[n] = range_max(m0, m1);  // reduced below, both rows at once
       } else {
         const __m256 m8 = half_max(_mm512_max_ps(m0, m1));
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
         m4 = _mm_max_ps(m4, _mm_permute_ps(m4, 0x4E));
         amax[n] = _mm_max_ps(m4, _mm_permute_ps(m4, 0xB1));  // all lanes hold the max
+      }
+    }
+    // FP8, kRangeAmax: the rows' maxima across lanes. Two rows share the steps: chunks 0-1 / 2-3
+    // of one register take row 0 / row 1, then each 128-bit chunk is reduced, then the chunk pairs;
+    // lane 0 / lane 1 of the result are the two rows' amax (the order of a max does not matter).
+    __m128 am_pair = _mm_setzero_ps();
+    if constexpr (!R::kFp4 && kRangeAmax<R>) {
+      if constexpr (kRows == 2) {
+        __m512 m = range_max(_mm512_shuffle_f32x4(mrow[0], mrow[1], 0x44), _mm512_shuffle_f32x4(mrow[0], mrow[1], 0xEE));
+        m = range_max(m, _mm512_permute_ps(m, 0x4E));
+        m = range_max(m, _mm512_permute_ps(m, 0xB1));
+        m = range_max(m, _mm512_shuffle_f32x4(m, m, 0xB1));
+        am_pair = _mm512_castps512_ps128(_mm512_permutexvar_ps(c.lane0_8, m));
+      } else {
+        const __m256 m8 = half_range_max(mrow[0]);
+        __m128 m4 = range_max(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+        m4 = range_max(m4, _mm_permute_ps(m4, 0x4E));
+        am_pair = range_max(m4, _mm_permute_ps(m4, 0xB1));  // all lanes hold the max
       }
     }
     // One test for the rows of the step: any lane of fin NaN (0x01 quiet, 0x80 signalling) or
@@ -493,10 +520,13 @@ struct Avx512 {
       if (__builtin_expect(_mm512_fpclass_ps_mask(fin, 0x99) != 0, 0)) {
 #pragma GCC unroll 2
         for (int n = 0; n < kRows; ++n) amax[n] = amax_exact<R::kFp4>(buf[n], c);
+        if (!R::kFp4) am_pair = _mm_unpacklo_ps(amax[0], amax[kRows - 1]);
         slow = true;
       }
     }
-    RowScales rs = scales_of<R, kRows>(amax);
+    RowScales rs;
+    if constexpr (!R::kFp4 && kRangeAmax<R>) row_scales_fp8<R>(am_pair, rs.scale, rs.inv);  // lane n: row n
+    else rs = scales_of<R, kRows>(amax);
     rs.slow = slow;
     return rs;
   }
@@ -510,14 +540,19 @@ struct Avx512 {
       // Block k: codes of E[k] (low nibbles) and O[k] (high nibbles), 16 bytes in order.
       std::uint8_t* out = p.q_out + (r0 + n) * 64;
       const __m512 inv8 = _mm512_castps256_ps512(rs.inv4);
+      __m512i w[4];
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const __m512 vinv = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * n + k), inv8);
         const __m512i e = fp4_encode<R, kFast>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv), c);
         const __m512i o = fp4_encode<R, kFast>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv), c);
-        const __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 4), c.c0f, 0xE4);  // c ? e : o<<4
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * k), _mm512_cvtepi32_epi8(w));
+        w[k] = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 4), c.c0f, 0xE4);  // c ? e : o<<4 (0..255)
       }
+      // The 64 bytes by two unsigned-saturating packs (exact: every lane is 0..255), which
+      // interleave the blocks by 128-bit chunk (dword 4c + k = block k's lanes 4c..4c+3), and one
+      // dword permutation back into block order.
+      const __m512i b8 = _mm512_packus_epi16(_mm512_packus_epi32(w[0], w[1]), _mm512_packus_epi32(w[2], w[3]));
+      _mm512_storeu_si512(out, _mm512_permutexvar_epi32(c.dperm, b8));
       const std::uint32_t sf = fp4_sf_word(rs.e4, n);
       std::memcpy(p.q_sf + 4 * (r0 + n), &sf, 4);
       write_weight<R>(p, r0 + n, b, h0 + n, 0.0f);
@@ -527,23 +562,28 @@ struct Avx512 {
     // the even/odd codes of each pair go to the two bytes of a 16-bit word.
     const __m512 vinv = _mm512_set1_ps(n == 0 ? lane_of<0>(rs.inv) : lane_of<1>(rs.inv));
     std::uint8_t* out = p.q_out + (r0 + n) * 128;
+    __m512i w[4];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       const __m512 qe = _mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv);
       const __m512 qo = _mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv);
-      __m512i w;
       if (kFast) {
-        w = fp8_fast_pair(qe, qo, c);
+        w[k] = fp8_fast_pair(qe, qo, c);
       } else {
         const __m512i e = fp8_encode<R>(qe, c), o = fp8_encode<R>(qo, c);
-        // (e & 0xff) | (o << 8), low 16 bits of each lane, then narrowed to 16 words.
-        w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 8), c.cff, 0xE4);
+        // (e & 0xff) | (o << 8), low 16 bits of each lane (the rest cleared).
+        w[k] = _mm512_and_si512(_mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 8), c.cff, 0xE4), c.cffff);
       }
-      __m256i v = _mm512_cvtepi32_epi16(w);
-      if (R::kFnuz) v = _mm256_andnot_si256(_mm256_cmpeq_epi8(v, c.c80), v);  // -0 -> +0
+    }
+    // 64 bytes (blocks k, k + 1) by one unsigned-saturating pack (exact: every lane is 0..65535),
+    // which interleaves the two blocks by 128-bit chunk, and one qword permutation.
+#pragma GCC unroll 2
+    for (int k = 0; k < 4; k += 2) {
+      __m512i v = _mm512_permutexvar_epi64(c.qperm, _mm512_packus_epi32(w[k], w[k + 1]));
+      if (R::kFnuz) v = _mm512_maskz_mov_epi8(_mm512_cmpneq_epi8_mask(v, c.c80_8), v);  // -0 -> +0
       if constexpr (R::kQuant == Quantizer::kVllmFnuz224)
-        if (!kFast) v = _mm256_sub_epi8(v, _mm256_cmpeq_epi8(v, c.c7f));  // NaN: 0x7f -> 0x80, e4m3fnuz's NaN
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * k), v);
+        if (!kFast) v = _mm512_mask_mov_epi8(v, _mm512_cmpeq_epi8_mask(v, c.c7f_8), c.c80_8);  // NaN: 0x7f -> 0x80, e4m3fnuz's NaN
+      _mm512_storeu_si512(out + 32 * k, v);
     }
     write_weight<R>(p, r0 + n, b, h0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));
     write_scale_out<R>(p, r0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));

@@ -309,7 +309,7 @@ template <class K, class R, DType kDt, int kRows>
 __attribute__((always_inline)) inline void back_of(const Problem& p, std::int64_t r0, std::int64_t b,
                                                    std::int64_t h0, const typename K::Consts& c,
                                                    const float (*buf)[128], const RowScales& rs) {
-  if constexpr (R::kFp4) back_outlined<K, R, kDt, kRows>(p, r0, b, h0, c, buf, rs);
+  if constexpr (R::kFp4 && !K::kFp4BackInline) back_outlined<K, R, kDt, kRows>(p, r0, b, h0, c, buf, rs);
   else K::template back_body<R, kDt, kRows>(p, r0, b, h0, c, buf, rs);
 }
 
