@@ -298,7 +298,7 @@ inline __m256 half_max(__m512 m) {
 // overflows, which only sends a finite step down the exact path. A step whose f is not finite is
 // re-reduced from buf the NaN-ignoring way (amax_exact) and encoded by the exact encoders;
 // otherwise no value is NaN or infinite, not even q = y * inv (finite y, finite inv), so the
-// encoders may drop the NaN cases (kFast).
+// encoders may drop the NaN cases (kFast; FP8 takes fp8_fast_pair, which drops the clamp too).
 template <class R>
 constexpr bool kRangeAmax = R::kQuant != Quantizer::kFp4TwoStage;
 inline __m512 range_max(__m512 a, __m512 b) { return _mm512_range_ps(a, b, 0x0B); }

@@ -284,8 +284,9 @@ inline RowScales scales_of(const __m128 (&amax)[kRows]) {
 
 // Where the bodies go: FP8 bodies are inlined into the row-pair driver (with many recipes in a
 // translation unit GCC otherwise calls them out of line, which measured slower: 617 -> 656
-// instructions per row on AVX2); FP4 bodies stay behind a call the compiler may inline or not
-// (forcing them inline added instructions on AVX2: 768 -> 802).
+// instructions per row on AVX2); FP4 front bodies stay behind a call the compiler may inline or
+// not (forcing them inline added instructions on AVX2: 768 -> 802), and so do FP4 back bodies
+// unless K::kFp4BackInline (AVX-512: left to GCC, vllm_v4_mxfp4's went out of line, 232 -> 272).
 // (`inline` matters: it is the hint GCC gave the in-class definitions this replaced; without it the
 // FP4 path measured 795 instructions per row instead of 768.)
 template <class K, class R, DType kDt, int kRows>
@@ -319,7 +320,8 @@ __attribute__((always_inline)) inline void back_of(const Problem& p, std::int64_
 //   K::front_body<R, kDt, kRows>(p, r0, freqs, consts, buf) -> RowScales: steps 1-7 of kRows
 //     rows (results in buf, K's layout), and
 //   K::back_body<R, kDt, kRows>(p, r0, b, h0, consts, buf, scales): codes, sf bytes, weights_out
-//   (both always_inline; front_of / back_of below decide where they are inlined).
+//   (both always_inline; front_of / back_of below decide where they are inlined), and
+//   K::kFp4BackInline (bool: FP4 back bodies always inlined, see back_of).
 // Rows of one token go in pairs, software-pipelined: the front of pair i is issued before the
 // back of pair i - 1, so that one pair's amax reduction and divisions (a long dependency chain)
 // overlap with the other pair's independent encoding work.
