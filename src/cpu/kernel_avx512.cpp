@@ -339,6 +339,7 @@ struct Avx512 {
   // FP4 back bodies inlined into the driver (see back_of: left to GCC, some were called out of
   // line after the packing below changed their size, 232 -> 272 instructions per row for
   // vllm_v4_mxfp4).
+  static constexpr bool kFp4FrontInline = true;  // FP4 fronts with the Hadamard (see front_of)
   static constexpr bool kFp4BackInline = true;
   struct Freqs {
     // Adjacent pairs: lane l of C[m] / S[m]: pair j = 16m + l. NeoX pairs (j, j + 32): C[0] / C[1]
