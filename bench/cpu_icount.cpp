@@ -3,12 +3,14 @@
 // which valgrind cannot execute. Deterministic, unlike timings on a shared machine.
 //
 //   indexer_q_cpu_icount [--isa all|LIST] [--recipe v4_fp8|all|LIST] [--heads 64] [--tokens 8]
-//                        [--dtype bf16|fp16|fp32]
+//                        [--dtype bf16|fp16|fp32] [--kside v4_k_fp8|all|LIST]
 //
 // Per case it counts the instructions of one 1-thread run() call at `tokens` and at 2 x `tokens`
 // tokens (the same data) and prints the difference per row, so the call's fixed cost (the
 // validator, dispatch) drops out and the per-token cost (the freqs row) stays in. Output (csv):
 //   recipe,isa,dtype,heads,rows,insns_small,insns_large,insns_per_row
+// --kside counts key-side stores instead (run(KStoreArgs), tokens x heads key tokens against
+// twice that, page size 64, every token stored): the same columns, a row being one key token.
 #include <sys/ptrace.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -32,6 +34,8 @@ namespace {
 struct Case {
   RecipeId rid;
   CpuIsa isa;
+  bool kside = false;
+  KRecipeId krid = KRecipeId::kV4KFp8;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -72,7 +76,48 @@ int child_main(const std::vector<Case>& cases, long long H, long long tokens, DT
   std::vector<float> wo(static_cast<std::size_t>(B * H));
   std::vector<std::int64_t> pos(static_cast<std::size_t>(B));
   for (auto& p : pos) p = std::int64_t(rng() % max_pos);
+  std::vector<std::uint8_t> kweight(128 * es);
+  for (std::size_t i = 0; i + 1 < kweight.size(); i += 2) {
+    const std::uint16_t h = std::uint16_t(0x3c00 + int(rng() % 0x400));
+    std::memcpy(&kweight[i], &h, 2);
+  }
+  if (dt == DType::kFloat32)
+    for (std::size_t i = 0; i < kweight.size(); i += 4) {
+      const float f = 1.0f + float(int(rng() % 1001)) * 1e-3f;
+      std::memcpy(&kweight[i], &f, 4);
+    }
+  std::vector<std::int64_t> kpos(static_cast<std::size_t>(B * H)), kslots(static_cast<std::size_t>(B * H));
+  for (std::size_t i = 0; i < kpos.size(); ++i) {
+    kpos[i] = std::int64_t(rng() % max_pos);
+    kslots[i] = std::int64_t(i);
+  }
   for (const Case& cs : cases) {
+    if (cs.kside) {
+      const std::int64_t page = 64, tb = kside_token_bytes(cs.krid);
+      const std::int64_t pages = (B * H + page - 1) / page;
+      std::vector<std::uint8_t> cache(static_cast<std::size_t>(pages * page * tb));
+      for (long long b : {tokens, B}) {
+        KStoreArgs a;
+        a.recipe = cs.krid;
+        a.input = TensorView::contiguous(q.data(), dt, {b * H, 128});
+        a.weight = TensorView::contiguous(kweight.data(), dt, {128});
+        a.freqs = TensorView::contiguous(freqs.data(), DType::kFloat32, {max_pos, 64});
+        a.positions = TensorView::contiguous(kpos.data(), DType::kInt64, {b * H});
+        a.slots = TensorView::contiguous(kslots.data(), DType::kInt64, {b * H});
+        a.kvcache = TensorView::contiguous(cache.data(), DType::kUInt8, {pages, page * tb});
+        a.page_size = page;
+        Options opt;
+        opt.backend = Backend::kCpu;
+        opt.cpu_isa = cs.isa;
+        opt.num_threads = 1;
+        if (!run(a, opt).ok()) return 1;
+        raise(SIGSTOP);
+        const Status st = run(a, opt);
+        raise(SIGSTOP);
+        if (!st.ok()) return 1;
+      }
+      continue;
+    }
     const Recipe& rc = recipe(cs.rid);
     const bool fp4 = rc.format == OutFormat::kE2M1;
     const std::int64_t od = fp4 ? 64 : 128;
@@ -111,7 +156,7 @@ int child_main(const std::vector<Case>& cases, long long H, long long tokens, DT
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string isa_arg = "all", recipe_arg = "all", dtype_arg = "bf16";
+  std::string isa_arg = "all", recipe_arg = "all", dtype_arg = "bf16", kside_arg;
   long long H = 64, tokens = 8;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -121,6 +166,7 @@ int main(int argc, char** argv) {
     else if (a == "--heads") H = std::atoll(argv[++i]);
     else if (a == "--tokens") tokens = std::atoll(argv[++i]);
     else if (a == "--dtype") dtype_arg = argv[++i];
+    else if (a == "--kside") kside_arg = argv[++i];
     else { std::fprintf(stderr, "unknown argument '%s'\n", a.c_str()); return 2; }
   }
   DType dt = DType::kBFloat16;
@@ -144,8 +190,21 @@ int main(int argc, char** argv) {
       recipes.push_back(rid);
     }
   std::vector<Case> cases;
-  for (RecipeId r : recipes)
-    for (CpuIsa i : isas) cases.push_back({r, i});
+  if (!kside_arg.empty()) {
+    std::vector<KRecipeId> krecipes;
+    if (kside_arg == "all") krecipes = all_krecipes();
+    else
+      for (const std::string& n : split(kside_arg)) {
+        KRecipeId k;
+        if (!parse_krecipe(n, &k)) { std::fprintf(stderr, "bad --kside '%s'\n", n.c_str()); return 2; }
+        krecipes.push_back(k);
+      }
+    for (KRecipeId k : krecipes)
+      for (CpuIsa i : isas) cases.push_back({RecipeId::kV4Fp8, i, true, k});
+  } else {
+    for (RecipeId r : recipes)
+      for (CpuIsa i : isas) cases.push_back({r, i});
+  }
 
   const pid_t pid = fork();
   if (pid < 0) return 1;
@@ -177,7 +236,8 @@ int main(int argc, char** argv) {
         if (counts.size() % 2 == 0) {
           const Case& cs = cases[counts.size() / 2 - 1];
           const unsigned long long a = counts[counts.size() - 2], b = counts.back();
-          std::printf("%s,%s,%s,%lld,%lld,%llu,%llu,%.2f\n", recipe_name(cs.rid), cpu_isa_name(cs.isa), dtype_name(dt), H,
+          std::printf("%s,%s,%s,%lld,%lld,%llu,%llu,%.2f\n", cs.kside ? krecipe_name(cs.krid) : recipe_name(cs.rid),
+                      cpu_isa_name(cs.isa), dtype_name(dt), H,
                       tokens * H, a, b, double(b - a) / double(tokens * H));
           std::fflush(stdout);
         }

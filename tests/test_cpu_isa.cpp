@@ -401,6 +401,46 @@ TEST(CpuIsa, EncoderSweepMatchesRowH) {
         "inv=" + testing::PrintToString(inv));
 }
 
+TEST(CpuIsa, Avx512FastFp8EncoderMatchesRowH) {
+  // The AVX-512 kernel's encoder of NaN- and Inf-free rows (signed fma rounding, no clamp) against
+  // row.h's quantize_value on its domain, finite values of magnitude below 464: a strided sweep of
+  // those bit patterns (both signs), all of [256, 464) (the top binade, where a clamp would act),
+  // all float32 subnormals' neighbourhood of 0, and every e4m3 rounding midpoint with neighbours.
+  const detail::cpu::QuantizeFn fast = detail::cpu::fp8_fast_encoder_avx512();
+  if (fast == nullptr || !cpu_isa_supported(CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 variant here";
+  const std::uint32_t top = bits(464.0f);
+  std::vector<float> vals;
+  auto both = [&vals](std::uint32_t u) {
+    vals.push_back(from_bits(u));
+    vals.push_back(from_bits(u | 0x80000000u));
+  };
+  for (std::uint32_t u = 0; u < top; u += 997) both(u);
+  for (std::uint32_t u = bits(256.0f); u < top; ++u) both(u);
+  for (std::uint32_t u = 0; u < 0x00100000u; ++u) both(u);
+  for (int code = 0; code < 126; ++code) {
+    const float mid = (detail::e4m3fn_decode(std::uint8_t(code)) + detail::e4m3fn_decode(std::uint8_t(code + 1))) * 0.5f;
+    for (int d = -3; d <= 3; ++d) both(std::uint32_t(std::int64_t(bits(mid)) + d));
+  }
+  while (vals.size() % 32) vals.push_back(0.0f);
+  std::vector<std::uint8_t> got(vals.size(), 0xAB);
+  fast(vals.data(), 1.0f, got.data(), std::int64_t(vals.size()));
+  std::int64_t bad = 0;
+  std::size_t first = 0;
+  for (std::size_t i = 0; i < vals.size(); ++i)
+    if (got[i] != detail::quantize_value(vals[i], 1.0f) && bad++ == 0) first = i;
+  EXPECT_EQ(bad, 0) << "first value bits 0x" << std::hex << bits(vals[first]) << " got 0x" << int(got[first])
+                    << " want 0x" << int(detail::quantize_value(vals[first], 1.0f));
+  // The same values times a few inv (products still below 464 in magnitude).
+  for (float inv : {0.5f, 0.37f, 0x1p-20f}) {
+    std::fill(got.begin(), got.end(), 0xAB);
+    fast(vals.data(), inv, got.data(), std::int64_t(vals.size()));
+    bad = 0;
+    for (std::size_t i = 0; i < vals.size(); ++i)
+      if (got[i] != detail::quantize_value(vals[i], inv) && bad++ == 0) first = i;
+    EXPECT_EQ(bad, 0) << "inv=" << inv << " first value bits 0x" << std::hex << bits(vals[first]);
+  }
+}
+
 // ---- every recipe ----
 
 struct RecipeOut {

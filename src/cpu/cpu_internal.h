@@ -51,6 +51,10 @@ QuantizeFn quantize_for(CpuIsa isa);
 QuantizeFn encode_fp4_for(CpuIsa isa);
 QuantizeFn quantize_vllm_for(CpuIsa isa);
 QuantizeFn encode_mxfp4_for(CpuIsa isa);
+// The AVX-512 kernel's FP8 encoder of rows known to hold no NaN or Inf (the kernel's fast path):
+// the e4m3fn code of y[i] * inv for finite products of magnitude below 464 (no clamp needed there:
+// they all round to at most 448), n a multiple of 32. nullptr where that variant is not compiled in.
+QuantizeFn fp8_fast_encoder_avx512();
 
 // Interprets a value of INDEXER_Q_CPU_ISA (nullptr or "" = unset): the ISA to use, or an error
 // Status naming INDEXER_Q_CPU_ISA and the value. active_cpu_isa() caches this for the process.

@@ -326,6 +326,8 @@ inline void rope_pair(__m256& x0, __m256& x1, __m256 C, __m256 S, const Consts& 
 
 struct Avx2 {
   using Consts = cpu::Consts;
+  static constexpr bool kFp4FrontInline = false;
+  static constexpr bool kFp4BackInline = false;  // see back_of (kernel_common.h)
   struct Freqs {
     // Adjacent pairs: lane l of C[m] / S[m]: pair j = 8m + l (in the row's lane order).
     // NeoX pairs (j, j + 32): C[2k] / C[2k + 1] hold cos of the pairs j = 16k + 2l / 16k + 2l + 1

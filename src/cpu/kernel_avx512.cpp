@@ -34,11 +34,12 @@ struct Consts {
   __m512i even, odd, hi16, absmask, expmask, min_normal, cff, c0f, c8;
   __m512i fp4_base, fp4_lo, fp4_hi;
   __m512i c1ffff, c8000, c80_32, enc_k;
+  __m512i signexp, enc_k2;          // fp8_fast_raw
+  __m512i lane0_8;                  // lanes 0, 8 to lanes 0, 1
+  __m512i c7f_32, cffff, qperm, dperm, c80_8, c7f_8;  // the codes' packing (back_row)
   __m512 c2p22;                     // vLLM E2M1 encoder
   __m512i one_bits, mx_off, c1;
-  __m256i c80;
   __m512 c224, cm224;  // gfx942: Quantizer::kSglang224's clamp
-  __m256i c7f;         // gfx942: Quantizer::kVllmFnuz224's NaN code
   Consts() {
     sg0 = _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1);
     sg1 = _mm512_setr_ps(1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1);
@@ -63,10 +64,8 @@ struct Consts {
     // up (see e2m1_encode).
     fp4_lo = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 3, 3, 4);
     fp4_hi = _mm512_setr_epi32(4, 5, 5, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7);
-    c80 = _mm256_set1_epi8(char(0x80));
     c224 = _mm512_set1_ps(kFp8Max224K);
     cm224 = _mm512_set1_ps(-kFp8Max224K);
-    c7f = _mm256_set1_epi8(0x7f);
     c1ffff = _mm512_set1_epi32(0x1ffff);
     c8000 = _mm512_set1_epi32(0x8000);
     c80_32 = _mm512_set1_epi32(0x80);
@@ -79,6 +78,18 @@ struct Consts {
     alignas(64) std::uint32_t k[16] = {};
     for (std::uint32_t e = 121; e <= 135; ++e) k[e & 15u] = (e << 3) + 56u - (e << 23);
     enc_k = _mm512_load_si512(k);
+    // fp8_fast_raw: entry e & 15 is (e << 3) - 968 - ((e + 20) << 23) mod 2^32, which takes the
+    // fma's bits straight to the code (see there).
+    for (std::uint32_t e = 121; e <= 135; ++e) k[e & 15u] = (e << 3) - 968u - ((e + 20u) << 23);
+    enc_k2 = _mm512_load_si512(k);
+    signexp = _mm512_set1_epi32(int(0xff800000u));
+    lane0_8 = _mm512_setr_epi32(0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8);
+    c7f_32 = _mm512_set1_epi32(0x7f);
+    cffff = _mm512_set1_epi32(0xffff);
+    qperm = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    dperm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    c80_8 = _mm512_set1_epi8(char(0x80));
+    c7f_8 = _mm512_set1_epi8(0x7f);
   }
 };
 
@@ -149,24 +160,40 @@ inline __m512 round_bf16(__m512 x, const Consts& c) {
 // sign is the class "negative finite, -Inf or -0" of v (never a NaN: fmin(NaN, 448) = +448), and
 // (bits(m) >> 20) + 56 - bits(m) comes from a 16-entry table on m's exponent (enc_k).
 // kNanNeg (Quantizer::kSglangUe8m0): a NaN counts as negative too, so it gives -448 (0xfe).
-//
-// kFast (rows known to hold no NaN in q, see Avx512::front_body): a = min(|q|, bound) in one
-// vrangeps (min of the magnitudes, sign cleared; it would return a NaN as it is, hence the
-// condition) and the sign is q's sign bit. bound: 448, or 224 for Quantizer::kSglang224 (whose
-// clamp to [-224, 224] keeps the sign, -0 included).
-template <bool kNanNeg = false, bool kFast = false>
-inline __m512i clamp_encode(__m512 q, const Consts& c, __m512 bound) {
+// Rows known to hold no NaN or Inf take fp8_fast_pair instead.
+template <bool kNanNeg = false>
+inline __m512i clamp_encode(__m512 q, const Consts& c) {
   // 0x40 negative finite, 0x10 -Inf, 0x04 -0 (kNanNeg: also 0x01 QNaN, 0x80 SNaN)
-  const __mmask16 neg = kFast ? _mm512_movepi32_mask(_mm512_castps_si512(q)) : _mm512_fpclass_ps_mask(q, kNanNeg ? 0xD5 : 0x54);
-  const __m512 a = kFast ? _mm512_range_ps(q, bound, 0x0A) : _mm512_min_ps(abs_ps(q, c), bound);
+  const __mmask16 neg = _mm512_fpclass_ps_mask(q, kNanNeg ? 0xD5 : 0x54);
+  const __m512 a = _mm512_min_ps(abs_ps(q, c), c.c448);
   const __m512i m = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), c.expmask), c.min_normal);
   const __m512i t = _mm512_castps_si512(_mm512_fmadd_ps(_mm512_castsi512_ps(m), c.c2p20, a));  // the one rounding
   const __m512i raw = _mm512_add_epi32(t, _mm512_permutexvar_epi32(_mm512_srli_epi32(m, 23), c.enc_k));
   return _mm512_mask_or_epi32(raw, neg, raw, c.c80_32);
 }
-template <bool kNanNeg = false, bool kFast = false>
-inline __m512i clamp_encode(__m512 q, const Consts& c) {
-  return clamp_encode<kNanNeg, kFast>(q, c, c.c448);
+// The FP8 codes of rows known to hold no NaN or Inf (kFast, see kRangeAmax), 32 values at a time.
+// There |q| < 464 for every quantizer (q = y * inv with |y| <= amax and inv at most 448 / amax, or
+// 224 / amax, times a few ulps), so the clamp to 448 (224) is a no-op after rounding: every such q
+// rounds to a code of at most 448 (224). The rounding is clamp_encode's fma done on the signed
+// value: m = +-2^max(E, -6) with q's sign (one vrangeps on q's sign and exponent bits: the larger
+// magnitude of that and 2^-6, q's sign), t = fma(m, 2^20, q) = -fma(|m|, 2^20, |q|) or
+// +fma(|m|, 2^20, |q|) (round to nearest even is symmetric), so bits(t) = sign << 31 | the bits of
+// clamp_encode's t, and bits(t) + enc_k2[e & 15] (e = the biased exponent of |m|) is sign << 31 |
+// the 7-bit code, nothing else (clamp_encode's raw is the same less 0x0a000400 and its sign).
+inline __m512i fp8_fast_raw(__m512 q, const Consts& c) {
+  const __m512 m = _mm512_range_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(q), c.signexp)),
+                                   _mm512_castsi512_ps(c.min_normal), 0x03);
+  const __m512i t = _mm512_castps_si512(_mm512_fmadd_ps(m, c.c2p20, q));
+  return _mm512_add_epi32(t, _mm512_permutexvar_epi32(_mm512_srli_epi32(_mm512_castps_si512(m), 23), c.enc_k2));
+}
+// The codes of qe and qo as the 16-bit words code(qe) | code(qo) << 8, zero-extended to the
+// lanes: each sign moves from bit 31 to bit 7 / 15 by a shift, the codes by none / one:
+// (re & 0x7f) | ro << 8 | ro >> 16 | re >> 24.
+inline __m512i fp8_fast_pair(__m512 qe, __m512 qo, const Consts& c) {
+  const __m512i re = fp8_fast_raw(qe, c), ro = fp8_fast_raw(qo, c);
+  const __m512i x = _mm512_ternarylogic_epi32(_mm512_slli_epi32(ro, 8), _mm512_srli_epi32(ro, 16),
+                                              _mm512_srli_epi32(re, 24), 0xFE);  // a | b | c
+  return _mm512_ternarylogic_epi32(re, x, c.c7f_32, 0xEC);                        // (a & c) | b
 }
 
 // E2M1 code (0..15, clean 32-bit lanes) of v, any float. a = min(|v|, 6) (NaN -> 6). The
@@ -240,25 +267,21 @@ inline __m512i fp4_encode(__m512 v, const Consts& c) {
 
 // vLLM's FP8 code of q = x * inv (row.h's vllm_fp8_code): clamp_encode (NaN -> min(NaN, 448) =
 // 448, positive: 0x7e), or 1 on the NaN lanes (0x7f).
-// kFast (no NaN in q): clamp_encode alone.
-template <bool kFast = false>
 inline __m512i vllm_fp8_encode(__m512 q, const Consts& c) {
-  const __m512i code = clamp_encode<false, kFast>(q, c);
-  if (kFast) return code;
+  const __m512i code = clamp_encode(q, c);
   return _mm512_mask_or_epi32(code, _mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q), code, c.c1);
 }
 
-template <class R, bool kFast>
+template <class R>
 inline __m512i fp8_encode(__m512 q, const Consts& c) {
   // gfx942 (see kernel_avx2.cpp): kSglang224 clamps to [-224, 224] first (NaN -> 224); kVllmFnuz224
   // (q = 2 * x / q_scale) takes vLLM's code (NaN -> 0x7f), made e4m3fnuz in back_body.
   if constexpr (R::kQuant == Quantizer::kSglang224) {
-    if constexpr (kFast) return clamp_encode<false, true>(q, c, c.c224);
     return clamp_encode(_mm512_max_ps(_mm512_min_ps(q, c.c224), c.cm224), c);
   }
-  if constexpr (R::kQuant == Quantizer::kVllmFnuz224) return vllm_fp8_encode<kFast>(q, c);
-  if constexpr (kNanCode7f<R>) return vllm_fp8_encode<kFast>(q, c);
-  return clamp_encode<kNanCodeFe<R>, kFast>(q, c);
+  if constexpr (R::kQuant == Quantizer::kVllmFnuz224) return vllm_fp8_encode(q, c);
+  if constexpr (kNanCode7f<R>) return vllm_fp8_encode(q, c);
+  return clamp_encode<kNanCodeFe<R>>(q, c);
 }
 
 // Max of a 16-lane vector into 8 lanes (max is exact, order free; no NaN reaches here).
@@ -275,7 +298,7 @@ inline __m256 half_max(__m512 m) {
 // overflows, which only sends a finite step down the exact path. A step whose f is not finite is
 // re-reduced from buf the NaN-ignoring way (amax_exact) and encoded by the exact encoders;
 // otherwise no value is NaN or infinite, not even q = y * inv (finite y, finite inv), so the
-// encoders may drop the NaN cases (kFast).
+// encoders may drop the NaN cases (kFast; FP8 takes fp8_fast_pair, which drops the clamp too).
 template <class R>
 constexpr bool kRangeAmax = R::kQuant != Quantizer::kFp4TwoStage;
 inline __m512 range_max(__m512 a, __m512 b) { return _mm512_range_ps(a, b, 0x0B); }
@@ -313,6 +336,11 @@ __attribute__((noinline, cold)) __m128 amax_exact(const float* row, const Consts
 
 struct Avx512 {
   using Consts = cpu::Consts;
+  // FP4 back bodies inlined into the driver (see back_of: left to GCC, some were called out of
+  // line after the packing below changed their size, 232 -> 272 instructions per row for
+  // vllm_v4_mxfp4).
+  static constexpr bool kFp4FrontInline = true;  // FP4 fronts with the Hadamard (see front_of)
+  static constexpr bool kFp4BackInline = true;
   struct Freqs {
     // Adjacent pairs: lane l of C[m] / S[m]: pair j = 16m + l. NeoX pairs (j, j + 32): C[0] / C[1]
     // lane l hold cos of the pairs j = 2l / 2l + 1 (those of E / O of the first rotated block).
@@ -402,6 +430,7 @@ struct Avx512 {
     // ignoring NaN (maxps returns its 2nd operand, the running max, when the new value is NaN) of
     // the row (FP8) or of each block of 32 = E[k], O[k] (FP4). Results to buf for the back phase.
     __m128 amax[kRows];
+    __m512 mrow[kRows];                // FP8, kRangeAmax: the row's 16 partial maxima
     __m512 fin = _mm512_setzero_ps();  // kRangeAmax: finite while every value of the step is
 #pragma GCC unroll 2
     for (int n = 0; n < kRows; ++n) {
@@ -422,8 +451,9 @@ struct Avx512 {
         if (R::kFp4 && kRangeAmax<R>) {
           mb[k] = half_range_max(range_max(e, o));
         } else if (kRangeAmax<R>) {
-          m0 = range_max(e, m0);
-          m1 = range_max(o, m1);
+          // (k = 0: the values themselves; the next vrangeps clears their signs.)
+          m0 = k == 0 ? e : range_max(e, m0);
+          m1 = k == 0 ? o : range_max(o, m1);
         } else if (R::kFp4) {
           // maxps returns its 2nd operand when either is NaN: the inner max turns a NaN of o
           // into 0, the outer one ignores a NaN of e.
@@ -458,15 +488,30 @@ struct Avx512 {
           amax[n] = max4x8(mb[0], mb[1], mb[2], mb[3]);
         }
       } else if (kRangeAmax<R>) {
-        const __m256 m8 = half_range_max(range_max(m0, m1));
-        __m128 m4 = range_max(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
-        m4 = range_max(m4, _mm_permute_ps(m4, 0x4E));
-        amax[n] = range_max(m4, _mm_permute_ps(m4, 0xB1));  // all lanes hold the max
+        mrow[n] = range_max(m0, m1);  // reduced below, both rows at once
       } else {
         const __m256 m8 = half_max(_mm512_max_ps(m0, m1));
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
         m4 = _mm_max_ps(m4, _mm_permute_ps(m4, 0x4E));
         amax[n] = _mm_max_ps(m4, _mm_permute_ps(m4, 0xB1));  // all lanes hold the max
+      }
+    }
+    // FP8, kRangeAmax: the rows' maxima across lanes. Two rows share the steps: chunks 0-1 / 2-3
+    // of one register take row 0 / row 1, then each 128-bit chunk is reduced, then the chunk pairs;
+    // lane 0 / lane 1 of the result are the two rows' amax (the order of a max does not matter).
+    __m128 am_pair = _mm_setzero_ps();
+    if constexpr (!R::kFp4 && kRangeAmax<R>) {
+      if constexpr (kRows == 2) {
+        __m512 m = range_max(_mm512_shuffle_f32x4(mrow[0], mrow[1], 0x44), _mm512_shuffle_f32x4(mrow[0], mrow[1], 0xEE));
+        m = range_max(m, _mm512_permute_ps(m, 0x4E));
+        m = range_max(m, _mm512_permute_ps(m, 0xB1));
+        m = range_max(m, _mm512_shuffle_f32x4(m, m, 0xB1));
+        am_pair = _mm512_castps512_ps128(_mm512_permutexvar_ps(c.lane0_8, m));
+      } else {
+        const __m256 m8 = half_range_max(mrow[0]);
+        __m128 m4 = range_max(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+        m4 = range_max(m4, _mm_permute_ps(m4, 0x4E));
+        am_pair = range_max(m4, _mm_permute_ps(m4, 0xB1));  // all lanes hold the max
       }
     }
     // One test for the rows of the step: any lane of fin NaN (0x01 quiet, 0x80 signalling) or
@@ -476,10 +521,13 @@ struct Avx512 {
       if (__builtin_expect(_mm512_fpclass_ps_mask(fin, 0x99) != 0, 0)) {
 #pragma GCC unroll 2
         for (int n = 0; n < kRows; ++n) amax[n] = amax_exact<R::kFp4>(buf[n], c);
+        if (!R::kFp4) am_pair = _mm_unpacklo_ps(amax[0], amax[kRows - 1]);
         slow = true;
       }
     }
-    RowScales rs = scales_of<R, kRows>(amax);
+    RowScales rs;
+    if constexpr (!R::kFp4 && kRangeAmax<R>) row_scales_fp8<R>(am_pair, rs.scale, rs.inv);  // lane n: row n
+    else rs = scales_of<R, kRows>(amax);
     rs.slow = slow;
     return rs;
   }
@@ -493,14 +541,19 @@ struct Avx512 {
       // Block k: codes of E[k] (low nibbles) and O[k] (high nibbles), 16 bytes in order.
       std::uint8_t* out = p.q_out + (r0 + n) * 64;
       const __m512 inv8 = _mm512_castps256_ps512(rs.inv4);
+      __m512i w[4];
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const __m512 vinv = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * n + k), inv8);
         const __m512i e = fp4_encode<R, kFast>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv), c);
         const __m512i o = fp4_encode<R, kFast>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv), c);
-        const __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 4), c.c0f, 0xE4);  // c ? e : o<<4
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * k), _mm512_cvtepi32_epi8(w));
+        w[k] = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 4), c.c0f, 0xE4);  // c ? e : o<<4 (0..255)
       }
+      // The 64 bytes by two unsigned-saturating packs (exact: every lane is 0..255), which
+      // interleave the blocks by 128-bit chunk (dword 4c + k = block k's lanes 4c..4c+3), and one
+      // dword permutation back into block order.
+      const __m512i b8 = _mm512_packus_epi16(_mm512_packus_epi32(w[0], w[1]), _mm512_packus_epi32(w[2], w[3]));
+      _mm512_storeu_si512(out, _mm512_permutexvar_epi32(c.dperm, b8));
       const std::uint32_t sf = fp4_sf_word(rs.e4, n);
       std::memcpy(p.q_sf + 4 * (r0 + n), &sf, 4);
       write_weight<R>(p, r0 + n, b, h0 + n, 0.0f);
@@ -510,17 +563,28 @@ struct Avx512 {
     // the even/odd codes of each pair go to the two bytes of a 16-bit word.
     const __m512 vinv = _mm512_set1_ps(n == 0 ? lane_of<0>(rs.inv) : lane_of<1>(rs.inv));
     std::uint8_t* out = p.q_out + (r0 + n) * 128;
+    __m512i w[4];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      const __m512i e = fp8_encode<R, kFast>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv), c);
-      const __m512i o = fp8_encode<R, kFast>(_mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv), c);
-      // (e & 0xff) | (o << 8), low 16 bits of each lane, then narrowed to 16 words.
-      const __m512i w = _mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 8), c.cff, 0xE4);
-      __m256i v = _mm512_cvtepi32_epi16(w);
-      if (R::kFnuz) v = _mm256_andnot_si256(_mm256_cmpeq_epi8(v, c.c80), v);  // -0 -> +0
+      const __m512 qe = _mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k), vinv);
+      const __m512 qo = _mm512_mul_ps(_mm512_load_ps(buf[n] + 32 * k + 16), vinv);
+      if (kFast) {
+        w[k] = fp8_fast_pair(qe, qo, c);
+      } else {
+        const __m512i e = fp8_encode<R>(qe, c), o = fp8_encode<R>(qo, c);
+        // (e & 0xff) | (o << 8), low 16 bits of each lane (the rest cleared).
+        w[k] = _mm512_and_si512(_mm512_ternarylogic_epi32(e, _mm512_slli_epi32(o, 8), c.cff, 0xE4), c.cffff);
+      }
+    }
+    // 64 bytes (blocks k, k + 1) by one unsigned-saturating pack (exact: every lane is 0..65535),
+    // which interleaves the two blocks by 128-bit chunk, and one qword permutation.
+#pragma GCC unroll 2
+    for (int k = 0; k < 4; k += 2) {
+      __m512i v = _mm512_permutexvar_epi64(c.qperm, _mm512_packus_epi32(w[k], w[k + 1]));
+      if (R::kFnuz) v = _mm512_maskz_mov_epi8(_mm512_cmpneq_epi8_mask(v, c.c80_8), v);  // -0 -> +0
       if constexpr (R::kQuant == Quantizer::kVllmFnuz224)
-        if (!kFast) v = _mm256_sub_epi8(v, _mm256_cmpeq_epi8(v, c.c7f));  // NaN: 0x7f -> 0x80, e4m3fnuz's NaN
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * k), v);
+        if (!kFast) v = _mm512_mask_mov_epi8(v, _mm512_cmpeq_epi8_mask(v, c.c7f_8), c.c80_8);  // NaN: 0x7f -> 0x80, e4m3fnuz's NaN
+      _mm512_storeu_si512(out + 32 * k, v);
     }
     write_weight<R>(p, r0 + n, b, h0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));
     write_scale_out<R>(p, r0 + n, n == 0 ? lane_of<0>(rs.scale) : lane_of<1>(rs.scale));
@@ -571,6 +635,24 @@ void quantize_vllm_avx512(const float* y, float inv, std::uint8_t* out, std::int
 void encode_mxfp4_avx512(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
   encode_hook(y, inv, out, n, [](__m512 v, const Consts& c) { return mx_e2m1_encode(v, c); });
 }
+
+namespace {
+void quantize_fast_avx512(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  const Consts c;
+  const __m512 vinv = _mm512_set1_ps(inv);
+  for (std::int64_t i = 0; i + 32 <= n; i += 32) {
+    const __m512i w = fp8_fast_pair(_mm512_mul_ps(_mm512_loadu_ps(y + i), vinv),
+                                    _mm512_mul_ps(_mm512_loadu_ps(y + i + 16), vinv), c);
+    alignas(32) std::uint8_t pairs[32];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(pairs), _mm512_cvtepi32_epi16(w));
+    for (int l = 0; l < 16; ++l) {
+      out[i + l] = pairs[2 * l];
+      out[i + 16 + l] = pairs[2 * l + 1];
+    }
+  }
+}
+}  // namespace
+QuantizeFn fp8_fast_encoder_avx512() { return quantize_fast_avx512; }
 
 }  // namespace cpu
 }  // namespace detail

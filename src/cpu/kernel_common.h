@@ -284,8 +284,12 @@ inline RowScales scales_of(const __m128 (&amax)[kRows]) {
 
 // Where the bodies go: FP8 bodies are inlined into the row-pair driver (with many recipes in a
 // translation unit GCC otherwise calls them out of line, which measured slower: 617 -> 656
-// instructions per row on AVX2); FP4 bodies stay behind a call the compiler may inline or not
-// (forcing them inline added instructions on AVX2: 768 -> 802).
+// instructions per row on AVX2); FP4 front bodies stay behind a call the compiler may inline or
+// not (forcing them inline added instructions on AVX2: 768 -> 802), and so do FP4 back bodies
+// unless K::kFp4BackInline (AVX-512: left to GCC, vllm_v4_mxfp4's went out of line, 232 -> 272).
+// K::kFp4FrontInline inlines the FP4 front bodies of the recipes with the Hadamard (AVX-512:
+// v4_fp4 369 -> 346 instructions per row; inlining the others too cost +2 on
+// sgl_v41_fp4_rope_pack and +5 on sgl_v41_fp4_quant_rne).
 // (`inline` matters: it is the hint GCC gave the in-class definitions this replaced; without it the
 // FP4 path measured 795 instructions per row instead of 768.)
 template <class K, class R, DType kDt, int kRows>
@@ -302,14 +306,14 @@ template <class K, class R, DType kDt, int kRows>
 __attribute__((always_inline)) inline RowScales front_of(const Problem& p, std::int64_t r0,
                                                          const typename K::Freqs& fq,
                                                          const typename K::Consts& c, float (*buf)[128]) {
-  if constexpr (R::kFp4) return front_outlined<K, R, kDt, kRows>(p, r0, fq, c, buf);
+  if constexpr (R::kFp4 && !(K::kFp4FrontInline && R::kHadamard)) return front_outlined<K, R, kDt, kRows>(p, r0, fq, c, buf);
   else return K::template front_body<R, kDt, kRows>(p, r0, fq, c, buf);
 }
 template <class K, class R, DType kDt, int kRows>
 __attribute__((always_inline)) inline void back_of(const Problem& p, std::int64_t r0, std::int64_t b,
                                                    std::int64_t h0, const typename K::Consts& c,
                                                    const float (*buf)[128], const RowScales& rs) {
-  if constexpr (R::kFp4) back_outlined<K, R, kDt, kRows>(p, r0, b, h0, c, buf, rs);
+  if constexpr (R::kFp4 && !K::kFp4BackInline) back_outlined<K, R, kDt, kRows>(p, r0, b, h0, c, buf, rs);
   else K::template back_body<R, kDt, kRows>(p, r0, b, h0, c, buf, rs);
 }
 
@@ -319,7 +323,8 @@ __attribute__((always_inline)) inline void back_of(const Problem& p, std::int64_
 //   K::front_body<R, kDt, kRows>(p, r0, freqs, consts, buf) -> RowScales: steps 1-7 of kRows
 //     rows (results in buf, K's layout), and
 //   K::back_body<R, kDt, kRows>(p, r0, b, h0, consts, buf, scales): codes, sf bytes, weights_out
-//   (both always_inline; front_of / back_of below decide where they are inlined).
+//   (both always_inline; front_of / back_of below decide where they are inlined), and
+//   K::kFp4BackInline, K::kFp4FrontInline (bools: FP4 bodies inlined, see front_of / back_of).
 // Rows of one token go in pairs, software-pipelined: the front of pair i is issued before the
 // back of pair i - 1, so that one pair's amax reduction and divisions (a long dependency chain)
 // overlap with the other pair's independent encoding work.

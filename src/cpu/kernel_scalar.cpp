@@ -78,6 +78,10 @@ void encode_mxfp4_scalar(const float* y, float inv, std::uint8_t* out, std::int6
   for (std::int64_t i = 0; i < n; ++i) out[i] = mx_e2m1_encode(y[i] * inv);
 }
 
+#if !defined(IQ_CPU_HAVE_AVX512)
+QuantizeFn fp8_fast_encoder_avx512() { return nullptr; }
+#endif
+
 }  // namespace cpu
 }  // namespace detail
 }  // namespace indexer_q
