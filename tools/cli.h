@@ -151,7 +151,7 @@ std::string fmt(const char* format, ...)
     ;
 std::string human_bytes(double bytes);  // "69.3 MB" (decimal units)
 // verify, every op: one case of a conformance file run on one target (the query side in
-// cmd_verify.cpp, the key side in cmd_kside.cpp), outputs poisoned twice, the worse kept.
+// cmd_verify.cpp, the key side in op_kside.cpp), outputs poisoned twice, the worse kept.
 struct VerifyRun {
   Status status;        // not ok: the run failed (nothing compared)
   std::string counts;   // "codes differ: 0 of 73728   weights_out differ: 0 of 576"
@@ -164,7 +164,7 @@ struct VerifyRun {
 std::string diff_details(const io::Diff& d, const io::ConformanceCase& want, const std::uint8_t* got_q,
                          const std::uint8_t* got_sf, const float* got_w);
 
-// 'bench', both sides (cmd_bench.cpp; cmd_kside.cpp for key-side recipes), defined in cmd_bench.cpp.
+// 'bench', every op (op.h), defined in cmd_bench.cpp.
 // The csv header line (with its '\n').
 extern const char* const kBenchCsvHeader;
 // The isa and threads columns of a case on target t ('-' on a GPU).

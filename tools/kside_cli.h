@@ -1,5 +1,6 @@
 // The key side (docs/KSIDE-SPEC.md) in the indexer-q commands: verify of key-side golden files, and
-// 'run' / 'bench' with --recipe v4_k_fp8 | v4_k_fp4 (tools/cmd_kside.cpp).
+// the key side's op of 'run' / 'bench' (--recipe v4_k_fp8 | v4_k_fp4; make_kside_op in op.h);
+// tools/op_kside.cpp.
 #pragma once
 
 #include <string>
@@ -16,17 +17,12 @@ bool argv_names_kside_recipe(int argc, char** argv);
 // "v4_k_fp8|v4_k_fp4" and a help paragraph on them.
 std::string krecipe_names();
 std::string kside_recipes_help();
-// The key-side options of 'run' (bench false) or 'bench' as help text, for the query side's --help.
-std::string kside_options_help(bool bench);
 
 // verify, the key side (cmd_verify.cpp runs every op's cases): the summary of a case for its file
 // line, and one run on a target (the cache filled with the file's cache_fill, then its
 // complement; every byte compared).
 std::string kside_case_summary(const io::KsideCase& k);
 VerifyRun kside_verify_run(const Target& t, const io::KsideCase& k);
-
-int cmd_run_kside(int argc, char** argv);
-int cmd_bench_kside(int argc, char** argv);
 
 }  // namespace cli
 }  // namespace indexer_q

@@ -1,5 +1,5 @@
 // The key side in the indexer-q commands (docs/KSIDE-SPEC.md): verify of key-side golden files and
-// 'run' / 'bench' with a key-side recipe. The op is called through the public API only
+// the key side as an op of 'run' and 'bench' (op.h), asked for by a key-side recipe. The op is called through the public API only
 // (run(KStoreArgs)); buffers live in the target's runtime (host or CUDA device memory).
 #include <algorithm>
 #include <cmath>
@@ -14,6 +14,7 @@
 #include "common/kside_problem.h"
 #include "io/kside_case.h"
 #include "kside_cli.h"
+#include "op.h"
 #include "workload.h"
 
 namespace indexer_q {
@@ -291,12 +292,11 @@ std::vector<OptionSpec> kside_common_options(bool bench) {
 }
 
 // The options of kside_common_options that 'run' and 'bench' read alike (after --tokens, in this
-// order).
+// order; the commands read --warmup and --iters).
 struct KsideCommon {
   std::int64_t page_size;
   DType dtype, pos_dtype;
   std::uint64_t seed;
-  int warmup, iters;
 };
 KsideCommon parse_kside_common(const Args& a) {
   KsideCommon c;
@@ -306,8 +306,6 @@ KsideCommon parse_kside_common(const Args& a) {
   c.dtype = parse_dtype_option(a, "dtype", "fp32");
   c.pos_dtype = parse_pos_dtype_option(a, "pos-dtype", "int64");
   c.seed = std::uint64_t(a.integer("seed", 1, 0, INT64_MAX - 2048));
-  c.warmup = int(a.integer("warmup", 5, 0, 1000000));
-  c.iters = int(a.integer("iters", 20, 1, 1000000));
   return c;
 }
 
@@ -362,185 +360,188 @@ bool save_kside_file(const std::string& path, const io::KsideCase& k, const std:
   return io::write_safetensors(path, f, err);
 }
 
-}  // namespace
 
-int cmd_run_kside(int argc, char** argv) {
-  Args a("run", kside_common_options(false), argc, argv);
-  if (a.help()) {
-    std::fputs(a.help_text("indexer-q run --recipe v4_k_fp8|v4_k_fp4 [options]",
-                           std::string("Stores one synthetic key-side call into a paged cache on the backend, checks every\n"
-                                       "byte of the cache against the scalar reference and reports the time.\n") +
-                               kKsideWorkload + "\nExit status: 0 if the cache is bit-exact, 1 if not, 4 on an error, 2 for a bad command line.",
-                           kside_recipes_help())
-                   .c_str(),
-               stdout);
-    return 0;
-  }
-  if (!a.positional().empty()) throw UsageError("unexpected argument '" + a.positional()[0] + "'");
-  const KRecipeId recipe = krecipe_or_throw(a.str("recipe", "v4_k_fp8"));
-  const std::int64_t N = a.integer("tokens", 4096, 1, std::int64_t(1) << 24);
-  const KsideCommon c = parse_kside_common(a);
-  if (a.has("save") && N > 65535)
-    throw UsageError("option --save: at most 65535 tokens (the plan's ragged_id is 16 bits), got --tokens " +
-                     std::to_string(N));
-  Runtimes rts;
-  const Target t = select_target(a, &rts);
-  // The host case, the backend's copy and the reference's (input, indices, cache each).
-  note_sizes(fmt("--tokens %lld", (long long)N), kside_call_bytes(N, c.dtype, recipe, c.page_size) * 3.0);
-  const io::KsideCase k = make_kside_workload(recipe, N, c.dtype, c.page_size, c.seed);
-  KDeviceCase dc(*t.rt, k, c.pos_dtype);
-  dc.fill(0xA5);
-  Status s = dc.run(t.options());
-  if (!s.ok()) {
-    std::fprintf(stderr, "indexer-q run: %s\n", s.message().c_str());
-    return kExitRuntime;
-  }
-  const std::vector<std::uint8_t> got = dc.download();
-  const std::vector<std::uint8_t> want = reference_cache(k, c.pos_dtype, 0xA5, &s);
-  if (!s.ok()) {
-    std::fprintf(stderr, "indexer-q run: reference: %s\n", s.message().c_str());
-    return kExitRuntime;
-  }
-  const CacheDiff d = compare_cache(got, want);
-  const double us = t.rt->time_median_us([&] { (void)dc.run(t.options()); }, c.warmup, c.iters);
-  const std::int64_t bytes = detail::kside_bytes_moved(N, c.dtype, c.pos_dtype, recipe);
-  std::printf("indexer-q run: %s on %s (%s)\n", krecipe_name(recipe), t.label.c_str(), t.rt->name().c_str());
-  std::printf("  tokens %lld, %s input, %s positions, page_size %lld, %lld page(s) of %lld bytes\n", (long long)N,
-              dtype_name(c.dtype), dtype_name(c.pos_dtype), (long long)c.page_size, (long long)k.num_pages,
-              (long long)k.page_bytes);
-  std::printf("  time %.2f us (median of %d), %.1f ns/token, %.2f GB/s (%s moved)\n", us, c.iters, 1e3 * us / double(N),
-              double(bytes) / (us * 1e3), human_bytes(double(bytes)).c_str());
-  std::printf("  cache vs reference: %lld of %lld bytes differ -> %s\n", (long long)d.bytes, (long long)got.size(),
-              d.bytes == 0 ? "exact" : "DIFFER");
-  if (d.bytes) {
-    std::string s2 = "    first diffs:";
-    for (std::int64_t i : d.first) s2 += " [" + describe_byte(k, i) + "]";
-    std::printf("%s\n", s2.c_str());
-  }
-  if (a.has("save")) {
-    std::string err;
-    const std::string path = a.str("save", "");
-    const std::string producer = std::string("indexer-q run, reference, seed ") + std::to_string(c.seed);
-    if (!save_kside_file(path, k, want, producer, &err)) {
-      std::fprintf(stderr, "indexer-q run: --save: %s\n", err.c_str());
-      return kExitRuntime;
+// A key-side workload on a device: set 0 owns the freqs table, the others share it.
+class KsideWork : public DeviceWork {
+ public:
+  KsideWork(DeviceRuntime& rt, KRecipeId recipe, std::int64_t N, const KsideCommon& c, std::int64_t nsets)
+      : c_(c) {
+    hosts_.reserve(std::size_t(nsets));
+    hosts_.push_back(make_kside_workload(recipe, N, c.dtype, c.page_size, c.seed));
+    for (std::int64_t i = 1; i < nsets; ++i) {
+      hosts_.push_back(make_kside_workload(recipe, N, c.dtype, c.page_size, c.seed + std::uint64_t(i), false));
+      hosts_.back().freqs.clear();
     }
-    std::printf("  saved: %s (the call in the plan convention and the reference's cache)\n", path.c_str());
+    sets_.emplace_back(new KDeviceCase(rt, hosts_[0], c.pos_dtype));
+    for (std::int64_t i = 1; i < nsets; ++i)
+      sets_.emplace_back(new KDeviceCase(rt, hosts_[std::size_t(i)], c.pos_dtype, sets_[0]->freqs()));
   }
-  return d.bytes == 0 ? kExitOk : kExitMismatch;
-}
+  std::size_t sets() const override { return sets_.size(); }
+  Status run(std::size_t set, const Options& o) override { return sets_[set]->run(o); }
+  void poison() override { sets_[0]->fill(0xA5); }
+  Check check() override {
+    Check r;
+    got_ = sets_[0]->download();
+    if (!have_want_) {
+      want_ = reference_cache(hosts_[0], c_.pos_dtype, 0xA5, &r.reference);
+      if (!r.reference.ok()) return r;
+      have_want_ = true;
+    }
+    diff_ = compare_cache(got_, want_);
+    r.exact = diff_.bytes == 0;
+    if (!r.exact) r.mismatch = fmt("cache differs from the reference: %lld bytes", (long long)diff_.bytes);
+    return r;
+  }
+  // The host case, set 0's cache, the reference's and their diff (after check()).
+  const io::KsideCase& host() const { return hosts_[0]; }
+  const std::vector<std::uint8_t>& got() const { return got_; }
+  const std::vector<std::uint8_t>& want() const { return want_; }
+  const CacheDiff& diff() const { return diff_; }
 
-int cmd_bench_kside(int argc, char** argv) {
-  Args a("bench", kside_common_options(true), argc, argv);
-  if (a.help()) {
-    std::fputs(a.help_text("indexer-q bench --recipe v4_k_fp8[,v4_k_fp4] [options]",
-                           std::string("Times key-side stores for every (recipe, tokens) pair on one backend, beside a plain\n"
-                                       "copy of the same traffic on the same device (as the query side's bench; heads = 1).\n") +
-                               kKsideWorkload +
-                               "\ncsv: " + kBenchCsvHeader + "(and ns_token in the table).",
-                           kside_recipes_help())
-                   .c_str(),
-               stdout);
-    return 0;
+ private:
+  KsideCommon c_;
+  std::vector<io::KsideCase> hosts_;  // reserved up front: the device cases keep references
+  std::vector<std::unique_ptr<KDeviceCase>> sets_;
+  bool have_want_ = false;
+  std::vector<std::uint8_t> got_, want_;
+  CacheDiff diff_;
+};
+
+class KsideOp : public CliOp {
+ public:
+  bool claims(int argc, char** argv) const override { return argv_names_kside_recipe(argc, argv); }
+  std::vector<OptionSpec> options(Cmd c) const override { return kside_common_options(c == Cmd::kBench); }
+  std::string usage(Cmd c) const override {
+    return c == Cmd::kRun ? "indexer-q run --recipe v4_k_fp8|v4_k_fp4 [options]"
+                          : "indexer-q bench --recipe v4_k_fp8[,v4_k_fp4] [options]";
   }
-  if (!a.positional().empty()) throw UsageError("unexpected argument '" + a.positional()[0] + "'");
-  std::vector<KRecipeId> recipes;
-  {
+  std::string description(Cmd c) const override {
+    if (c == Cmd::kRun)
+      return std::string("Stores one synthetic key-side call into a paged cache on the backend, checks every\n"
+                         "byte of the cache against the scalar reference and reports the time.\n") +
+             kKsideWorkload + "\nExit status: 0 if the cache is bit-exact, 1 if not, 4 on an error, 2 for a bad command line.";
+    return std::string("Times key-side stores for every (recipe, tokens) pair on one backend, beside a plain\n"
+                       "copy of the same traffic on the same device (as the query side's bench; heads = 1).\n") +
+           kKsideWorkload + "\ncsv: " + kBenchCsvHeader + "(and ns_token in the table).";
+  }
+  std::string recipes_help() const override { return kside_recipes_help(); }
+  std::string options_heading(Cmd c) const override {
+    return std::string("key-side options (with --recipe ") + krecipe_names() + "; 'indexer-q " +
+           (c == Cmd::kBench ? "bench" : "run") + " --recipe v4_k_fp8 --help'\nfor the whole text):\n";
+  }
+  int default_warmup(Cmd) const override { return 5; }
+  int default_iters(Cmd) const override { return 20; }
+
+  void parse(Cmd cmd, const Args& a) override {
+    if (cmd == Cmd::kRun) {
+      recipes_ = {krecipe_or_throw(a.str("recipe", "v4_k_fp8"))};
+      tokens_ = {a.integer("tokens", 4096, 1, std::int64_t(1) << 24)};
+      c_ = parse_kside_common(a);
+      if (a.has("save") && tokens_[0] > 65535)
+        throw UsageError("option --save: at most 65535 tokens (the plan's ragged_id is 16 bits), got --tokens " +
+                         std::to_string(tokens_[0]));
+      return;
+    }
+    recipes_.clear();
     const std::string s = a.str("recipe", "v4_k_fp8");
     std::size_t at = 0;
     while (at <= s.size()) {
-      const std::size_t c = std::min(s.find(',', at), s.size());
-      recipes.push_back(krecipe_or_throw(s.substr(at, c - at)));
-      at = c + 1;
+      const std::size_t e = std::min(s.find(',', at), s.size());
+      recipes_.push_back(krecipe_or_throw(s.substr(at, e - at)));
+      at = e + 1;
     }
+    tokens_ = a.int_list("tokens", {1, 8, 64, 256, 1024, 4096, 16384, 65536}, 1, std::int64_t(1) << 24);
+    c_ = parse_kside_common(a);
   }
-  const std::vector<std::int64_t> tokens =
-      a.int_list("tokens", {1, 8, 64, 256, 1024, 4096, 16384, 65536}, 1, std::int64_t(1) << 24);
-  const KsideCommon c = parse_kside_common(a);
-  const std::int64_t rotate_mb = a.integer("rotate-mb", 16, 0, 65536);
-  const bool csv = a.choice("format", "table", {"table", "csv"}) == "csv";
-  const bool check = !a.flag("no-check");
-  Runtimes rts;
-  const Target t = select_target(a, &rts);
-  DeviceRuntime& rt = *t.rt;
-  const bool gpu = t.backend == Backend::kCuda;
-  const std::string isa_col = bench_isa_column(t);
-  const std::string threads_col = bench_threads_column(t);
-  const Options opts = t.options();
-  const char* pdl_col = gpu ? (opts.enable_pdl ? "on" : "off") : "-";
-  if (csv) {
-    std::fputs(kBenchCsvHeader, stdout);
-  } else {
+
+  // bench: recipes x tokens, in that order (heads = 1).
+  std::vector<BenchPoint> bench_points() const override {
+    std::vector<BenchPoint> v;
+    for (KRecipeId r : recipes_)
+      for (std::int64_t N : tokens_) {
+        BenchPoint p;
+        p.recipe = krecipe_name(r);
+        p.tokens = N;
+        p.heads = 1;
+        p.dtype = c_.dtype;
+        p.where = fmt("%s, tokens %lld", krecipe_name(r), (long long)N);
+        p.bytes = detail::kside_bytes_moved(N, c_.dtype, c_.pos_dtype, r);
+        p.sizes = fmt("--tokens %lld", (long long)N);
+        p.host_bytes = kside_call_bytes(N, c_.dtype, r, c_.page_size);
+        p.index = v.size();
+        v.push_back(p);
+      }
+    return v;
+  }
+  std::unique_ptr<DeviceWork> bench_work(DeviceRuntime& rt, const BenchPoint& p, std::int64_t nsets) override {
+    return std::unique_ptr<DeviceWork>(
+        new KsideWork(rt, recipes_[p.index / tokens_.size()], tokens_[p.index % tokens_.size()], c_, nsets));
+  }
+  void print_bench_header(const Target& t, int warmup, int iters) const override {
     std::printf("indexer-q bench: %s on %s, %s, %s positions, page_size %lld, warmup %d, iters %d\n", t.label.c_str(),
-                rt.name().c_str(), dtype_name(c.dtype), dtype_name(c.pos_dtype), (long long)c.page_size, c.warmup,
-                c.iters);
+                t.rt->name().c_str(), dtype_name(c_.dtype), dtype_name(c_.pos_dtype), (long long)c_.page_size, warmup,
+                iters);
     std::printf("%-10s %-10s %-7s %8s %7s %5s %11s %9s %9s %10s %9s %6s\n", "recipe", "backend", "isa", "tokens",
                 "threads", "sets", "us_median", "ns/token", "GB/s", "copy_GB/s", "vs_copy", "exact");
   }
-  std::fflush(stdout);
-  int status = kExitOk;
-  for (KRecipeId recipe : recipes) {
-    for (std::int64_t N : tokens) {
-      auto fail = [&](const std::string& why, int code) {
-        std::fprintf(stderr, "indexer-q bench: %s, tokens %lld: %s\n", krecipe_name(recipe), (long long)N, why.c_str());
-        status = std::max(status, code);
-      };
-      const std::int64_t ws = detail::kside_bytes_moved(N, c.dtype, c.pos_dtype, recipe);
-      const std::int64_t nsets = bench_buffer_sets(t, rotate_mb, ws);
-      note_sizes(fmt("--tokens %lld (%lld buffer sets)", (long long)N, (long long)nsets),
-                 kside_call_bytes(N, c.dtype, recipe, c.page_size) * (2.0 * double(nsets) + 2.0));
-      std::vector<io::KsideCase> hosts;
-      hosts.reserve(std::size_t(nsets));
-      hosts.push_back(make_kside_workload(recipe, N, c.dtype, c.page_size, c.seed));
-      for (std::int64_t i = 1; i < nsets; ++i) {
-        hosts.push_back(make_kside_workload(recipe, N, c.dtype, c.page_size, c.seed + std::uint64_t(i), false));
-        hosts.back().freqs.clear();
-      }
-      std::vector<std::unique_ptr<KDeviceCase>> sets;
-      sets.emplace_back(new KDeviceCase(rt, hosts[0], c.pos_dtype));
-      for (std::int64_t i = 1; i < nsets; ++i)
-        sets.emplace_back(new KDeviceCase(rt, hosts[std::size_t(i)], c.pos_dtype, sets[0]->freqs()));
-      std::string exact = "-";
-      sets[0]->fill(0xA5);
-      Status s = sets[0]->run(opts);
-      if (!s.ok()) {
-        fail(s.message(), kExitRuntime);
-        continue;
-      }
-      if (check) {
-        const std::vector<std::uint8_t> got = sets[0]->download();
-        const std::vector<std::uint8_t> want = reference_cache(hosts[0], c.pos_dtype, 0xA5, &s);
-        const CacheDiff d = compare_cache(got, want);
-        exact = s.ok() && d.bytes == 0 ? "yes" : "NO";
-        if (!s.ok()) fail("reference: " + s.message(), kExitRuntime);
-        else if (d.bytes != 0) fail(fmt("cache differs from the reference: %lld bytes", (long long)d.bytes), kExitMismatch);
-      }
-      const BenchTiming tm = bench_time_case(
-          rt, sets.size(), [&](std::size_t k) { return sets[k]->run(opts); }, ws, c.warmup, c.iters);
-      if (!tm.failed.ok()) {
-        fail(tm.failed.message(), kExitRuntime);
-        continue;
-      }
-      const double us = tm.us, copy_us = tm.copy_us, gbps = tm.gbps, copy_gbps = tm.copy_gbps;
-      if (csv) {
-        std::printf("%s,%s,%lld,1,%s,%s,%s,%lld,%.3f,%.3f,%.3f,%.3f,%.4f,%s,%s\n", backend_name(t.backend),
-                    isa_col.c_str(), (long long)N, dtype_name(c.dtype), threads_col.c_str(), pdl_col, (long long)nsets,
-                    us, gbps, copy_us, copy_gbps, gbps / copy_gbps, exact.c_str(), krecipe_name(recipe));
-      } else {
-        std::printf("%-10s %-10s %-7s %8lld %7s %5lld %11.2f %9.2f %9.2f %10.2f %9.3f %6s\n", krecipe_name(recipe),
-                    backend_name(t.backend), isa_col.c_str(), (long long)N, threads_col.c_str(), (long long)nsets, us,
-                    1e3 * us / double(N), gbps, copy_gbps, gbps / copy_gbps, exact.c_str());
-      }
-      std::fflush(stdout);
-    }
+  void print_bench_row(const Target& t, const BenchPoint& p, const BenchRow& r) const override {
+    const BenchTiming& tm = r.timing;
+    std::printf("%-10s %-10s %-7s %8lld %7s %5lld %11.2f %9.2f %9.2f %10.2f %9.3f %6s\n", p.recipe.c_str(),
+                backend_name(t.backend), bench_isa_column(t).c_str(), (long long)p.tokens,
+                bench_threads_column(t).c_str(), (long long)r.sets, tm.us, 1e3 * tm.us / double(p.tokens), tm.gbps,
+                tm.copy_gbps, tm.gbps / tm.copy_gbps, r.exact);
   }
-  return status;
-}
 
-std::string kside_options_help(bool bench) {
-  return std::string("key-side options (with --recipe ") + krecipe_names() + "; 'indexer-q " + (bench ? "bench" : "run") +
-         " --recipe v4_k_fp8 --help'\nfor the whole text):\n" + Args::options_text(kside_common_options(bench));
-}
+  // run: the host case, the backend's copy and the reference's (input, indices, cache each).
+  void note_run_sizes() const override {
+    note_sizes(fmt("--tokens %lld", (long long)tokens_[0]),
+               kside_call_bytes(tokens_[0], c_.dtype, recipes_[0], c_.page_size) * 3.0);
+  }
+  DeviceWork& run_work(const Target& t) override {
+    run_.reset(new KsideWork(*t.rt, recipes_[0], tokens_[0], c_, 1));
+    return *run_;
+  }
+  int run_report(const Args& a, const Target& t, const RunResult& r) override {
+    const io::KsideCase& k = run_->host();
+    const CacheDiff& d = run_->diff();
+    const std::int64_t N = k.N;
+    const std::int64_t bytes = detail::kside_bytes_moved(N, c_.dtype, c_.pos_dtype, k.recipe);
+    std::printf("indexer-q run: %s on %s (%s)\n", krecipe_name(k.recipe), t.label.c_str(), t.rt->name().c_str());
+    std::printf("  tokens %lld, %s input, %s positions, page_size %lld, %lld page(s) of %lld bytes\n", (long long)N,
+                dtype_name(c_.dtype), dtype_name(c_.pos_dtype), (long long)c_.page_size, (long long)k.num_pages,
+                (long long)k.page_bytes);
+    std::printf("  time %.2f us (median of %d), %.1f ns/token, %.2f GB/s (%s moved)\n", r.us, r.iters,
+                1e3 * r.us / double(N), double(bytes) / (r.us * 1e3), human_bytes(double(bytes)).c_str());
+    std::printf("  cache vs reference: %lld of %lld bytes differ -> %s\n", (long long)d.bytes,
+                (long long)run_->got().size(), d.bytes == 0 ? "exact" : "DIFFER");
+    if (d.bytes) {
+      std::string s2 = "    first diffs:";
+      for (std::int64_t i : d.first) s2 += " [" + describe_byte(k, i) + "]";
+      std::printf("%s\n", s2.c_str());
+    }
+    if (a.has("save")) {
+      std::string err;
+      const std::string path = a.str("save", "");
+      const std::string producer = std::string("indexer-q run, reference, seed ") + std::to_string(c_.seed);
+      if (!save_kside_file(path, k, run_->want(), producer, &err)) {
+        std::fprintf(stderr, "indexer-q run: --save: %s\n", err.c_str());
+        return kExitRuntime;
+      }
+      std::printf("  saved: %s (the call in the plan convention and the reference's cache)\n", path.c_str());
+    }
+    return d.bytes == 0 ? kExitOk : kExitMismatch;
+  }
+
+ private:
+  std::vector<KRecipeId> recipes_;      // run: one
+  std::vector<std::int64_t> tokens_;    // run: one
+  KsideCommon c_{};
+  std::unique_ptr<KsideWork> run_;
+};
+
+}  // namespace
+
+std::unique_ptr<CliOp> make_kside_op() { return std::unique_ptr<CliOp>(new KsideOp); }
 
 }  // namespace cli
 }  // namespace indexer_q
