@@ -78,8 +78,11 @@ class CliOp {
   virtual std::string recipes_help() const = 0;
   virtual std::string options_heading(Cmd c) const = 0;
 
-  // The command's own options (the command reads --warmup, --iters, --backend, --isa, --threads
-  // and bench's --rotate-mb, --format, --no-check, --pdl); UsageError for a bad value.
+  // Reads the op's own options into the op (its workload: recipes, sizes, dtypes, seed, ...);
+  // the command reads --warmup and --iters (defaults from the op), --backend, --isa, --threads,
+  // and bench's --rotate-mb, --format, --no-check and --pdl (the PDL on/off sweep, only for an op
+  // that lists --pdl in options(kBench); else each case runs once with the library's default).
+  // UsageError for a bad value.
   virtual void parse(Cmd c, const Args& a) = 0;
   virtual int default_warmup(Cmd c) const = 0;
   virtual int default_iters(Cmd c) const = 0;

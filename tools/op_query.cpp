@@ -338,7 +338,10 @@ class QueryOp : public CliOp {
   }
   std::string description(Cmd c) const override { return c == Cmd::kRun ? kRunDescription : kBenchDescription; }
   std::string recipes_help() const override { return cli::recipes_help(); }
-  std::string options_heading(Cmd) const override { return ""; }
+  std::string options_heading(Cmd c) const override {  // (the default op: never another's help)
+    return std::string("query-side options ('indexer-q ") + (c == Cmd::kBench ? "bench" : "run") +
+           " --help' for the whole text):\n";
+  }
   int default_warmup(Cmd c) const override { return c == Cmd::kRun ? 1 : 5; }
   int default_iters(Cmd c) const override { return c == Cmd::kRun ? 5 : 20; }
 
