@@ -9,7 +9,9 @@ For each entry point the same run times, in alternating rounds, (a) the operator
 (``torch.ops.indexer_q.<op>.default`` on preallocated outputs: dispatcher + binding + kernel)
 and (b) the public wrapper (allocating its outputs, checking its arguments, resolving the recipe),
 and prints the median per-call time of each and their difference; for the key side SGLang's
-call with its plan (positions and slots derived on the device) against the operator given them,
+call with its plan (the plan tensor, or SGLang's own call shape: its plan object, an int32
+out_loc, the complex freq_cis; positions and slots derived by kside_store_plan) against the
+operator given them,
 and the integrations' routed SGLang / vLLM functions (indexer_q.integrations: binding the call
 against the engine's signature, the adapter, the wrapper) against the operator. Nothing here is
 a test.
@@ -21,6 +23,7 @@ so nothing of the call is left out). ``--only`` keeps the entry points whose nam
 """
 
 import argparse
+import collections
 import statistics
 import sys
 import time
@@ -66,6 +69,10 @@ def cases(tokens, heads, device):
     plan.view(torch.int32)[:, 0] = 8  # decode, seq_len 8: position 4, slot out_loc[t]
     out_loc = torch.arange(tokens, device=device)
     kpos = torch.full((tokens,), 4, dtype=torch.int64, device=device)
+    # SGLang's call: its plan object (CompressorDecodePlan: plan[1] the tensor), an int32 out_loc
+    # and the complex64 freq_cis table
+    dplan = collections.namedtuple("CompressorDecodePlan", "compress_ratio plan_d")(4, plan)
+    out_loc32 = out_loc.to(torch.int32)
     cis = torch.view_as_complex(freqs.view(4096, 32, 2))
     sg_q, vl_v4 = routed_engine_functions()
     q3 = torch.empty(tokens, heads, 1, dtype=torch.float32, device=device)  # a row scale
@@ -121,6 +128,11 @@ def cases(tokens, heads, device):
          lambda: indexer_q.compress_norm_rope_store(
              kx, plan, norm_weight=kw, norm_eps=1e-6, freq_cis=freqs, out_loc=out_loc,
              kvcache=cache, page_size=1, is_decode=True)),
+        ("compress_norm_rope_store (SGLang's call shape)",
+         lambda: ks("v4_k_fp8", kx, kw, 1e-6, freqs, kpos, out_loc, cache, 1, True),
+         lambda: indexer_q.compress_norm_rope_store(
+             kx, dplan, norm_weight=kw, norm_eps=1e-6, freq_cis=cis, out_loc=out_loc32,
+             kvcache=cache, page_size=1)),
         ("routed SGLang fused_q_indexer_rope_hadamard_quant",
          lambda: v4(q, q8, w, wo3, 0.125, freqs, pos, True),
          lambda: sg_q(q, w, 0.125, cis, pos)),

@@ -244,6 +244,34 @@ void decode_plan(const Tensor& plan, const Tensor& out_loc, bool is_decode, std:
   }
 }
 
+// freqs as the library's (max_pos, 64) float32 table: the table itself, or SGLang's complex64
+// (max_pos, 32) freq_cis described as its float32 view (the same bytes; what _freqs_table in
+// Python makes with a view op, without the op). Other complex dtypes, shapes and strides are
+// refused naming freqs_cis, as _freqs_table does.
+TensorView freqs_view(const Tensor& freqs) {
+  check_viewable(freqs, "freqs", "2");
+  const ScalarType st = freqs.scalar_type();
+  if (st == ScalarType::ComplexFloat) {
+    if (freqs.dim() != 2 || freqs.size(1) != 32)
+      fail("freqs_cis", "expected shape (max_pos, 32) for a complex64 table, got " + shape_text(freqs));
+    if (freqs.stride(1) != 1 || (freqs.size(0) > 1 && freqs.stride(0) != 32))
+      fail("freqs_cis", "expected a contiguous table");
+    TensorView v;
+    v.dtype = DType::kFloat32;
+    v.ndim = 2;
+    v.sizes[0] = freqs.size(0);
+    v.sizes[1] = 64;
+    v.strides[0] = 64;
+    v.strides[1] = 1;
+    v.data = freqs.numel() > 0 ? freqs.data_ptr() : nullptr;
+    v.device = Device{DeviceType::kCPU, 0};
+    return v;
+  }
+  if (st == ScalarType::ComplexHalf || st == ScalarType::ComplexDouble)
+    fail("freqs_cis", "expected complex64 (max_pos, 32) or float32 (max_pos, 64), got another complex dtype");
+  return kview(freqs, "freqs");
+}
+
 void kside_plan_cpu(std::int64_t recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor plan,
                     Tensor out_loc, bool is_decode, std::int64_t compress_ratio, Tensor kvcache,
                     std::int64_t page_size, bool /*enable_pdl*/) {
@@ -268,7 +296,7 @@ void kside_plan_cpu(std::int64_t recipe, Tensor input, Tensor weight, double eps
   k.input = kview(input, "input");
   k.weight = kview(weight, "weight");
   throw_if_error(check_scalar(ScalarArg::kEps, eps, &k.eps));
-  k.freqs = kview(freqs, "freqs");
+  k.freqs = freqs_view(freqs);
   const Device cpu{DeviceType::kCPU, 0};
   k.positions = TensorView::contiguous(n > 0 ? buf : nullptr, DType::kInt64, {n}, cpu);
   k.slots = TensorView::contiguous(n > 0 ? buf + n : nullptr, DType::kInt64, {n}, cpu);
@@ -297,7 +325,8 @@ STABLE_TORCH_LIBRARY_FRAGMENT(indexer_q, m) {
   m.def("krecipes() -> str[]");  // served by Python from recipe_table (op.cpp)
   // SGLang's plan-driven call in one operator: the recipe is its index in krecipes(); positions
   // and slots are derived from plan / out_loc / is_decode / compress_ratio (CPU: in the binding;
-  // other devices: kside.py's CompositeExplicitAutograd kernel, with torch ops on the device)
+  // other devices: kside.py's CompositeExplicitAutograd kernel, with torch ops on the device);
+  // freqs may be the complex64 (max_pos, 32) freq_cis table (read as its float32 view)
   m.def("kside_store_plan(int recipe, Tensor input, Tensor weight, float eps, Tensor freqs, "
         "Tensor plan, Tensor out_loc, bool is_decode, int compress_ratio, Tensor(a!) kvcache, "
         "int page_size, bool enable_pdl=True) -> ()");

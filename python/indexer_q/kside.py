@@ -167,8 +167,9 @@ def compress_norm_rope_store(kv: torch.Tensor, plan, *, norm_weight: torch.Tenso
             wd, kd = w.dtype, kv.dtype
             if wd is not kd and wd.is_floating_point and kd in _KV_DTYPES:
                 w = w.to(dtype=kd)
+            # freq_cis as given: the binding reads a complex64 table as its float32 view
             _OP_STORE_PLAN(_K_FP4 if use_fp4 else _K_FP8, kv, w, _scalar("eps", norm_eps),
-                           _freqs_table(freq_cis), tensor, out_loc, dec, ratio, kvcache,
+                           freq_cis, tensor, out_loc, dec, ratio, kvcache,
                            _integral("page_size", page_size), bool(enable_pdl))
             return
         except Exception:  # noqa: BLE001 (the checked path below raises the call's error)
@@ -215,7 +216,8 @@ def _store_plan_composite(recipe, input, weight, eps, freqs, plan, out_loc, is_d
     name = _krecipe_name(recipe)
     positions, slots = plan_positions_slots(plan, out_loc, is_decode=is_decode,
                                             compress_ratio=compress_ratio)
-    _OP_STORE(name, input, weight, eps, freqs, positions, slots, kvcache, page_size, enable_pdl)
+    _OP_STORE(name, input, weight, eps, _freqs_table(freqs), positions, slots, kvcache, page_size,
+              enable_pdl)
 
 
 _KLIB = torch.library.Library("indexer_q", "IMPL")
@@ -229,5 +231,6 @@ def _fake_store_plan(recipe, input, weight, eps, freqs, plan, out_loc, is_decode
                      kvcache, page_size, enable_pdl=True):
     _krecipe_name(recipe)
     _plan_checks(plan, out_loc, is_decode, compress_ratio)
+    _freqs_table(freqs)
     _check_one_device(_KP_NAMES, (input, weight, freqs, plan, out_loc, kvcache))
     return None

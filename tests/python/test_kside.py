@@ -331,6 +331,12 @@ def test_plan_op_composite_kernel_equals_the_binding():
                                           ratio, b, 1)
     assert_cache(b, a, "composite == binding")
     assert not torch.equal(a, cache)
+    # the complex64 freq_cis table, read as its float32 view: the same bytes on both routes
+    cis = torch.view_as_complex(freqs.view(-1, 32, 2))
+    for run in (PLAN_OP, indexer_q.kside._store_plan_composite):
+        c = cache.clone()
+        run(k, x, w, 1e-6, cis, plan, torch.arange(n), True, ratio, c, 1)
+        assert_cache(c, a, f"{run}, complex freq_cis")
 
 
 def test_plan_op_opcheck_and_meta():
@@ -386,6 +392,11 @@ def test_plan_op_bad_inputs_name_the_argument_and_write_nothing():
     expect("indexer_q: kvcache", kvcache=cache[:, :68])
     expect("indexer_q: page_size", page_size=0)
     expect("indexer_q: input", input=x[:, :64])
+    cis = torch.view_as_complex(freqs.view(-1, 32, 2))
+    expect("indexer_q: freqs_cis: expected complex64", freqs=cis.to(torch.complex128))
+    expect(r"indexer_q: freqs_cis: expected shape \(max_pos, 32\)", freqs=cis[:, :16])
+    expect("indexer_q: freqs_cis: expected a contiguous table", freqs=cis[::2])
+    expect("indexer_q: freqs: expected dtype fp32", freqs=freqs.double())
 
 
 def test_wrapper_takes_one_operator_call(monkeypatch):
@@ -425,6 +436,9 @@ def test_wrapper_takes_one_operator_call(monkeypatch):
     (dict(compress_ratio=4.5), TypeError, "indexer_q: compress_ratio: expected an integer"),
     (dict(page_size=4.7), TypeError, "indexer_q: page_size: expected an integer"),
     (dict(norm_eps="x"), TypeError, "indexer_q: eps: expected a float"),
+    (dict(cis=torch.complex128), TypeError, "indexer_q: freqs_cis: expected complex64"),
+    (dict(cis="half"), ValueError, r"indexer_q: freqs_cis: expected shape \(max_pos, 32\)"),
+    (dict(cis="strided"), ValueError, "indexer_q: freqs_cis: expected a contiguous table"),
     (dict(preshuffle_size=16), ValueError, "indexer_q: preshuffle_size"),
     (dict(bf16_store=True), ValueError, "indexer_q: bf16_store"),
     (dict(bad_position=True), RuntimeError, "indexer_q: positions"),  # the library's validator
@@ -439,6 +453,11 @@ def test_wrapper_errors_keep_their_types(bad, exc, msg):
         a["plan"] = a["plan"][:, :bad.pop("plan_cols")]
     if "out_loc_len" in bad:
         a["out_loc"] = a["out_loc"][:bad.pop("out_loc_len")]
+    if "cis" in bad:
+        how = bad.pop("cis")
+        cis = torch.view_as_complex(a["freq_cis"].view(-1, 32, 2))
+        a["freq_cis"] = (cis.to(how) if isinstance(how, torch.dtype) else cis[:, :16]
+                         if how == "half" else cis[::2])
     if bad.pop("bad_position", False):  # token 0 taken (seq_len 0, ragged_id 0): position -ratio
         a["plan"] = a["plan"].clone()
         a["plan"][0, :6] = 0
