@@ -74,7 +74,7 @@ def cases(tokens, heads, device):
     dplan = collections.namedtuple("CompressorDecodePlan", "compress_ratio plan_d")(4, plan)
     out_loc32 = out_loc.to(torch.int32)
     cis = torch.view_as_complex(freqs.view(4096, 32, 2))
-    sg_q, vl_v4 = routed_engine_functions()
+    sg_q, vl_v4, sg_k = routed_engine_functions()
     q3 = torch.empty(tokens, heads, 1, dtype=torch.float32, device=device)  # a row scale
     q4i = torch.empty(tokens, heads, 64, dtype=torch.int8, device=device)
     v4 = OPS.fused_q_indexer_rope_hadamard_quant.default
@@ -136,6 +136,9 @@ def cases(tokens, heads, device):
         ("routed SGLang fused_q_indexer_rope_hadamard_quant",
          lambda: v4(q, q8, w, wo3, 0.125, freqs, pos, True),
          lambda: sg_q(q, w, 0.125, cis, pos)),
+        ("routed SGLang compress_norm_rope_store",
+         lambda: ks("v4_k_fp8", kx, kw, 1e-6, freqs, kpos, out_loc, cache, 1, True),
+         lambda: sg_k(kx, dplan, kw, 1e-6, cis, out_loc32, cache, 1)),
         ("routed vLLM fused_indexer_q_rope_quant",
          lambda: qq("vllm_v4_fp8", q, q8, None, w, wo2, 0.125, freqs, pos, True, 0.5),
          lambda: vl_v4(pos, q, freqs, w, 0.125, 0.5)),
@@ -144,7 +147,8 @@ def cases(tokens, heads, device):
 
 def routed_engine_functions():
     """The integrations' routed twins (indexer_q.integrations, the bind-and-convert layer) of
-    SGLang's and vLLM's V4 query functions, with the engines' signatures, on stand-in modules
+    SGLang's and vLLM's V4 query functions and SGLang's key-side store, with the engines'
+    signatures, on stand-in modules
     (the engines themselves are not needed: the routed function binds the call against the
     signature and runs the adapter)."""
     from indexer_q.integrations import _route, sglang, vllm
@@ -155,6 +159,12 @@ def routed_engine_functions():
     def fused_indexer_q_rope_quant(positions, index_q, index_q_cos_sin_cache, index_weights,
                                    index_weights_softmax_scale, index_weights_head_scale,
                                    use_fp4=False, weights_out_dtype=torch.float32):
+        raise RuntimeError("not routed")
+
+    def compress_norm_rope_store(kv, plan, norm_weight, norm_eps, freq_cis, out_loc, kvcache,
+                                 page_size, use_fp4=False, bf16_store=False, kvcache_scale=None,
+                                 rope_cache=None, fp4_k_write_metadata=None, layout=None,
+                                 fp8_2buff=False, kvcache_rope=None):
         raise RuntimeError("not routed")
 
     class CudaPlatform:  # vLLM's current_platform on CUDA
@@ -170,12 +180,15 @@ def routed_engine_functions():
     # what the adapters read from the engine module at call time, as the engines' modules have it
     # (SGLang's norm_rope: _is_hip / _is_xpu; vLLM's fused_indexer_q: current_platform and
     # has_cutedsl), answering as on CUDA
+    # (SGLang's compress: is_hip())
     module_attrs = ({"_is_hip": False, "_is_xpu": False},
-                    {"current_platform": CudaPlatform(), "has_cutedsl": lambda: False})
+                    {"current_platform": CudaPlatform(), "has_cutedsl": lambda: False},
+                    {"is_hip": lambda: False})
     out = []
     for engine, fn, attrs in ((sglang, fused_q_indexer_rope_hadamard_quant, module_attrs[0]),
-                              (vllm, fused_indexer_q_rope_quant, module_attrs[1])):
-        name = f"indexer_q_bench_{engine.__name__.rsplit('.', 1)[1]}"
+                              (vllm, fused_indexer_q_rope_quant, module_attrs[1]),
+                              (sglang, compress_norm_rope_store, module_attrs[2])):
+        name = f"indexer_q_bench_{engine.__name__.rsplit('.', 1)[1]}_{fn.__name__}"
         mod = types.ModuleType(name)
         setattr(mod, fn.__name__, fn)
         for k, v in attrs.items():
