@@ -317,8 +317,9 @@ def test_plan_op_equals_plan_positions_slots(is_decode, n, ratio):
     assert taken > 0
 
 
-def test_plan_op_composite_kernel_equals_the_binding():
-    # the CompositeExplicitAutograd kernel (what a CUDA / XPU call runs), called on CPU tensors
+def test_plan_op_composite_kernel_equals_the_binding(monkeypatch):
+    # the CompositeExplicitAutograd kernel (what a CUDA / XPU call runs), called on CPU tensors:
+    # directly, and through the dispatcher as for a CUDA / XPU tensor (redispatch to that key)
     n, ratio = 33, 4
     plan = edge_plan(n, n, ratio, 5)
     plan.view(torch.int32)[:, 0] = (torch.arange(n) % 7 + 1) * 4 + (torch.arange(n) % 3 == 0)
@@ -337,6 +338,16 @@ def test_plan_op_composite_kernel_equals_the_binding():
         c = cache.clone()
         run(k, x, w, 1e-6, cis, plan, torch.arange(n), True, ratio, c, 1)
         assert_cache(c, a, f"{run}, complex freq_cis")
+    derived = []
+    pps = indexer_q.kside.plan_positions_slots
+    monkeypatch.setattr(indexer_q.kside, "plan_positions_slots",
+                        lambda *a_, **k_: (derived.append(1), pps(*a_, **k_))[1])
+    for key in (torch._C.DispatchKey.CUDA, torch._C.DispatchKey.XPU):
+        c = cache.clone()
+        PLAN_OP.redispatch(torch._C.DispatchKeySet(key), k, x, w, 1e-6, cis, plan,
+                           torch.arange(n), True, ratio, c, 1)
+        assert_cache(c, a, f"dispatched as {key}")
+    assert len(derived) == 2, "the composite kernel ran"
 
 
 def test_plan_op_opcheck_and_meta():
