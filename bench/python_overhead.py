@@ -9,7 +9,9 @@ For each entry point the same run times, in alternating rounds, (a) the operator
 (``torch.ops.indexer_q.<op>.default`` on preallocated outputs: dispatcher + binding + kernel)
 and (b) the public wrapper (allocating its outputs, checking its arguments, resolving the recipe),
 and prints the median per-call time of each and their difference; for the key side SGLang's
-call with its plan (positions and slots derived on the device) against the operator given them,
+call with its plan (the plan tensor, or SGLang's own call shape: its plan object, an int32
+out_loc, the complex freq_cis; positions and slots derived by kside_store_plan) against the
+operator given them,
 and the integrations' routed SGLang / vLLM functions (indexer_q.integrations: binding the call
 against the engine's signature, the adapter, the wrapper) against the operator. Nothing here is
 a test.
@@ -21,6 +23,7 @@ so nothing of the call is left out). ``--only`` keeps the entry points whose nam
 """
 
 import argparse
+import collections
 import statistics
 import sys
 import time
@@ -66,8 +69,12 @@ def cases(tokens, heads, device):
     plan.view(torch.int32)[:, 0] = 8  # decode, seq_len 8: position 4, slot out_loc[t]
     out_loc = torch.arange(tokens, device=device)
     kpos = torch.full((tokens,), 4, dtype=torch.int64, device=device)
+    # SGLang's call: its plan object (CompressorDecodePlan: plan[1] the tensor), an int32 out_loc
+    # and the complex64 freq_cis table
+    dplan = collections.namedtuple("CompressorDecodePlan", "compress_ratio plan_d")(4, plan)
+    out_loc32 = out_loc.to(torch.int32)
     cis = torch.view_as_complex(freqs.view(4096, 32, 2))
-    sg_q, vl_v4 = routed_engine_functions()
+    sg_q, vl_v4, sg_k = routed_engine_functions()
     q3 = torch.empty(tokens, heads, 1, dtype=torch.float32, device=device)  # a row scale
     q4i = torch.empty(tokens, heads, 64, dtype=torch.int8, device=device)
     v4 = OPS.fused_q_indexer_rope_hadamard_quant.default
@@ -121,9 +128,17 @@ def cases(tokens, heads, device):
          lambda: indexer_q.compress_norm_rope_store(
              kx, plan, norm_weight=kw, norm_eps=1e-6, freq_cis=freqs, out_loc=out_loc,
              kvcache=cache, page_size=1, is_decode=True)),
+        ("compress_norm_rope_store (SGLang's call shape)",
+         lambda: ks("v4_k_fp8", kx, kw, 1e-6, freqs, kpos, out_loc, cache, 1, True),
+         lambda: indexer_q.compress_norm_rope_store(
+             kx, dplan, norm_weight=kw, norm_eps=1e-6, freq_cis=cis, out_loc=out_loc32,
+             kvcache=cache, page_size=1)),
         ("routed SGLang fused_q_indexer_rope_hadamard_quant",
          lambda: v4(q, q8, w, wo3, 0.125, freqs, pos, True),
          lambda: sg_q(q, w, 0.125, cis, pos)),
+        ("routed SGLang compress_norm_rope_store",
+         lambda: ks("v4_k_fp8", kx, kw, 1e-6, freqs, kpos, out_loc, cache, 1, True),
+         lambda: sg_k(kx, dplan, kw, 1e-6, cis, out_loc32, cache, 1)),
         ("routed vLLM fused_indexer_q_rope_quant",
          lambda: qq("vllm_v4_fp8", q, q8, None, w, wo2, 0.125, freqs, pos, True, 0.5),
          lambda: vl_v4(pos, q, freqs, w, 0.125, 0.5)),
@@ -132,7 +147,8 @@ def cases(tokens, heads, device):
 
 def routed_engine_functions():
     """The integrations' routed twins (indexer_q.integrations, the bind-and-convert layer) of
-    SGLang's and vLLM's V4 query functions, with the engines' signatures, on stand-in modules
+    SGLang's and vLLM's V4 query functions and SGLang's key-side store, with the engines'
+    signatures, on stand-in modules
     (the engines themselves are not needed: the routed function binds the call against the
     signature and runs the adapter)."""
     from indexer_q.integrations import _route, sglang, vllm
@@ -143,6 +159,12 @@ def routed_engine_functions():
     def fused_indexer_q_rope_quant(positions, index_q, index_q_cos_sin_cache, index_weights,
                                    index_weights_softmax_scale, index_weights_head_scale,
                                    use_fp4=False, weights_out_dtype=torch.float32):
+        raise RuntimeError("not routed")
+
+    def compress_norm_rope_store(kv, plan, norm_weight, norm_eps, freq_cis, out_loc, kvcache,
+                                 page_size, use_fp4=False, bf16_store=False, kvcache_scale=None,
+                                 rope_cache=None, fp4_k_write_metadata=None, layout=None,
+                                 fp8_2buff=False, kvcache_rope=None):
         raise RuntimeError("not routed")
 
     class CudaPlatform:  # vLLM's current_platform on CUDA
@@ -158,12 +180,15 @@ def routed_engine_functions():
     # what the adapters read from the engine module at call time, as the engines' modules have it
     # (SGLang's norm_rope: _is_hip / _is_xpu; vLLM's fused_indexer_q: current_platform and
     # has_cutedsl), answering as on CUDA
+    # (SGLang's compress: is_hip())
     module_attrs = ({"_is_hip": False, "_is_xpu": False},
-                    {"current_platform": CudaPlatform(), "has_cutedsl": lambda: False})
+                    {"current_platform": CudaPlatform(), "has_cutedsl": lambda: False},
+                    {"is_hip": lambda: False})
     out = []
     for engine, fn, attrs in ((sglang, fused_q_indexer_rope_hadamard_quant, module_attrs[0]),
-                              (vllm, fused_indexer_q_rope_quant, module_attrs[1])):
-        name = f"indexer_q_bench_{engine.__name__.rsplit('.', 1)[1]}"
+                              (vllm, fused_indexer_q_rope_quant, module_attrs[1]),
+                              (sglang, compress_norm_rope_store, module_attrs[2])):
+        name = f"indexer_q_bench_{engine.__name__.rsplit('.', 1)[1]}_{fn.__name__}"
         mod = types.ModuleType(name)
         setattr(mod, fn.__name__, fn)
         for k, v in attrs.items():

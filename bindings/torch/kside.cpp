@@ -146,6 +146,165 @@ void kside_composed(std::int64_t recipe, Tensor input, Tensor weight, double eps
       KTorchArgs{krecipe_of_id(recipe), input, weight, eps, freqs, positions, slots, kvcache, page_size});
 }
 
+// ---- kside_store_plan: SGLang's plan-driven call, the plan decoded here (CPU) ------------------
+// The recipe is its index in the library's key-side list (krecipes() in Python).
+KRecipeId krecipe_at(std::int64_t index) {
+  const auto& e = knames().entries;
+  if (index < 0 || index >= std::int64_t(e.size()))
+    fail("recipe", "expected the index of a key-side recipe in the library's list (0 to " +
+                       std::to_string(e.size() - 1) + "), got " + std::to_string(index));
+  return e[std::size_t(index)].second;
+}
+
+std::string shape_text(const Tensor& t) {  // as Python writes tuple(t.shape): "(4, 8)", "(4,)", "()"
+  std::string s = "(";
+  for (std::int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + (t.dim() == 1 ? ",)" : ")");
+}
+
+// out_loc's element at index i (any integer dtype, converted to int64 exactly as
+// Tensor.to(torch.int64) does: unsigned 64-bit values wrap).
+using torch::headeronly::ScalarType;
+std::int64_t loc_at(const char* base, std::int64_t stride, ScalarType st, std::int64_t i) {
+  const char* p = base;
+  switch (st) {
+    case ScalarType::Byte: return *reinterpret_cast<const std::uint8_t*>(p + i * stride * 1);
+    case ScalarType::Char: return *reinterpret_cast<const std::int8_t*>(p + i * stride * 1);
+    case ScalarType::Short: return *reinterpret_cast<const std::int16_t*>(p + i * stride * 2);
+    case ScalarType::UInt16: return *reinterpret_cast<const std::uint16_t*>(p + i * stride * 2);
+    case ScalarType::Int: return *reinterpret_cast<const std::int32_t*>(p + i * stride * 4);
+    case ScalarType::UInt32: return *reinterpret_cast<const std::uint32_t*>(p + i * stride * 4);
+    case ScalarType::Long: return *reinterpret_cast<const std::int64_t*>(p + i * stride * 8);
+    default: return std::int64_t(*reinterpret_cast<const std::uint64_t*>(p + i * stride * 8));  // UInt64
+  }
+}
+
+bool integer_dtype(ScalarType st) {
+  switch (st) {
+    case ScalarType::Byte: case ScalarType::Char: case ScalarType::Short: case ScalarType::UInt16:
+    case ScalarType::Int: case ScalarType::UInt32: case ScalarType::Long: case ScalarType::UInt64:
+      return true;
+    default: return false;
+  }
+}
+
+// Each token's position and slot from SGLang's plan (docs/KSIDE-SPEC.md section 1; the same rule
+// as indexer_q.plan_positions_slots, which computes it with torch ops on a device): plan (N, 16)
+// uint8 little-endian records, out_loc (M,) of any integer dtype, both in host memory. Extend
+// {u32 seq_len, u16 ragged_id, ...}: seq_len 0xFFFFFFFF or ragged_id >= M skips the token, slot =
+// out_loc[ragged_id]; decode {u32 seq_len, ...}: skipped unless seq_len % ratio == 0, slot =
+// out_loc[t]. position = int32(seq_len - ratio) (unsigned 32-bit subtraction); a skipped token
+// gets slot -1 and position 0. The checks and messages are plan_positions_slots's (kside.py).
+void check_plan(const Tensor& plan, const Tensor& out_loc, bool is_decode, std::int64_t ratio) {
+  check_viewable(plan, "plan", "2");
+  if (plan.scalar_type() != ScalarType::Byte) fail("plan", "expected a uint8 tensor of shape (N, 16)");
+  if (plan.dim() != 2 || plan.size(1) != 16) fail("plan", "expected shape (N, 16), got " + shape_text(plan));
+  check_viewable(out_loc, "out_loc", "1");
+  if (out_loc.dim() != 1 || !integer_dtype(out_loc.scalar_type()))
+    fail("out_loc", "expected a 1-D integer tensor (int64, int32, ...)");
+  const auto dp = plan.device(), dl = out_loc.device();
+  if (dp.type() != dl.type() || dp.index() != dl.index())
+    fail("out_loc", "expected the device of plan (" + device_text(plan) + "), got " + device_text(out_loc));
+  if (dp.type() != StableDeviceType::CPU)
+    fail("plan", "expected a CPU tensor (this kernel decodes the plan in host memory), got " + device_text(plan));
+  if (ratio <= 0 || ratio > 0xFFFFFFFFll)
+    fail("compress_ratio", "expected a positive 32-bit integer, got " + std::to_string(ratio));
+  const std::int64_t n = plan.size(0), m = out_loc.size(0);
+  if (is_decode && m != n)
+    fail("out_loc", "expected " + std::to_string(n) + " entries (one per token, decode), got " + std::to_string(m));
+  if (!is_decode && m < n)
+    fail("out_loc", "expected at least " + std::to_string(n) + " entries (extend), got " + std::to_string(m));
+}
+
+void decode_plan(const Tensor& plan, const Tensor& out_loc, bool is_decode, std::int64_t ratio,
+                 std::int64_t* positions, std::int64_t* slots) {
+  const std::int64_t n = plan.size(0), m = out_loc.size(0);
+  if (n == 0) return;
+  const auto* pb = static_cast<const std::uint8_t*>(plan.const_data_ptr());
+  const std::int64_t s0 = plan.stride(0), s1 = plan.stride(1);
+  const char* lb = m > 0 ? static_cast<const char*>(out_loc.const_data_ptr()) : nullptr;
+  const std::int64_t ls = out_loc.stride(0);
+  const ScalarType lt = out_loc.scalar_type();
+  const std::uint32_t r = std::uint32_t(ratio);
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::uint8_t* rec = pb + t * s0;
+    const std::uint32_t seq = std::uint32_t(rec[0]) | std::uint32_t(rec[s1]) << 8 |
+                              std::uint32_t(rec[2 * s1]) << 16 | std::uint32_t(rec[3 * s1]) << 24;
+    bool take;
+    std::int64_t at;
+    if (is_decode) {
+      take = seq % r == 0;
+      at = t;
+    } else {
+      at = std::int64_t(std::uint32_t(rec[4 * s1]) | std::uint32_t(rec[5 * s1]) << 8);
+      take = seq != 0xFFFFFFFFu && at < m;
+    }
+    slots[t] = take ? loc_at(lb, ls, lt, at) : -1;
+    positions[t] = take ? std::int64_t(std::int32_t(seq - r)) : 0;
+  }
+}
+
+// freqs as the library's (max_pos, 64) float32 table: the table itself, or SGLang's complex64
+// (max_pos, 32) freq_cis described as its float32 view (the same bytes; what _freqs_table in
+// Python makes with a view op, without the op). Other complex dtypes, shapes and strides are
+// refused naming freqs_cis, as _freqs_table does.
+TensorView freqs_view(const Tensor& freqs) {
+  check_viewable(freqs, "freqs", "2");
+  const ScalarType st = freqs.scalar_type();
+  if (st == ScalarType::ComplexFloat) {
+    if (freqs.dim() != 2 || freqs.size(1) != 32)
+      fail("freqs_cis", "expected shape (max_pos, 32) for a complex64 table, got " + shape_text(freqs));
+    if (freqs.stride(1) != 1 || (freqs.size(0) > 1 && freqs.stride(0) != 32))
+      fail("freqs_cis", "expected a contiguous table");
+    TensorView v;
+    v.dtype = DType::kFloat32;
+    v.ndim = 2;
+    v.sizes[0] = freqs.size(0);
+    v.sizes[1] = 64;
+    v.strides[0] = 64;
+    v.strides[1] = 1;
+    v.data = freqs.numel() > 0 ? freqs.data_ptr() : nullptr;
+    v.device = Device{DeviceType::kCPU, 0};
+    return v;
+  }
+  if (st == ScalarType::ComplexHalf || st == ScalarType::ComplexDouble)
+    fail("freqs_cis", "expected complex64 (max_pos, 32) or float32 (max_pos, 64), got another complex dtype");
+  return kview(freqs, "freqs");
+}
+
+void kside_plan_cpu(std::int64_t recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor plan,
+                    Tensor out_loc, bool is_decode, std::int64_t compress_ratio, Tensor kvcache,
+                    std::int64_t page_size, bool /*enable_pdl*/) {
+  const KRecipeId id = krecipe_at(recipe);
+  check_plan(plan, out_loc, is_decode, compress_ratio);
+  const NamedTensor all[] = {{"input", &input}, {"weight", &weight},   {"freqs", &freqs},
+                             {"plan", &plan},   {"out_loc", &out_loc}, {"kvcache", &kvcache}};
+  check_devices(all, device_text);
+  // positions and slots, int64 (N,) each, in host memory: on the stack for a decode-sized call
+  const std::int64_t n = plan.size(0);
+  constexpr std::int64_t kSmall = 64;
+  std::int64_t small[2 * kSmall];
+  std::vector<std::int64_t> large;
+  std::int64_t* buf = small;
+  if (n > kSmall) {
+    large.resize(std::size_t(2 * n));
+    buf = large.data();
+  }
+  decode_plan(plan, out_loc, is_decode, compress_ratio, buf, buf + n);
+  KStoreArgs k;
+  k.recipe = id;
+  k.input = kview(input, "input");
+  k.weight = kview(weight, "weight");
+  throw_if_error(check_scalar(ScalarArg::kEps, eps, &k.eps));
+  k.freqs = freqs_view(freqs);
+  const Device cpu{DeviceType::kCPU, 0};
+  k.positions = TensorView::contiguous(n > 0 ? buf : nullptr, DType::kInt64, {n}, cpu);
+  k.slots = TensorView::contiguous(n > 0 ? buf + n : nullptr, DType::kInt64, {n}, cpu);
+  k.kvcache = kview(kvcache, "kvcache");
+  k.page_size = page_size;
+  run_on_cpu(k);
+}
+
 
 }  // namespace
 }  // namespace torch_binding
@@ -164,10 +323,18 @@ STABLE_TORCH_LIBRARY_FRAGMENT(indexer_q, m) {
   m.def("kside_store" IQ_KSIDE_ARGS);
   m.def("kside_store_composed" IQ_KSIDE_ARGS);
   m.def("krecipes() -> str[]");  // served by Python from recipe_table (op.cpp)
+  // SGLang's plan-driven call in one operator: the recipe is its index in krecipes(); positions
+  // and slots are derived from plan / out_loc / is_decode / compress_ratio (CPU: in the binding;
+  // other devices: kside.py's CompositeExplicitAutograd kernel, with torch ops on the device);
+  // freqs may be the complex64 (max_pos, 32) freq_cis table (read as its float32 view)
+  m.def("kside_store_plan(int recipe, Tensor input, Tensor weight, float eps, Tensor freqs, "
+        "Tensor plan, Tensor out_loc, bool is_decode, int compress_ratio, Tensor(a!) kvcache, "
+        "int page_size, bool enable_pdl=True) -> ()");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CPU, m) {
   m.impl("kside_store", IQ_KRECIPE_BOX(kside_cpu));
+  m.impl("kside_store_plan", TORCH_BOX(&indexer_q::torch_binding::kside_plan_cpu));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)

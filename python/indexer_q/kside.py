@@ -4,8 +4,9 @@ transform and FP8 / FP4 quantization of compressed key tokens, stored into a pag
 ``torch.ops.indexer_q.kside_store(recipe, input, weight, eps, freqs, positions, slots, kvcache,
 page_size, enable_pdl=True)`` is the operator (recipes ``v4_k_fp8``: 132 bytes a token,
 ``v4_k_fp4``: 68 bytes); a negative slot skips its token. ``compress_norm_rope_store`` takes
-SGLang's plan-driven call instead (positions and slots derived from the plan on the tensors'
-device, without a host synchronization).
+SGLang's plan-driven call instead, through ``torch.ops.indexer_q.kside_store_plan`` (positions and
+slots derived from the plan: for CPU tensors by the binding, on another device with torch ops on
+the tensors' device, without a host synchronization).
 """
 
 from __future__ import annotations
@@ -14,13 +15,20 @@ from typing import Optional, Tuple
 
 import torch
 
-from ._ops import _freqs_table, _integral, _scalar
+from ._ops import _check_one_device, _freqs_table, _integral, _scalar
 
 # The operators, looked up once (a torch.ops attribute lookup costs microseconds a call).
 _OP_STORE = torch.ops.indexer_q.kside_store.default
 _OP_STORE_COMPOSED = torch.ops.indexer_q.kside_store_composed.default
+_OP_STORE_PLAN = torch.ops.indexer_q.kside_store_plan.default
 
 KSIDE_RECIPES: Tuple[str, ...] = tuple(torch.ops.indexer_q.krecipes())
+# kside_store_plan's recipe argument: the index in KSIDE_RECIPES (an int costs the call less than
+# a str, which the binding reads and looks up)
+_K_FP8 = KSIDE_RECIPES.index("v4_k_fp8")
+_K_FP4 = KSIDE_RECIPES.index("v4_k_fp4")
+# kv dtypes for which a norm_weight of another floating dtype is converted (SGLang's CUDA branch)
+_KV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 _U32 = 0xFFFFFFFF
 
@@ -29,18 +37,10 @@ def _err(arg: str, what: str) -> ValueError:
     return ValueError(f"indexer_q: {arg}: {what}")
 
 
-def plan_positions_slots(plan: torch.Tensor, out_loc: torch.Tensor, *, is_decode: bool,
-                         compress_ratio: int = 4) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(positions, slots), both int64 (N,), from SGLang's plan (docs/KSIDE-SPEC.md section 1).
-
-    plan: (N, 16) uint8, one little-endian struct per token. out_loc: (M,) of any integer dtype
-    (int64 in SGLang's CUDA kernel; int32 and others converted exactly, as sgl-kernel-xpu does). Extend: {u32 seq_len, u16 ragged_id,
-    ...}; seq_len 0xFFFFFFFF, or ragged_id >= len(out_loc), skips the token; slot =
-    out_loc[ragged_id]. Decode: {u32 seq_len, ...}; the token is skipped unless seq_len %
-    compress_ratio == 0; slot = out_loc[t]. position = int32(seq_len - compress_ratio) (32-bit
-    unsigned subtraction, reinterpreted as signed). A skipped token gets slot -1 (the op writes
-    nothing for it) and position 0.
-    """
+def _plan_checks(plan, out_loc, is_decode, compress_ratio):
+    """plan_positions_slots's argument checks (the binding's kside_store_plan makes the same ones,
+    with the same messages, for CPU tensors): (out_loc as int64, ratio, N, M), or the error
+    naming the argument."""
     if not isinstance(plan, torch.Tensor) or plan.dtype != torch.uint8:
         raise TypeError("indexer_q: plan: expected a uint8 tensor of shape (N, 16)")
     if plan.dim() != 2 or plan.shape[1] != 16:
@@ -60,6 +60,22 @@ def plan_positions_slots(plan: torch.Tensor, out_loc: torch.Tensor, *, is_decode
         raise _err("out_loc", f"expected {n} entries (one per token, decode), got {m}")
     if not is_decode and m < n:
         raise _err("out_loc", f"expected at least {n} entries (extend), got {m}")
+    return out_loc, ratio, n, m
+
+
+def plan_positions_slots(plan: torch.Tensor, out_loc: torch.Tensor, *, is_decode: bool,
+                         compress_ratio: int = 4) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(positions, slots), both int64 (N,), from SGLang's plan (docs/KSIDE-SPEC.md section 1).
+
+    plan: (N, 16) uint8, one little-endian struct per token. out_loc: (M,) of any integer dtype
+    (int64 in SGLang's CUDA kernel; int32 and others converted exactly, as sgl-kernel-xpu does). Extend: {u32 seq_len, u16 ragged_id,
+    ...}; seq_len 0xFFFFFFFF, or ragged_id >= len(out_loc), skips the token; slot =
+    out_loc[ragged_id]. Decode: {u32 seq_len, ...}; the token is skipped unless seq_len %
+    compress_ratio == 0; slot = out_loc[t]. position = int32(seq_len - compress_ratio) (32-bit
+    unsigned subtraction, reinterpreted as signed). A skipped token gets slot -1 (the op writes
+    nothing for it) and position 0.
+    """
+    out_loc, ratio, n, m = _plan_checks(plan, out_loc, is_decode, compress_ratio)
     words = plan.contiguous().view(torch.int32)  # (N, 4), little-endian
     seq_len = words[:, 0].to(torch.int64) & _U32
     if is_decode:
@@ -134,7 +150,40 @@ def compress_norm_rope_store(kv: torch.Tensor, plan, *, norm_weight: torch.Tenso
     weight with bf16 kv is rounded to bf16). sgl-kernel-xpu's ``preshuffle_size`` (0: the plain
     layout) and ``use_bf16_store`` / SGLang's ``bf16_store`` (False) are accepted at those values;
     the tiled FP8 layout (preshuffle_size > 0) and the bf16 store are not forms of the library
-    (ValueError naming the argument)."""
+    (ValueError naming the argument).
+
+    One operator call (``kside_store_plan``) for the engines' call; the first error of a call is
+    reported by the checked path below (``_compress_checked``, the same checks in their order
+    and with their exception types), so a refused call raises what it always raised."""
+    if type(preshuffle_size) is int and preshuffle_size == 0 and not (use_bf16_store or bf16_store):
+        try:
+            if isinstance(plan, torch.Tensor):
+                tensor = plan
+                dec = False if is_decode is None else bool(is_decode)
+                ratio = 4 if compress_ratio is None else _integral("compress_ratio", compress_ratio)
+            else:
+                tensor, dec, ratio = _plan_tensor(plan, is_decode, compress_ratio)
+            w = norm_weight
+            wd, kd = w.dtype, kv.dtype
+            if wd is not kd and wd.is_floating_point and kd in _KV_DTYPES:
+                w = w.to(dtype=kd)
+            # freq_cis as given: the binding reads a complex64 table as its float32 view
+            _OP_STORE_PLAN(_K_FP4 if use_fp4 else _K_FP8, kv, w, _scalar("eps", norm_eps),
+                           freq_cis, tensor, out_loc, dec, ratio, kvcache,
+                           _integral("page_size", page_size), bool(enable_pdl))
+            return
+        except Exception:  # noqa: BLE001 (the checked path below raises the call's error)
+            pass
+    _compress_checked(kv, plan, norm_weight, norm_eps, freq_cis, out_loc, kvcache, page_size,
+                      use_fp4, is_decode, compress_ratio, enable_pdl, preshuffle_size,
+                      use_bf16_store, bf16_store)
+
+
+def _compress_checked(kv, plan, norm_weight, norm_eps, freq_cis, out_loc, kvcache, page_size,
+                      use_fp4, is_decode, compress_ratio, enable_pdl, preshuffle_size,
+                      use_bf16_store, bf16_store):
+    """compress_norm_rope_store checked step by step (its first refusal raised with its exception
+    type and message), positions and slots derived with torch ops (plan_positions_slots)."""
     if int(preshuffle_size) != 0:
         raise _err("preshuffle_size", f"expected 0 (the plain cache layout); the tiled layout "
                    f"({preshuffle_size}) is not a form of the library")
@@ -150,3 +199,38 @@ def compress_norm_rope_store(kv: torch.Tensor, plan, *, norm_weight: torch.Tenso
                                             compress_ratio=compress_ratio)
     kside_store("v4_k_fp4" if use_fp4 else "v4_k_fp8", kv, norm_weight, norm_eps, freq_cis,
                 positions, slots, kvcache, page_size, enable_pdl=enable_pdl)
+
+
+# ---- kside_store_plan on devices other than the CPU (CompositeExplicitAutograd: CUDA, XPU, ...):
+# positions and slots derived with torch ops on the tensors' device (plan_positions_slots), then
+# kside_store; its fake (meta, FakeTensor, torch.compile) checks what the CPU binding checks.
+def _krecipe_name(recipe: int) -> str:
+    if not 0 <= recipe < len(KSIDE_RECIPES):
+        raise RuntimeError(f"indexer_q: recipe: expected the index of a key-side recipe in the "
+                           f"library's list (0 to {len(KSIDE_RECIPES) - 1}), got {recipe}")
+    return KSIDE_RECIPES[recipe]
+
+
+def _store_plan_composite(recipe, input, weight, eps, freqs, plan, out_loc, is_decode,
+                          compress_ratio, kvcache, page_size, enable_pdl=True):
+    name = _krecipe_name(recipe)
+    positions, slots = plan_positions_slots(plan, out_loc, is_decode=is_decode,
+                                            compress_ratio=compress_ratio)
+    _OP_STORE(name, input, weight, eps, _freqs_table(freqs), positions, slots, kvcache, page_size,
+              enable_pdl)
+
+
+_KLIB = torch.library.Library("indexer_q", "IMPL")
+_KLIB.impl("kside_store_plan", _store_plan_composite, "CompositeExplicitAutograd")
+
+_KP_NAMES = ("input", "weight", "freqs", "plan", "out_loc", "kvcache")
+
+
+@torch.library.register_fake("indexer_q::kside_store_plan")
+def _fake_store_plan(recipe, input, weight, eps, freqs, plan, out_loc, is_decode, compress_ratio,
+                     kvcache, page_size, enable_pdl=True):
+    _krecipe_name(recipe)
+    _plan_checks(plan, out_loc, is_decode, compress_ratio)
+    _freqs_table(freqs)
+    _check_one_device(_KP_NAMES, (input, weight, freqs, plan, out_loc, kvcache))
+    return None

@@ -64,6 +64,7 @@ def _cases():
     v4 = q[1:3] + q[4:9] + (True,)  # the historical v4_fp8 schema
     fp4 = _q_case("v4_fp4")
     k = _k_case("v4_k_fp8")
+    kplan = torch.tensor([[4] + [0] * 15], dtype=torch.uint8)
     return [
         ("quant_q", lambda: OPS.quant_q(*q)),
         ("quant_q fp4", lambda: OPS.quant_q(*fp4)),
@@ -79,6 +80,9 @@ def _cases():
         ("kside_store", lambda: OPS.kside_store(*k)),
         ("kside_store_composed", lambda: OPS.kside_store_composed(*k)),
         ("krecipes", lambda: OPS.krecipes()),
+        # SGLang's plan-driven call (a decode plan: seq_len 4, ratio 4: position 0, slot 0)
+        ("kside_store_plan", lambda: OPS.kside_store_plan(0, k[1], k[2], 1e-6, k[4], kplan, k[6],
+                                                          True, 4, k[7], 1)),
         # the allocating operator the wrappers call (its outputs freed each call)
         ("quant_q_alloc", lambda: OPS.quant_q_alloc(indexer_q.RECIPES.index("v4_fp8"), q[1], q[4],
                                                     0.25, q[7], q[8], 0, 3, True, 1.0)),
