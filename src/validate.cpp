@@ -178,8 +178,13 @@ void bind_form(const OpSpec& op, OpCall* c, const ShapeSpec& f, const TensorView
     if (f.d[d].sym >= 0 && !c->bound[f.d[d].sym]) c->bind(f.d[d].sym, t.sizes[d]), derive = true;
   for (int s = 0; derive && s < op.nsyms; ++s) {
     const SymSpec& y = op.syms[s];
-    if (y.factor_a >= 0 && !c->bound[s] && c->bound[y.factor_a] && c->bound[y.factor_b])
-      c->bind(s, c->sym[y.factor_a] * c->sym[y.factor_b]);
+    if (y.factor_a >= 0 && !c->bound[s] && c->bound[y.factor_a] && c->bound[y.factor_b]) {
+      // A product past int64 saturates (no signed overflow): the view that bound the factors is
+      // then refused by its element-count check, and no real view has a dimension that large.
+      std::int64_t v;
+      if (__builtin_mul_overflow(c->sym[y.factor_a], c->sym[y.factor_b], &v)) v = std::numeric_limits<std::int64_t>::max();
+      c->bind(s, v);
+    }
   }
 }
 
