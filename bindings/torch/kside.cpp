@@ -67,35 +67,13 @@ TensorView kview(const Tensor& t, const char* arg) {
 }  // namespace
 
 namespace {
-// The library's key-side names, read once: a name is looked up with no allocation.
-struct KNameTable {
-  std::vector<std::pair<std::string, KRecipeId>> entries;
-  KNameTable() {
-    for (KRecipeId r : all_krecipes()) entries.emplace_back(krecipe_name(r), r);
-  }
-};
-const KNameTable& knames() {
-  static const KNameTable t;
+const RecipeNames<KRecipeId>& knames() {
+  static const RecipeNames<KRecipeId> t(all_krecipes(), &krecipe_name, "key-side ");
   return t;
 }
-
-std::int64_t krecipe_id_of(std::string_view name) noexcept {
-  for (const auto& e : knames().entries)
-    if (name == e.first) return std::int64_t(e.second);
-  return -1;
-}
-
-std::string unknown_krecipe_text(std::string_view name) {
-  std::string list;
-  for (const auto& e : knames().entries) list += (list.empty() ? "" : ", ") + e.first;
-  return "indexer_q: recipe: unknown key-side recipe '" + std::string(name) + "'; expected one of " + list;
-}
-
-KRecipeId krecipe_of_id(std::int64_t id) {
-  for (const auto& e : knames().entries)
-    if (std::int64_t(e.second) == id) return e.second;
-  fail("recipe", "unknown key-side recipe id " + std::to_string(id));
-}
+std::int64_t krecipe_id_of(std::string_view name) noexcept { return knames().id_of(name); }
+std::string unknown_krecipe_text(std::string_view name) { return knames().unknown_text(name); }
+KRecipeId krecipe_of_id(std::int64_t id) { return knames().of_id(id); }
 }  // namespace
 
 KRecipeId krecipe_or_throw(const std::string& name) {

@@ -142,36 +142,15 @@ void throw_if_error(const Status& s) {
 }
 
 namespace {
-// The library's names, read once: a name is looked up with no allocation.
-struct NameTable {
-  std::vector<std::pair<std::string, RecipeId>> entries;
-  NameTable() {
-    for (RecipeId r : all_recipes()) entries.emplace_back(recipe_name(r), r);
-  }
-};
-const NameTable& names() {
-  static const NameTable t;
+const RecipeNames<RecipeId>& names() {
+  static const RecipeNames<RecipeId> t(all_recipes(), &recipe_name, "");
   return t;
 }
 }  // namespace
 
-std::int64_t recipe_id_of(std::string_view name) noexcept {
-  for (const auto& e : names().entries)
-    if (name == e.first) return std::int64_t(e.second);
-  return -1;
-}
-
-std::string unknown_recipe_text(std::string_view name) {
-  std::string list;
-  for (const auto& e : names().entries) list += (list.empty() ? "" : ", ") + e.first;
-  return "indexer_q: recipe: unknown recipe '" + std::string(name) + "'; expected one of " + list;
-}
-
-RecipeId recipe_of_id(std::int64_t id) {
-  for (const auto& e : names().entries)
-    if (std::int64_t(e.second) == id) return e.second;
-  fail("recipe", "unknown recipe id " + std::to_string(id));
-}
+std::int64_t recipe_id_of(std::string_view name) noexcept { return names().id_of(name); }
+std::string unknown_recipe_text(std::string_view name) { return names().unknown_text(name); }
+RecipeId recipe_of_id(std::int64_t id) { return names().of_id(id); }
 
 // quant_q_alloc's recipe: its index in the library's list (the order of recipes() in Python).
 static RecipeId recipe_at(std::int64_t index) {

@@ -9,6 +9,9 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
+#include <utility>
+#include <string_view>
 
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
@@ -28,6 +31,33 @@ using StableDeviceType = torch::headeronly::DeviceType;
 [[noreturn]] inline void fail(const char* arg, const std::string& what) {
   throw std::runtime_error(std::string("indexer_q: ") + arg + ": " + what);
 }
+
+// One side's recipe names (the library's list), read once: a name is looked up with no
+// allocation. `side` goes into the messages ("" for the query side, "key-side " for the other).
+template <class Id>
+struct RecipeNames {
+  std::vector<std::pair<std::string, Id>> entries;
+  const char* side;
+  RecipeNames(const std::vector<Id>& ids, const char* (*name_of)(Id) noexcept, const char* side_) : side(side_) {
+    for (Id r : ids) entries.emplace_back(name_of(r), r);
+  }
+  std::int64_t id_of(std::string_view name) const noexcept {
+    for (const auto& e : entries)
+      if (name == e.first) return std::int64_t(e.second);
+    return -1;
+  }
+  std::string unknown_text(std::string_view name) const {
+    std::string list;
+    for (const auto& e : entries) list += (list.empty() ? "" : ", ") + e.first;
+    return "indexer_q: recipe: unknown " + std::string(side) + "recipe '" + std::string(name) + "'; expected one of " +
+           list;
+  }
+  Id of_id(std::int64_t id) const {
+    for (const auto& e : entries)
+      if (std::int64_t(e.second) == id) return e.second;
+    fail("recipe", "unknown " + std::string(side) + "recipe id " + std::to_string(id));
+  }
+};
 
 // The library's DType of a torch dtype; none for a dtype the library has no DType for.
 inline std::optional<DType> library_dtype(torch::headeronly::ScalarType t) {
