@@ -551,9 +551,9 @@ _OP_V4_COMPOSED = torch.ops.indexer_q.fused_q_indexer_rope_hadamard_quant_compos
 # quant_q with its outputs allocated by the binding (one call instead of one torch.empty per
 # output): what the allocating wrappers call for tensors on a device with a native kernel
 _OP_QUANT_Q_ALLOC = torch.ops.indexer_q.quant_q_alloc.default
-# CUDA tensors keep quant_q on outputs allocated here: quant_q_alloc's CUDA kernel is registered
-# and tested by tests/python/test_api.py on a GPU, but has not run on one yet (docs/TORCH.md)
-_ALLOC_CUDA = False
+# CUDA tensors take quant_q_alloc too: its CUDA kernel passed tests/python/test_api.py,
+# test_cuda.py and test_kside.py on an H200 (2026-12-02, 266 passed; docs/TORCH.md)
+_ALLOC_CUDA = True
 _RAW_KINDS = {torch.uint8: 1, torch.int8: 2}  # quant_q_alloc's out_kind of a raw-code q_out
 _V4_INDEX = _FACTS["v4_fp8"].index
 _QUANT_Q_BACKENDS: Dict[Optional[str], object] = {}
