@@ -489,6 +489,10 @@ int main(int argc, char** argv) {
     }
   }
   if (!op->parse_recipes(recipe_arg.empty() ? op->default_recipes() : recipe_arg)) return 2;
+  if (op->recipe_count() == 0 || tokens.empty() || heads.empty() || threads.empty() || isas.empty()) {
+    std::fprintf(stderr, "--recipe / --tokens / --heads / --threads / --isa: expected at least one\n");
+    return 2;
+  }
   const long long default_inline = detail::cpu::inline_row_threshold();
   if (inline_rows >= 0) detail::cpu::set_inline_row_threshold(inline_rows);
 

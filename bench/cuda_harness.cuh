@@ -222,6 +222,10 @@ inline int run_cuda_bench(int argc, char** argv, const std::vector<std::unique_p
     ++i;
   }
 
+  if (op->recipe_count() == 0 || tokens.empty() || heads.empty()) {
+    std::fprintf(stderr, "--recipes / --tokens / --heads: expected at least one\n");
+    return 2;
+  }
   const Columns col = op->columns();
   const cudaDeviceProp prop = first_device_or_exit();
   std::printf("# device: %s, %d SMs; %s; median of %d replays of %d calls\n", prop.name, prop.multiProcessorCount,
