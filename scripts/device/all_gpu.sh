@@ -116,18 +116,24 @@ if has bench; then
   say "kside bench fp32 rc=$?"
   grep -E '^csv,.*,(baseline-warp-per-token|ours-auto)' "$L/kside_bench_fp32.txt" >>"$SUM"
   # the host CPU (issue 20's targets): every query recipe at 4096 x 64, one thread per ISA, and
-  # 16 threads, each beside a same-run copy (bench/cpu_bench.cpp); the key side per token (its
-  # --op kside, fp32), same run
+  # 16 threads, each beside a same-run copy (bench/cpu_bench.cpp); the key side per token, same run
   timeout 200 "$B/bench/indexer_q_cpu_bench" --isa ${CPU_ISAS_CSV:-avx512,avx2} --threads 1 \
     --tokens 4096 --heads 64 --recipe all --iters ${CPU_ITERS:-10} --format csv >"$L/cpu_bench_1t.csv" 2>&1
   say "cpu bench every recipe, 1 thread, 4096 x 64 rc=$?"
   timeout 100 "$B/bench/indexer_q_cpu_bench" --isa avx512 --threads $(nproc) \
     --tokens 16384 --heads 64 --recipe all --iters ${CPU_ITERS:-10} --format csv >"$L/cpu_bench_nt.csv" 2>&1
   say "cpu bench every recipe, $(nproc) threads, 16384 x 64 rc=$?"
+  # the key side in the query side's harness (inputs rotated over 64 MiB, as the query's: the
+  # like-for-like key / query ratio), and as earlier runs measured it (indexer-q bench, 16 MiB)
   timeout 100 taskset -c 2 "$B/bench/indexer_q_cpu_bench" --op kside --isa ${CPU_ISAS_CSV:-avx512,avx2} --threads 1 \
-    --tokens 4096 --recipe all --iters ${CPU_ITERS:-10} --format csv >"$L/kside_cpu_1t.csv" 2>&1
-  say "cpu key side 1 thread, 4096 tokens fp32 rc=$?"
-  cat "$L/cpu_bench_1t.csv" "$L/cpu_bench_nt.csv" "$L/kside_cpu_1t.csv" >>"$SUM"
+    --tokens 4096 --recipe all --iters ${CPU_ITERS:-10} --format csv >"$L/kside_cpu_bench_1t.csv" 2>&1
+  say "cpu bench key side, 1 thread, 4096 tokens fp32 rc=$?"
+  for isa in $(echo "${CPU_ISAS_CSV:-avx512,avx2}" | tr , ' '); do
+    timeout 100 taskset -c 2 "$B/tools/indexer-q" bench --backend cpu --isa $isa --threads 1 \
+      --recipe v4_k_fp8,v4_k_fp4 --tokens 4096 --format csv >>"$L/kside_cpu_1t.csv" 2>&1
+  done
+  say "indexer-q bench key side 1 thread rc=$?"
+  cat "$L/cpu_bench_1t.csv" "$L/cpu_bench_nt.csv" "$L/kside_cpu_bench_1t.csv" "$L/kside_cpu_1t.csv" >>"$SUM"
   # what the Python entry points add to the op per call (CPU, 1 token)
   INDEXER_Q_TORCH_LIBRARY=$(TORCH_LIB) PYTHONPATH=python timeout 120 taskset -c 3 python3 \
     bench/python_overhead.py --calls ${PY_CALLS:-5000} >"$L/python_overhead.txt" 2>&1
