@@ -2,15 +2,16 @@
 // single-stepping (ptrace, Linux x86-64), for every ISA this processor runs -- AVX-512 included,
 // which valgrind cannot execute. Deterministic, unlike timings on a shared machine.
 //
-//   indexer_q_cpu_icount [--isa all|LIST] [--recipe v4_fp8|all|LIST] [--heads 64] [--tokens 8]
+//   indexer_q_cpu_icount [--op query|kside] [--isa all|LIST] [--recipe all|LIST] [--heads 64] [--tokens 8]
 //                        [--dtype bf16|fp16|fp32] [--kside v4_k_fp8|all|LIST]
 //
 // Per case it counts the instructions of one 1-thread run() call at `tokens` and at 2 x `tokens`
 // tokens (the same data) and prints the difference per row, so the call's fixed cost (the
 // validator, dispatch) drops out and the per-token cost (the freqs row) stays in. Output (csv):
 //   recipe,isa,dtype,heads,rows,insns_small,insns_large,insns_per_row
-// --kside counts key-side stores instead (run(KStoreArgs), tokens x heads key tokens against
-// twice that, page size 64, every token stored): the same columns, a row being one key token.
+// --op kside (or --kside LIST, the same with LIST as its recipes) counts key-side stores instead
+// (run(KStoreArgs), tokens x heads key tokens against twice that, page size 64, every token
+// stored): the same columns, a row being one key token; --recipe then lists key recipes.
 #include <sys/ptrace.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -156,18 +157,25 @@ int child_main(const std::vector<Case>& cases, long long H, long long tokens, DT
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string isa_arg = "all", recipe_arg = "all", dtype_arg = "bf16", kside_arg;
+  std::string isa_arg = "all", recipe_arg = "all", dtype_arg = "bf16", kside_arg, op_arg = "query";
   long long H = 64, tokens = 8;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) { std::fprintf(stderr, "incomplete argument '%s'\n", a.c_str()); return 2; }
-    if (a == "--isa") isa_arg = argv[++i];
+    if (a == "--op") op_arg = argv[++i];
+    else if (a == "--isa") isa_arg = argv[++i];
     else if (a == "--recipe") recipe_arg = argv[++i];
     else if (a == "--heads") H = std::atoll(argv[++i]);
     else if (a == "--tokens") tokens = std::atoll(argv[++i]);
     else if (a == "--dtype") dtype_arg = argv[++i];
     else if (a == "--kside") kside_arg = argv[++i];
     else { std::fprintf(stderr, "unknown argument '%s'\n", a.c_str()); return 2; }
+  }
+  if (op_arg == "kside") {
+    if (kside_arg.empty()) kside_arg = recipe_arg;
+  } else if (op_arg != "query") {
+    std::fprintf(stderr, "bad --op '%s' (query or kside)\n", op_arg.c_str());
+    return 2;
   }
   DType dt = DType::kBFloat16;
   if (dtype_arg == "fp16") dt = DType::kFloat16;
@@ -183,7 +191,7 @@ int main(int argc, char** argv) {
     }
   std::vector<RecipeId> recipes;
   if (recipe_arg == "all") recipes = all_recipes();
-  else
+  else if (kside_arg.empty())  // --recipe lists key recipes with --op kside
     for (const std::string& n : split(recipe_arg)) {
       RecipeId rid;
       if (!parse_recipe(n, &rid)) { std::fprintf(stderr, "bad --recipe '%s'\n", n.c_str()); return 2; }
@@ -196,7 +204,7 @@ int main(int argc, char** argv) {
     else
       for (const std::string& n : split(kside_arg)) {
         KRecipeId k;
-        if (!parse_krecipe(n, &k)) { std::fprintf(stderr, "bad --kside '%s'\n", n.c_str()); return 2; }
+        if (!parse_krecipe(n, &k)) { std::fprintf(stderr, "bad key recipe '%s'\n", n.c_str()); return 2; }
         krecipes.push_back(k);
       }
     for (KRecipeId k : krecipes)

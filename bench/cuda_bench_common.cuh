@@ -1,4 +1,4 @@
-// The pieces the CUDA benchmarks (cuda_bench.cu, cuda_kside_bench.cu) share: random device
+// The pieces the CUDA benchmark harness (cuda_harness.cuh) and its op descriptions share: random device
 // inputs, error checks that end the program, device buffers, a launch with programmatic
 // dependent launch (PDL) as a switch, and the timing both report (calls captured in one CUDA
 // graph, the graph replayed, events around each replay, the median replay per call), also of

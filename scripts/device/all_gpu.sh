@@ -7,7 +7,7 @@
 # Triton kernel beside the native one, the host CPU per ISA).
 #
 #   STEPS=build,ctest,verify,pytest,triton,sanitize,pdl,bench (default: all of them, in that order)
-#   BENCH_TOKENS=list (default 1,8,64,256,1024,4096,16384,65536)   CPU_ISAS="avx512 avx2"
+#   BENCH_TOKENS=list (default 1,8,64,256,1024,4096,16384,65536)   CPU_ISAS_CSV=avx512,avx2 (the CPU benches)
 #   PYTEST_ARGS="tests/python/test_triton.py ..."  (default: every tests/python/test_*.py, one run per file)
 #   PYTEST_FILE_TIMEOUT=s (default 300)
 #   BUILD_DIR=dir (default build-gpu)   CUDA_ARCHS=list (default 90-real: this GPU)
@@ -111,7 +111,7 @@ if has bench; then
   timeout 240 "$B/bench/indexer_q_cuda_bench" --tokens "$TOKENS" --heads 64 ${CUDA_BENCH_ARGS:-} \
     >"$L/cuda_bench_recipes.txt" 2>&1
   say "cuda bench, every recipe (and the SGLang-design baseline, PDL on/off) rc=$? ($(el))"
-  timeout 150 "$B/bench/indexer_q_cuda_kside_bench" --dtype fp32 --pdl both \
+  timeout 150 "$B/bench/indexer_q_cuda_bench" --op kside --dtype fp32 --pdl off,on \
     --tokens "$TOKENS" >"$L/kside_bench_fp32.txt" 2>&1
   say "kside bench fp32 rc=$?"
   grep -E '^csv,.*,(baseline-warp-per-token|ours-auto)' "$L/kside_bench_fp32.txt" >>"$SUM"
@@ -123,12 +123,17 @@ if has bench; then
   timeout 100 "$B/bench/indexer_q_cpu_bench" --isa avx512 --threads $(nproc) \
     --tokens 16384 --heads 64 --recipe all --iters ${CPU_ITERS:-10} --format csv >"$L/cpu_bench_nt.csv" 2>&1
   say "cpu bench every recipe, $(nproc) threads, 16384 x 64 rc=$?"
-  for isa in ${CPU_ISAS:-avx512 avx2}; do
+  # the key side in the query side's harness (inputs rotated over 64 MiB, as the query's: the
+  # like-for-like key / query ratio), and as earlier runs measured it (indexer-q bench, 16 MiB)
+  timeout 100 taskset -c 2 "$B/bench/indexer_q_cpu_bench" --op kside --isa ${CPU_ISAS_CSV:-avx512,avx2} --threads 1 \
+    --tokens 4096 --recipe all --iters ${CPU_ITERS:-10} --format csv >"$L/kside_cpu_bench_1t.csv" 2>&1
+  say "cpu bench key side, 1 thread, 4096 tokens fp32 rc=$?"
+  for isa in $(echo "${CPU_ISAS_CSV:-avx512,avx2}" | tr , ' '); do
     timeout 100 taskset -c 2 "$B/tools/indexer-q" bench --backend cpu --isa $isa --threads 1 \
       --recipe v4_k_fp8,v4_k_fp4 --tokens 4096 --format csv >>"$L/kside_cpu_1t.csv" 2>&1
   done
-  say "cpu key side 1 thread (avx512 and avx2) rc=$?"
-  cat "$L/cpu_bench_1t.csv" "$L/cpu_bench_nt.csv" "$L/kside_cpu_1t.csv" >>"$SUM"
+  say "indexer-q bench key side 1 thread rc=$?"
+  cat "$L/cpu_bench_1t.csv" "$L/cpu_bench_nt.csv" "$L/kside_cpu_bench_1t.csv" "$L/kside_cpu_1t.csv" >>"$SUM"
   # what the Python entry points add to the op per call (CPU, 1 token)
   INDEXER_Q_TORCH_LIBRARY=$(TORCH_LIB) PYTHONPATH=python timeout 120 taskset -c 3 python3 \
     bench/python_overhead.py --calls ${PY_CALLS:-5000} >"$L/python_overhead.txt" 2>&1
