@@ -456,7 +456,8 @@ def test_available_backends_names_each_path():
 # ---- what the compiler made of it (NVIDIA PTX) ---------------------------------------------------
 _PTX_RECIPES = list(RECIPES) if _CUDA else [
     "v4_fp8", "v4_fp4", "vllm_v4_fp8", "vllm_v4_mxfp4", "vllm_v32_fp8_neox", "vllm_v4_fp8_cutedsl",
-    "sgl_v41_fp4_rope_pack", "sgl_v41_fp4_quant_rne", "sglang_v4_fp8_gfx942", "vllm_v4_fp8_fnuz224"]
+    "sgl_v41_fp4_rope_pack", "sgl_v41_fp4_quant_rne", "sglang_v4_fp8_gfx942", "vllm_v4_fp8_fnuz224",
+    "vllm_v4_mxfp4_cute"]
 
 
 def _ptx_all():
