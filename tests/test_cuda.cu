@@ -830,7 +830,8 @@ TEST(Cuda, NewFormsPlantedRowsMatchReference) {
   const RecipeId forms[] = {RecipeId::kVllmV32Fp8Neox,     RecipeId::kVllmV32Fp8Gptj,
                             RecipeId::kVllmV4Fp8Cutedsl,   RecipeId::kSglV41Fp4RopePack,
                             RecipeId::kSglV41Fp4QuantRne,  RecipeId::kSglV32UnfusedNeoxHadamardUe8m0,
-                            RecipeId::kSglangV4Fp8Gfx942,  RecipeId::kVllmV4Fp8Fnuz224};
+                            RecipeId::kSglangV4Fp8Gfx942,  RecipeId::kVllmV4Fp8Fnuz224,
+                            RecipeId::kVllmV4Mxfp4Cute};
   std::uint64_t seed = 7000;
   for (RecipeId rid : forms) {
     for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {

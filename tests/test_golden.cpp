@@ -84,12 +84,13 @@ TEST(Golden, DirectoryHoldsCases) {
   EXPECT_FALSE(files.empty()) << "no *.safetensors in " << INDEXER_Q_TEST_DATA_DIR << "/golden";
 }
 
-// The recipes no engine kernel could be run for (AMD gfx942: no such GPU here; docs/RECIPES.md
-// step 14 says what is assumed): they are checked against the reference and the independent model
-// only, until golden files made on MI300 exist.
+// The recipes no engine kernel could be run for (AMD gfx942 and vLLM's CuTe MXFP4 kernel, sm_100:
+// no such GPU here; docs/RECIPES.md steps 14, 15 say what is assumed): they are checked against the
+// reference and the independent model only (the CuTe MXFP4 form also against the vllm_v4_mxfp4
+// files, below), until golden files made on MI300 / sm_100 exist.
 bool source_only(RecipeId r) {
   const std::string n = recipe_name(r);
-  return n == "sglang_v4_fp8_gfx942" || n == "vllm_v4_fp8_fnuz224";
+  return n == "sglang_v4_fp8_gfx942" || n == "vllm_v4_fp8_fnuz224" || n == "vllm_v4_mxfp4_cute";
 }
 
 // Every recipe of the list has golden data: a file of its own, or (FNUZ) one derived from a file.
@@ -218,6 +219,61 @@ TEST(Golden, CudaReproducesEveryFile) {
 #if defined(INDEXER_Q_WITH_CUDA)
   if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no usable CUDA device";
   check_all_golden(true);
+#else
+  GTEST_SKIP() << "CUDA backend not built (INDEXER_Q_CUDA=OFF)";
+#endif
+}
+
+// vLLM's CuTe MXFP4 form (source only, docs/RECIPES.md step 15) equals its Triton MXFP4 form
+// (step 8) for every block with a finite amax: the vllm_v4_mxfp4 files' codes and q_sf bytes, byte
+// for byte, through every backend; weights_out = w * fl32(softmax_scale * head_scale) (the product
+// of the Python floats 128^-0.5 and H^-0.5 in double, the files' factors), one float32 multiply.
+void check_cute_mxfp4_on_mxfp4_files(bool cuda_only) {
+  const std::vector<iqtest::BackendUnderTest> backends = golden_backends(cuda_only);
+  ASSERT_FALSE(backends.empty());
+  int files = 0;
+  for (const NamedCase& nc : golden_cases()) {
+    const io::ConformanceCase& k = nc.k;
+    if (k.recipe != RecipeId::kVllmV4Mxfp4) continue;
+    SCOPED_TRACE(nc.name);
+    ++files;
+    // every row finite: no block of step 8 at 254 (its byte for an infinite amax only)
+    for (std::uint8_t e : k.q_sf) ASSERT_NE(e, 254) << "a row with an infinite amax";
+    iqtest::HostCase c = to_host_case(k);
+    c.recipe = RecipeId::kVllmV4Mxfp4Cute;
+    c.weight_scale = float((1.0 / std::sqrt(128.0)) * (1.0 / std::sqrt(double(k.H))));
+    c.head_scale = 0.375f;  // not read by the form: any value
+    iqtest::Outputs want = expected_outputs(k);
+    ASSERT_EQ(int(k.weight_dtype), int(DType::kBFloat16));
+    int differ = 0;  // weights where the one factor and the two differ (the form's change)
+    for (std::int64_t i = 0; i < k.B * k.H; ++i) {
+      std::uint16_t h;
+      std::memcpy(&h, k.weight.data() + 2 * i, 2);
+      const float w = iqtest::float_of(std::uint32_t(h) << 16);
+      want.weights_out[std::size_t(i)] = w * c.weight_scale;
+      differ += iqtest::bits_of(want.weights_out[std::size_t(i)]) != iqtest::bits_of(k.weights_out[std::size_t(i)]);
+    }
+    if (k.H == 8) EXPECT_GT(differ, 0) << "H = 8: H^-0.5 is not a power of two, the folds differ";
+    for (const auto& be : backends) {
+      for (std::uint8_t poison : {std::uint8_t(0xA5), std::uint8_t(0x7f)}) {
+        c.weights_out_2d = poison == 0x7f;
+        iqtest::Outputs got;
+        const Status s = iqtest::run_case(be, c, &got, poison);
+        ASSERT_TRUE(s.ok()) << be.name << ": " << s.message();
+        const iqtest::Comparison cmp = iqtest::compare(got, want, k.H);
+        EXPECT_TRUE(cmp.exact()) << be.name << " " << c.describe() << ": " << cmp.summary();
+      }
+    }
+  }
+  EXPECT_GE(files, 2) << "the vllm_v4_mxfp4 golden files";
+}
+
+TEST(Golden, VllmMxfp4CuteEqualsTheMxfp4FilesOnFiniteRows) { check_cute_mxfp4_on_mxfp4_files(false); }
+
+TEST(Golden, CudaVllmMxfp4CuteEqualsTheMxfp4FilesOnFiniteRows) {
+#if defined(INDEXER_Q_WITH_CUDA)
+  if (!backend_available(Backend::kCuda)) GTEST_SKIP() << "no usable CUDA device";
+  check_cute_mxfp4_on_mxfp4_files(true);
 #else
   GTEST_SKIP() << "CUDA backend not built (INDEXER_Q_CUDA=OFF)";
 #endif

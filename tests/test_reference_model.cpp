@@ -353,7 +353,7 @@ struct SpecForm {
   bool fnuz;
   bool vllm;          // docs/RECIPES.md: bf16 after RoPE, pow2 FP8 scale / MX FP4, two weight factors
   // The forms added later (docs/RECIPES.md), each its own quantization; kSame: the flags above say it.
-  enum Q { kSame, kCute, kV32, kRne, kTwoStage, kUe8m0, kSgl224, kFnuz224 } q = kSame;
+  enum Q { kSame, kCute, kV32, kRne, kTwoStage, kUe8m0, kSgl224, kFnuz224, kCuteMx } q = kSame;
   bool neox = false;     // RoPE pairs (j, j + 32) of the rotated 64
   bool no_rope = false;  // no RoPE at all
   bool x1c = false;      // the second value of a pair as fma(x1, c, x0 * s)
@@ -381,6 +381,8 @@ const SpecForm kSpecForms[] = {
     // the gfx942 forms (source only): SGLang's AOT kernel with 224, vLLM's ROCm Triton kernel
     {"sglang_v4_fp8_gfx942", false, false, true, false, false, false, SpecForm::kSgl224},
     {"vllm_v4_fp8_fnuz224", false, true, false, false, true, false, SpecForm::kFnuz224, false, false, true},
+    // vLLM's CuTe DSL MXFP4 kernel (source only)
+    {"vllm_v4_mxfp4_cute", false, true, false, true, false, false, SpecForm::kCuteMx},
 };
 
 const SpecForm* spec_form(RecipeId r) {
@@ -594,6 +596,22 @@ void later_form_row(const SpecForm& F, float* x, float w, float ws, float hs, st
     return;
   }
   std::uint32_t sf = 0;
+  if (F.q == SpecForm::kCuteMx) {  // vLLM's CuTe MXFP4 (docs/RECIPES.md step 15)
+    for (int blk = 0; blk < 4; ++blk) {
+      // the smallest power of two >= fmax(amax, 6 * 2^-126) * fl(1/6), unclamped: 255 for Inf,
+      // whose inverse bits 0xff800000 are -Inf; the codes vLLM's (model_mx_e2m1: ties to even,
+      // saturating, the sign bit of v on every code, NaN -> +6, the PTX ISA's satfinite rule)
+      const int e = model_ue8m0(std::fmax(later_max_abs(x + 32 * blk, 32), 0x1.8p-124f) * float(1.0 / 6.0));
+      const float inv = e == 255 ? -INFINITY : float(std::ldexp(1.0, 127 - e));
+      sf |= std::uint32_t(e) << (8 * blk);
+      for (int i = 32 * blk; i < 32 * blk + 32; i += 2)
+        o.q_out[std::size_t(r * 64 + i / 2)] =
+            std::uint8_t(model_mx_e2m1(x[i] * inv) | (model_mx_e2m1(x[i + 1] * inv) << 4));
+    }
+    for (int byte = 0; byte < 4; ++byte) o.q_sf[std::size_t(r * 4 + byte)] = std::uint8_t(sf >> (8 * byte));
+    o.weights_out[std::size_t(r)] = w * ws;  // ws = fl(softmax_scale * head_scale), one factor
+    return;
+  }
   for (int blk = 0; blk < 4; ++blk) {
     float v[32];
     for (int i = 0; i < 32; ++i) v[i] = x[32 * blk + i];
@@ -847,10 +865,10 @@ TEST(RecipeModel, DescriptorsMatchTheSpec) {
     if (f->q != SpecForm::kSame) {  // the later forms: quantizer and fold by name
       const Quantizer q[] = {Quantizer::kSglang,       Quantizer::kVllmCute,     Quantizer::kVllmV32,
                              Quantizer::kFp4Rne,       Quantizer::kFp4TwoStage,  Quantizer::kSglangUe8m0,
-                             Quantizer::kSglang224,    Quantizer::kVllmFnuz224};
+                             Quantizer::kSglang224,    Quantizer::kVllmFnuz224,  Quantizer::kVllmCute};
       const WeightFold fo[] = {WeightFold::kTimesScale,  WeightFold::kTimesScale,   WeightFold::kScaleThenTwoFactors,
                                WeightFold::kNoWeights,   WeightFold::kNoScaleBf16,  WeightFold::kHeadScaleFirst,
-                               WeightFold::kTimesScale,  WeightFold::kScaleThenTwoFactors};
+                               WeightFold::kTimesScale,  WeightFold::kScaleThenTwoFactors, WeightFold::kNoScale};
       EXPECT_EQ(d.quant, q[f->q]) << f->name;
       EXPECT_EQ(d.fold, fo[f->q]) << f->name;
       EXPECT_EQ(d.hadamard, f->hadamard) << f->name;

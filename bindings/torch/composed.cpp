@@ -59,6 +59,7 @@
 //              ties to the smaller, sign on nonzero codes of negative v.
 //   vllm       e = exponent of fmax(amax, 6 * 2^-126) * fl(1/6) rounded up (Inf: 254), ties to
 //              even, the sign bit of v on every code, NaN -> 0x7.
+//   vllm_cute  (CuTe's MXFP4) as vllm, but an infinite amax keeps e = 255 (inv = -Inf).
 //   fp4_rne    e = exponent of fmax(amax / 6, 1e-4) rounded up, clamped to [1, 254];
 //              v = y * 2^(127 - e) (e = 254: the subnormal 2^-127), ties to even, sign on
 //              nonzero codes of negative v.
@@ -195,10 +196,12 @@ void composed_forward(const TorchArgs& a) {
     Tensor inv;  // the multiplier of the codes' values
     bool ties_to_even = true, sign_on_zero = false;
     switch (rec.quant) {
-      case Quantizer::kVllm: {  // amax floored at 6 * 2^-126, times fl(1/6), rounded up (Inf: 254)
+      case Quantizer::kVllm:       // amax floored at 6 * 2^-126, times fl(1/6), rounded up (Inf: 254)
+      case Quantizer::kVllmCute: {  // CuTe's MXFP4: the same unclamped (Inf: 255, inv -Inf)
         const Tensor ratio = mul(fmax(amax, k.f(0x1.8p-124)), k.f(0x1.555556p-3));
-        e = where(eq(ratio, k.f(std::numeric_limits<double>::infinity())), k.f(254.0),
-                  exponent_rounded_up(ratio, k));
+        e = exponent_rounded_up(ratio, k);
+        if (rec.quant == Quantizer::kVllm)
+          e = where(eq(ratio, k.f(std::numeric_limits<double>::infinity())), k.f(254.0), e);
         inv = float_with_exponent(sub(k.f(254.0), e), k);
         sign_on_zero = true;
         break;

@@ -1026,32 +1026,34 @@ def fused_indexer_q_rope_quant_cutedsl(
     enable_pdl: bool = True,
     side_inputs_ready: bool = False,
     **aliases,
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """vLLM's V4 call :func:`fused_indexer_q_rope_quant` with the numerics of its CuTe DSL kernel
-    (``IndexerQFp8Kernel``, vLLM's default CUDA path when the CuTe DSL is importable; recipe
-    ``vllm_v4_fp8_cutedsl``, docs/RECIPES.md step 10): same arguments (vLLM's keyword names or
-    the short ones, a bf16 / fp16 table widened to float32) and result shapes; the kernel
-    gets ONE factor ``S = float32(softmax_scale * head_scale)``, the product formed in double
-    (Python) and rounded once; weights_out (T, H) = ``(w * S) * q_scale``. Only FP8 with float32
-    weights: ``use_fp4=True`` (the CuTe MXFP4 kernel, never captured) and another
-    ``weights_out_dtype`` raise ValueError."""
+) -> Tuple[QOut, torch.Tensor]:
+    """vLLM's V4 call :func:`fused_indexer_q_rope_quant` with the numerics of its CuTe DSL kernels
+    (``IndexerQFp8Kernel`` / ``IndexerQMxFp4Kernel``, vLLM's default CUDA path when the CuTe DSL
+    is importable): recipe ``vllm_v4_fp8_cutedsl`` (docs/RECIPES.md step 10), or with
+    ``use_fp4=True`` ``vllm_v4_mxfp4_cute`` (step 15, **source only: no golden data**). Same
+    arguments (vLLM's keyword names or the short ones, a bf16 / fp16 table widened to float32)
+    and result shapes; the kernel gets ONE factor ``S = float32(softmax_scale * head_scale)``, the
+    product formed in double (Python) and rounded once. FP8: weights_out (T, H) float32 =
+    ``(w * S) * q_scale`` (another ``weights_out_dtype``: ValueError). MXFP4:
+    ``((q_fp4, q_sf), weights_out)`` as :func:`fused_indexer_q_rope_quant`'s, weights_out =
+    ``w * S`` in ``weights_out_dtype`` (float32, or bf16 rounded to nearest even)."""
     cos_sin_cache, index_weights, softmax_scale, head_scale = _vllm_v4_args(
         "fused_indexer_q_rope_quant_cutedsl", index_q_cos_sin_cache, index_weights,
         index_weights_softmax_scale, index_weights_head_scale, aliases)
-    if use_fp4:
-        raise ValueError("indexer_q: use_fp4: the CuTe DSL MXFP4 kernel is not a recipe of the "
-                         "library (no golden data); use fused_indexer_q_rope_quant(use_fp4=True)")
-    if weights_out_dtype not in (None, torch.float32):
-        raise ValueError(f"indexer_q: weights_out_dtype: vLLM's FP8 path writes float32 weights "
-                         f"only, got {weights_out_dtype}")
+    if weights_out_dtype not in (None, torch.float32) and (
+            not use_fp4 or weights_out_dtype != torch.bfloat16):
+        raise ValueError(f"indexer_q: weights_out_dtype: expected torch.float32"
+                         f"{' or torch.bfloat16' if use_fp4 else ' (vLLM FP8 path)'}, got "
+                         f"{weights_out_dtype}")
     softmax_scale = _scalar("weight_scale", softmax_scale)
     head_scale = _scalar("head_scale", head_scale)
     scale = softmax_scale * head_scale  # in double, as vLLM's host code
     # head_scale is passed too (the recipe does not read it): the library checks it on its own,
     # so that two negative factors, whose product is > 0, are refused as well
-    return _quant_q(_OP_QUANT_Q, "vllm_v4_fp8_cutedsl", index_q, index_weights, scale,
-                    cos_sin_cache, positions, None, None, None, None, enable_pdl, head_scale,
-                    side_inputs_ready)
+    q, w = _quant_q(_OP_QUANT_Q, "vllm_v4_mxfp4_cute" if use_fp4 else "vllm_v4_fp8_cutedsl",
+                    index_q, index_weights, scale, cos_sin_cache, positions, None, None, None,
+                    None, enable_pdl, head_scale, side_inputs_ready)
+    return q, _vllm_weights_out(w, weights_out_dtype)
 
 
 def index_q_rope_pack_weights(

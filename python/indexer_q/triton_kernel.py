@@ -57,7 +57,7 @@ _FREQS = {"interleaved": 1, "halves": 0}
 # the quantizers; which format each serves (row.h's static_asserts)
 _QUANT = {"sglang": 0, "vllm": 1, "vllm_cute": 2, "vllm_v32": 3, "fp4_rne": 4, "fp4_two_stage": 5,
           "sglang_ue8m0": 6, "sglang_224": 7, "vllm_fnuz224": 8}
-_QUANT_FORMATS = {0: (0, 1, 2), 1: (0, 2), 2: (0,), 3: (0,), 4: (2,), 5: (2,), 6: (0,), 7: (0,), 8: (1,)}
+_QUANT_FORMATS = {0: (0, 1, 2), 1: (0, 2), 2: (0, 2), 3: (0,), 4: (2,), 5: (2,), 6: (0,), 7: (0,), 8: (1,)}
 _IN_KIND = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 
 
@@ -412,6 +412,9 @@ def quant_q_kernel(
             ex = tl.where((rb & 0x7F800000) == 0x7F800000, 254, ((rb + 0x7FFFFF) >> 23) & 0xFF)
             ex = ex.to(tl.uint32)
             inv = _f32((254 - ex) << 23)
+        elif QUANT == 2:  # vLLM's CuTe MXFP4: the same exponent unclamped (Inf: 255)
+            ex = _exp_up(_fmax_floor(amax, _const(0x01C00000)) * _const(0x3E2AAAAB))
+            inv = _f32((254 - ex) << 23)  # 32-bit unsigned: ex = 255 gives -Inf
         elif QUANT == 4:  # SGLang V4.1's packer (fp4_rne)
             ex = _rne_exponent(amax)
             inv = tl.where(ex == 254, _const(0x00400000), _f32((254 - ex) << 23))  # 2^-127 exact
@@ -430,7 +433,7 @@ def quant_q_kernel(
             inv = _f32((254 - ex) << 23)
         v = tl.reshape(yb * inv[:, :, None], (BLOCK_R, 64, 2))
         v0, v1 = tl.split(v)
-        if QUANT == 1:
+        if QUANT == 1 or QUANT == 2:
             code = _e2m1_vllm(v0) | (_e2m1_vllm(v1) << 4)
         elif QUANT >= 4:
             code = _e2m1_rne(v0) | (_e2m1_rne(v1) << 4)

@@ -254,6 +254,10 @@ IQ_HD std::uint32_t cute_exponent(float amax) {
 }
 // inv = bits((254 - e) << 23) in 32-bit unsigned arithmetic: 2^(127-e); e = 255 gives -Inf.
 IQ_HD float cute_inverse(std::uint32_t e) { return f32_from_bits((254u - e) << 23); }
+// Its MXFP4 form (source only, docs/RECIPES.md step 15): per block of 32, the exponent of
+// fmax(amax, 6 * 2^-126) * fl(1/6) rounded up by the same bit trick, no clamp (1..254 for a finite
+// amax, 255 for an infinite one: stage1_exponent below), inv = cute_inverse(e) (-Inf at 255), the
+// codes mx_e2m1_encode's (NaN -> 0x7, the PTX ISA's satfinite rule for E2M1: positive MAX_NORM).
 
 // ---- vLLM's V3.2 quantizer (Quantizer::kVllmV32) ----
 constexpr float kV32Floor = 1e-10f;
@@ -391,13 +395,15 @@ IQ_HD void quantize_fp4_row(const float* x, std::uint8_t* out, std::uint8_t* sf)
         out[m] = std::uint8_t(e2m1_encode_rne(x[2 * m] * inv) | (e2m1_encode_rne(x[2 * m + 1] * inv) << 4));
       continue;
     }
-    const std::uint8_t e = R::kVllm ? mx_ue8m0_of_amax(amax) : ue8m0_of_amax(amax);
+    constexpr bool kCute = R::kQuant == Quantizer::kVllmCute;  // vLLM's CuTe MXFP4: e = 255 for Inf
+    const std::uint8_t e = kCute ? std::uint8_t(stage1_exponent(amax))
+                                 : (R::kVllm ? mx_ue8m0_of_amax(amax) : ue8m0_of_amax(amax));
     const float inv = ue8m0_inverse(e);
     sf[k] = e;
     for (int m = 16 * k; m < 16 * k + 16; ++m) {
       const float v0 = x[2 * m] * inv, v1 = x[2 * m + 1] * inv;
-      out[m] = R::kVllm ? std::uint8_t(mx_e2m1_encode(v0) | (mx_e2m1_encode(v1) << 4))
-                        : std::uint8_t(e2m1_encode(v0) | (e2m1_encode(v1) << 4));
+      out[m] = R::kVllm || kCute ? std::uint8_t(mx_e2m1_encode(v0) | (mx_e2m1_encode(v1) << 4))
+                                 : std::uint8_t(e2m1_encode(v0) | (e2m1_encode(v1) << 4));
     }
   }
 }
@@ -414,8 +420,7 @@ IQ_HD void process_row(float* x, const float* freqs_row, float w, float weight_s
                 "FP4 has one scale per 32 values: it cannot be folded into weights_out");
   static_assert((R::kQuant != Quantizer::kFp4Rne && R::kQuant != Quantizer::kFp4TwoStage) || R::kFp4,
                 "the fp4_* quantizers are FP4 only");
-  static_assert((R::kQuant != Quantizer::kVllmCute && R::kQuant != Quantizer::kVllmV32) || !R::kFp4,
-                "the vllm_cute / vllm_v32 quantizers are FP8 only");
+  static_assert(R::kQuant != Quantizer::kVllmV32 || !R::kFp4, "the vllm_v32 quantizer is FP8 only");
   static_assert(R::kQuant == Quantizer::kSglang || R::kQuant == Quantizer::kVllmFnuz224 || !R::kFnuz,
                 "FNUZ: the re-encoded SGLang FP8 result, or vLLM's ROCm codes");
   static_assert(R::kQuant != Quantizer::kVllmFnuz224 || R::kFnuz, "vllm_fnuz224 writes e4m3fnuz codes");

@@ -283,7 +283,7 @@ inline __m256 stage1_values(__m256 x, __m256 inv1, __m256 sc, const Consts& c) {
 
 template <class R>
 inline __m256i e2m1_encode(__m256 v, const Consts& c) {
-  if (R::kVllm) return mx_e2m1_encode(v, c);
+  if (kMxFp4<R>) return mx_e2m1_encode(v, c);
   if (kRneFp4<R>) return rne_e2m1_encode(v, c);
   return R::kBf16AfterHadamard ? e2m1_encode_bf16(v, c) : e2m1_encode_any(v, c);
 }

@@ -260,7 +260,7 @@ inline __m512 stage1_values(__m512 x, __m512 inv1, __m512 sc, const Consts& c) {
 
 template <class R, bool kFast>
 inline __m512i fp4_encode(__m512 v, const Consts& c) {
-  if (R::kVllm) return mx_e2m1_encode<kFast>(v, c);
+  if (kMxFp4<R>) return mx_e2m1_encode<kFast>(v, c);
   if (kRneFp4<R>) return rne_e2m1_encode<kFast>(v, c);
   return e2m1_encode<kFast>(v, c);
 }

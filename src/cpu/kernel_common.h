@@ -134,10 +134,12 @@ inline void vllm_fp8_scales(__m128 am, __m128& scale, __m128& inv) {
 // 6 * 2^-126) * fl(1/6) (amax is never NaN); e = exponent of ratio rounded up, i.e.
 // (bits(ratio) + 0x7fffff) >> 23 (ratio > 0: no carry into the sign; finite ratio <= FLT_MAX / 6
 // gives 1..253), 255 only for ratio = Inf, which is 254; inv = bits (254 - e) << 23 (0 at 254).
+// kCute (vLLM's CuTe MXFP4, Quantizer::kVllmCute): 255 is kept, inv = bits 0xff800000 = -Inf.
+template <bool kCute = false>
 inline void mx_scales(__m256 am, __m256& inv, __m256i& e) {
   const __m256 ratio = _mm256_mul_ps(_mm256_max_ps(am, _mm256_set1_ps(kMxAmaxFloorK)), _mm256_set1_ps(kMxSixthK));
-  e = _mm256_min_epu32(_mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(ratio), _mm256_set1_epi32(0x7fffff)), 23),
-                       _mm256_set1_epi32(254));
+  e = _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(ratio), _mm256_set1_epi32(0x7fffff)), 23);
+  if (!kCute) e = _mm256_min_epu32(e, _mm256_set1_epi32(254));
   inv = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
 }
 
@@ -225,6 +227,7 @@ inline void row_scales_fp8(__m128 am, __m128& scale, __m128& inv) {
 template <class R>
 inline void block_scales_fp4(__m256 am, __m256& inv, __m256i& e) {
   if (R::kQuant == Quantizer::kVllm) mx_scales(am, inv, e);
+  else if (R::kQuant == Quantizer::kVllmCute) mx_scales<true>(am, inv, e);
   else if (R::kQuant == Quantizer::kFp4Rne) rne_scales<false>(am, inv, e);
   else if (R::kQuant == Quantizer::kFp4TwoStage) rne_scales<true>(am, inv, e);
   else fp4_scales(am, inv, e);
@@ -242,6 +245,9 @@ constexpr bool kNanCodeFe = R::kQuant == Quantizer::kSglangUe8m0;
 // nonzero code), SGLang's (ties to the smaller magnitude).
 template <class R>
 constexpr bool kRneFp4 = R::kQuant == Quantizer::kFp4Rne || R::kQuant == Quantizer::kFp4TwoStage;
+// vLLM's encoder serves its Triton MXFP4 form and its CuTe one (Quantizer::kVllmCute on E2M1).
+template <class R>
+constexpr bool kMxFp4 = R::kQuant == Quantizer::kVllm || R::kQuant == Quantizer::kVllmCute;
 
 // The 4 UE8M0 bytes of row n (lanes 4n..4n+3 of e) as a little-endian uint32.
 inline std::uint32_t fp4_sf_word(__m256i e, int n) {

@@ -46,7 +46,9 @@
 //    valid. No weights (WeightFold::kNoWeights): weight and weights_out null, never touched.
 //  - vLLM's CuTe DSL and V3.2 FP8 quantizers (Quantizer::kVllmCute, kVllmV32): row.h's exponent
 //    and scale functions; codes of x * inv (CuTe; NaN -> 0x7f) or of the IEEE quotient
-//    x / scale (V3.2, __fdiv_rn; NaN -> 0x7e) by the satfinite conversion.
+//    x / scale (V3.2, __fdiv_rn; NaN -> 0x7e) by the satfinite conversion. CuTe's MXFP4 form
+//    (kVllmCute on E2M1): vLLM's MXFP4 branch with row.h's stage1_exponent (no clamp: 255, inverse
+//    -Inf, for an infinite amax) and the same mx_e2m1_code8 codes.
 //  - SGLang V4.1's FP4 packer and two-stage quantizer (Quantizer::kFp4Rne, kFp4TwoStage): row.h's
 //    functions per value (rne_ue8m0_of_amax, rne_inverse, e2m1_encode_rne; stage1_exponent,
 //    stage1_value, and a second block maximum by two more shuffles). The packer's inverse at
@@ -590,9 +592,13 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
         for (int k = 0; k < 8; ++k) codes |= std::uint32_t(e2m1_encode_rne(__fmul_rn(q2[c][k], inv2))) << (4 * k);
       } else {
         // vLLM: floor 6 * 2^-126, times fl(1/6), e = 254 for an infinite amax (inverse 0);
+        // vLLM's CuTe MXFP4 (kVllmCute): the same without the clamp, e = 255 (inverse -Inf);
         // SGLang: floor 1e-4, / 6, e = 255 for an infinite amax (inverse -Inf).
-        e[c] = R::kVllm ? std::uint32_t(mx_ue8m0_of_amax(amax[c])) : ue8m0_of_amax_fast(amax[c]);
-        if (R::kVllm) {
+        constexpr bool kCute = R::kQuant == Quantizer::kVllmCute;
+        e[c] = kCute     ? stage1_exponent(amax[c])
+               : R::kVllm ? std::uint32_t(mx_ue8m0_of_amax(amax[c]))
+                          : ue8m0_of_amax_fast(amax[c]);
+        if (R::kVllm || kCute) {
           codes = mx_e2m1_code8(x[c], __uint_as_float((254u - e[c]) << 23));  // ue8m0_inverse
         } else if (R::kBf16AfterHadamard) {
           codes = e2m1_code8(x[c], e2m1_inv2_of(e[c]));  // x is bf16-exact here

@@ -43,9 +43,11 @@ QUANT_OPS = {"native": QUANT, "composed": QUANT_COMPOSED}
 QUANT_REFERENCE = torch.ops.indexer_q.quant_q_reference
 RECIPES = indexer_q.RECIPES
 # Recipes written from the engines' sources with no golden data (docs/RECIPES.md 14, the AMD gfx942
-# forms): checked against the library's scalar reference (the executable spec) only. Every other
-# recipe must have golden files (test_recipes.test_golden_cases_cover_every_recipe).
-SOURCE_ONLY_RECIPES = ("sglang_v4_fp8_gfx942", "vllm_v4_fp8_fnuz224")
+# forms; 15, vLLM's CuTe MXFP4 kernel, sm_100 only): checked against the library's scalar reference
+# (the executable spec) only (the CuTe MXFP4 form also against the vllm_v4_mxfp4 files, finite
+# rows). Every other recipe must have golden files (test_recipes.test_golden_cases_cover_every_recipe).
+GFX942_RECIPES = ("sglang_v4_fp8_gfx942", "vllm_v4_fp8_fnuz224")
+SOURCE_ONLY_RECIPES = GFX942_RECIPES + ("vllm_v4_mxfp4_cute",)
 
 # ---- a minimal safetensors reader (8-byte little-endian header size, JSON header, raw data) ----
 _ST_DTYPES = {

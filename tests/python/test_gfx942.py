@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import indexer_q
-from conftest import (DEVICES, QUANT, QUANT_COMPOSED, QUANT_REFERENCE, SOURCE_ONLY_RECIPES,
-                      absent_args, assert_same_f32, assert_same_fp8, assert_same_outputs,
-                      halves_table, new_recipe_outputs)
+from conftest import (DEVICES, GFX942_RECIPES, QUANT, QUANT_COMPOSED, QUANT_REFERENCE,
+                      SOURCE_ONLY_RECIPES, absent_args, assert_same_f32, assert_same_fp8,
+                      assert_same_outputs, halves_table, new_recipe_outputs)
 from test_composed_vs_native import make_case, rope_table
 
 SGL = "sglang_v4_fp8_gfx942"
@@ -138,7 +138,7 @@ def edge_case(recipe, dtype=torch.float32, seed=0):
 
 # ---- the descriptors and the FNUZ-twin rules ------------------------------------------------------
 def test_descriptors():
-    assert set(GFX942) == set(SOURCE_ONLY_RECIPES)
+    assert set(GFX942) == set(GFX942_RECIPES) and set(GFX942) < set(SOURCE_ONLY_RECIPES)
     sgl, v4 = indexer_q.recipe_info(SGL), indexer_q.recipe_info("v4_fp8")
     assert sgl == v4._replace(name=SGL, quant="sglang_224")
     assert not sgl.weights_2d and not sgl.vllm and not sgl.two_factors and not sgl.q_scale_out

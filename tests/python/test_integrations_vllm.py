@@ -5,7 +5,6 @@ inputs of awkward sizes, and compared byte for byte with the direct recipe call,
 golden files of vLLM's kernels. Calls that are no form of the library reach vLLM's own path with
 one warning."""
 
-import sys
 import warnings
 
 import pytest
@@ -145,24 +144,29 @@ def test_v4_cutedsl_and_fnuz_forms(vl):
          "fnuz224")
 
 
-def test_v4_cutedsl_mxfp4_handed_back(vl, monkeypatch):
-    """The CuTe DSL MXFP4 kernel is no recipe of the library: vLLM's own kernel object is called
-    (a recorder here), with one warning; vLLM's result (its own buffers) is returned."""
+@pytest.mark.parametrize("t,h", [(7, 5), (2, 64), (0, 8)])
+@pytest.mark.parametrize("wdt", [torch.float32, torch.bfloat16])
+def test_v4_cutedsl_mxfp4(vl, t, h, wdt):
+    """With the CuTe DSL importable vLLM takes its CuTe MXFP4 kernel: routed to recipe
+    vllm_v4_mxfp4_cute (source only, docs/RECIPES.md step 15), ONE factor fl32(SM * HS) formed in
+    double; vLLM's own kernel object is never called; the result shapes and dtypes are vLLM's."""
     _engines.VFlags.cutedsl = True
-    name = "vllm.models.deepseek_v4.nvidia.ops.fused_indexer_q_cutedsl"
-    kern = _engines.FakeKernel("_INDEXER_Q_MXFP4_KERNEL")
-    stub = type(sys)(name)
-    stub._INDEXER_Q_MXFP4_KERNEL = kern
-    for p in ("vllm.models.deepseek_v4.nvidia", "vllm.models.deepseek_v4.nvidia.ops"):
-        monkeypatch.setitem(sys.modules, p, sys.modules.get(p) or type(sys)(p))
-    monkeypatch.setitem(sys.modules, name, stub)
-    pos, q, cache, w = inputs(4, 6, seed=5)
-    with pytest.warns(HandBackWarning, match="CuTe DSL MXFP4"):
-        (qp, sf), wo = vl.fused_indexer_q.fused_indexer_q_rope_quant(pos, q, cache, w, SM, HS,
-                                                                    use_fp4=True)
-    (launch, args, kwargs), = _engines.FakeKernel.launches
-    assert kwargs["q_packed"] is qp and kwargs["weights_out"] is wo
-    assert tuple(sf.shape) == (4, 6) and sf.dtype == torch.int32
+    pos, q, cache, w = inputs(t, h, seed=t + 3 * h)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HandBackWarning)
+        (qp, sf), wo = vl.fused_indexer_q.fused_indexer_q_rope_quant(
+            pos, q, cache, w, SM, HS, use_fp4=True, weights_out_dtype=wdt)
+    (qw, sfw), ww = indexer_q.quant_q("vllm_v4_mxfp4_cute", q, w, SM * HS, cache, pos)
+    assert qp.dtype == torch.uint8 and tuple(qp.shape) == (t, h, 64)
+    assert sf.dtype == torch.int32 and tuple(sf.shape) == (t, h)
+    assert wo.dtype == wdt and tuple(wo.shape) == (t, h)
+    assert torch.equal(qp, qw) and torch.equal(sf, sfw)
+    iv = torch.int16 if wdt == torch.bfloat16 else torch.int32
+    assert torch.equal(wo.view(iv), ww.to(wdt).view(iv))
+    # finite rows: the Triton form's codes and scales; the weights take one factor, not two
+    (q2, sf2), _ = indexer_q.quant_q("vllm_v4_mxfp4", q, w, SM, cache, pos, head_scale=HS)
+    assert torch.equal(qp, q2) and torch.equal(sf, sf2)
+    assert _engines.FakeKernel.launches == []
 
 
 def test_v4_fp8_bf16_weights_handed_back(vl):

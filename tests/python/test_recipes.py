@@ -294,6 +294,7 @@ _SAMPLES = {
     "rope_first_fp8_fnuz": [(0, 1, f16), (1, 128, f32), (7, 8, bf), (333, 64, f16)],
     "vllm_v4_fp8": [(0, 64, bf), (1, 1, f16), (7, 128, f32), (333, 8, bf)],
     "vllm_v4_mxfp4": [(0, 8, f16), (1, 128, bf), (7, 1, f32), (333, 64, bf)],
+    "vllm_v4_mxfp4_cute": [(0, 128, bf), (1, 8, f32), (7, 64, f16), (333, 1, f32), (333, 64, bf)],
 }
 DTYPES = [bf, f16, f32]
 # a recipe added to recipes.inc later gets a default sample until it is listed above
@@ -358,6 +359,13 @@ def test_composed_equals_native(recipe, B, H, dtype, device):
             assert bool((codes == 0x7F).any())  # NaN (and Inf / Inf) codes
             assert bool((codes == 0x80).any())  # -0 kept
             assert bool((~torch.isfinite(native[2].cpu())).any())
+    elif B == 333 and info.quant == "vllm_cute" and info.fp4 and H == 64:  # CuTe's MXFP4
+        nib = torch.cat([native[0].cpu() & 0x0F, native[0].cpu() >> 4])
+        for m in range(16):  # every e2m1 code, the sign bit on zero included (0x8)
+            assert bool((nib == m).any()), m
+        sf = native[1].cpu().view(torch.uint8)
+        assert bool((sf == 255).any())  # an Inf block: e = 255, inv = -Inf (step 15)
+        assert int(sf.min()) < 120 and int(sf.max()) >= 130
     elif B == 333 and info.quant == "sglang":  # the grid really covers the hard cases
         codes = native[0].cpu().view(torch.uint8)
         w = native[2].cpu()
@@ -780,7 +788,8 @@ def identity_rope(B, recipe):
 
 def test_vllm_recipes_listed():
     assert VLLM_RECIPES == ["vllm_v4_fp8", "vllm_v4_mxfp4", "vllm_v32_fp8_neox",
-                            "vllm_v32_fp8_gptj", "vllm_v4_fp8_cutedsl", "vllm_v4_fp8_fnuz224"]
+                            "vllm_v32_fp8_gptj", "vllm_v4_fp8_cutedsl", "vllm_v4_fp8_fnuz224",
+                            "vllm_v4_mxfp4_cute"]
 
 
 def pow2_ceil_f32(amax):
@@ -885,6 +894,126 @@ def test_vllm_mxfp4_edges(device):
                             f"{op} mxfp4 edges weights")
     assert_same_outputs(run_op(QUANT_COMPOSED, recipe, x, ws, hs=hs),
                         run_op(QUANT, recipe, x, ws, hs=hs), "mxfp4 edges composed vs native")
+
+
+# ---- vLLM's CuTe MXFP4 form (docs/RECIPES.md step 15; source only) ----------------------------
+# OPEN-7 (no capture): a NaN input, and a zero of an infinite block (0 * -Inf), take 0x7 (+6):
+# the PTX ISA's .satfinite rule for a destination format without NaN (positive MAX_NORM).
+CUTE_MX = "vllm_v4_mxfp4_cute"
+CUTE_SM, CUTE_HS = 128**-0.5, 8**-0.5
+CUTE_S = CUTE_SM * CUTE_HS  # formed in double, as vLLM's host code; the recipe's weight_scale
+
+
+def mxfp4_cute_edge_case():
+    """Rows of hand-known codes (fp32 input, identity RoPE: the rotated dims stay as given, bf16-
+    exact) and their expected bytes: (inputs, S, want codes (4, 1, 128) one per dim, want e)."""
+    q = torch.zeros(4, 1, 128)
+    want = torch.zeros(4, 1, 128, dtype=torch.uint8)
+    # row 0, block 0: amax 5 -> 5 * fl(1/6) -> 2^0 (e = 127), v = x: ties to even, -0 -> 8
+    b0 = [(5.0, 6), (3.5, 6), (2.75, 5), (2.5, 4), (1.75, 4), (1.25, 2), (0.75, 2), (0.5, 1),
+          (0.25, 0), (-0.25, 8), (-0.1, 8), (0.0, 0), (-0.0, 8), (-5.0, 14), (NAN, 7),
+          (-NAN, 7), (-2.5, 12), (1.5, 3), (-3.0, 13), (0.7, 1)]
+    for i, (v, c) in enumerate(b0):
+        q[0, 0, i], want[0, 0, i] = v, c
+    # row 0, block 1: amax 6.5 -> 2 (e = 128), v = x / 2; blocks 2, 3: zeros -> the floor, e = 1
+    for i, (v, c) in enumerate([(6.5, 5), (-6.0, 13), (0.5, 0), (1.5, 2), (-1.0, 9)]):
+        q[0, 0, 32 + i], want[0, 0, 32 + i] = v, c
+    # row 1: block 0 below the floor (e = 1); block 1 holds +Inf: e = 255, inv = -Inf, so every
+    # value changes sign and saturates: +Inf -> 0xf, -7 -> +6 (7), 7 -> 0xf, -1e-3 -> 7, and the
+    # zeros and the NaN give NaN -> 7
+    q[1, 0, 0], q[1, 0, 1] = 1e-40, -1e-40
+    want[1, 0, 1] = 8
+    want[1, 0, 32:64] = 7
+    for i, (v, c) in enumerate([(INF, 15), (-7.0, 7), (7.0, 15), (-1e-3, 7), (NAN, 7)]):
+        q[1, 0, 32 + i], want[1, 0, 32 + i] = v, c
+    # row 2: all zero -> e = 1 everywhere, codes 0
+    # row 3: block 0 all NaN (amax 0: e = 1, NaN -> 7); block 2 (rotated dims; identity RoPE:
+    # x0' = fma(x0, 1, -(x1 * 0)), x1' = fma(x0, 0, x1 * 1)): pair (64, 65) = (0, -Inf) gives
+    # (NaN, -Inf), pair (66, 67) = (1, 0) gives (1, 0); e = 255, inv = -Inf: -Inf -> +Inf (7),
+    # 1 -> -Inf (0xf), NaN and the zeros -> 7
+    q[3, 0, :32] = NAN
+    want[3, 0, :32] = 7
+    q[3, 0, 65], q[3, 0, 66] = -INF, 1.0
+    want[3, 0, 64:96] = 7
+    want[3, 0, 66] = 15
+    want_e = [[127, 128, 1, 1], [1, 255, 1, 1], [1, 1, 1, 1], [1, 1, 255, 1]]
+    w = torch.tensor([[1.5], [-2.0], [3.0], [NAN]])
+    freqs, pos = identity_rope(4, CUTE_MX)
+    x = {"q_input": q, "weight": w, "freqs": freqs, "positions": pos}
+    return x, CUTE_S, want, want_e
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_mxfp4_cute_edges(device):
+    x, s, want, want_e = mxfp4_cute_edge_case()
+    xd = to_device(x, device)
+    packed = want[:, :, 0::2] | (want[:, :, 1::2] << 4)
+    s32 = torch.tensor(s, dtype=torch.float32)
+    want_w = x["weight"] * s32  # one factor, no scale folded in; the NaN weight canonical
+    want_w[3, 0] = torch.tensor(nan_weight_bits(CUTE_MX), dtype=torch.int32).view(torch.float32)
+    for op in (QUANT_REFERENCE, QUANT, QUANT_COMPOSED):
+        q_out, q_sf, w_out = run_op(op, CUTE_MX, x if op is QUANT_REFERENCE else xd, s, hs=0.3)
+        sf = q_sf.cpu().view(torch.uint8).view(4, 4)
+        assert sf.tolist() == want_e, (op, sf.tolist())
+        assert q_out.cpu().tolist() == packed.tolist(), op
+        assert_same_outputs((q_out, q_sf, w_out), (packed, q_sf, want_w.view(w_out.shape)),
+                            f"{op} mxfp4 cute edges")
+    # the finite rows are vllm_v4_mxfp4's bytes; the Inf blocks are not (e = 254 there)
+    mx = run_op(QUANT, "vllm_v4_mxfp4", xd, CUTE_SM, hs=CUTE_HS)
+    assert torch.equal(mx[0].cpu()[0::2], packed[0::2]) and mx[1].cpu().view(torch.uint8).view(
+        4, 4)[1, 1] == 254
+    # vLLM's call with the CuTe DSL numerics: the two factors, multiplied in double
+    for wdt in (torch.float32, torch.bfloat16):
+        (q4, sf4), wo = indexer_q.fused_indexer_q_rope_quant_cutedsl(
+            xd["positions"], xd["q_input"], xd["freqs"], xd["weight"], CUTE_SM, CUTE_HS,
+            use_fp4=True, weights_out_dtype=wdt)
+        assert q4.dtype == torch.uint8 and tuple(q4.shape) == (4, 1, 64)
+        assert sf4.dtype == torch.int32 and tuple(sf4.shape) == (4, 1)
+        assert torch.equal(q4.cpu(), packed) and sf4.cpu().view(torch.uint8).view(4, 4).tolist() \
+            == want_e
+        assert wo.dtype == wdt and tuple(wo.shape) == (4, 1)
+        ref = (x["weight"] * s32).to(wdt)
+        assert torch.equal(wo.cpu()[:3].view(torch.int16 if wdt == torch.bfloat16 else torch.int32),
+                           ref[:3].view(torch.int16 if wdt == torch.bfloat16 else torch.int32))
+        assert bool(wo.cpu()[3].isnan())
+    with pytest.raises(ValueError, match="weights_out_dtype"):
+        indexer_q.fused_indexer_q_rope_quant_cutedsl(
+            xd["positions"], xd["q_input"], xd["freqs"], xd["weight"], CUTE_SM, CUTE_HS,
+            use_fp4=True, weights_out_dtype=torch.float16)
+
+
+VLLM_MXFP4_GOLDEN = [rel for rel, r in GOLDEN if r == "vllm_v4_mxfp4"]
+
+
+def test_vllm_mxfp4_golden_files_present():
+    assert len(VLLM_MXFP4_GOLDEN) >= 2, VLLM_MXFP4_GOLDEN
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rel", VLLM_MXFP4_GOLDEN)
+def test_vllm_mxfp4_cute_equals_mxfp4_golden_on_finite_rows(rel, device):
+    """Step 15 equals step 8 for every block with a finite amax: the CuTe form's codes and q_sf are
+    byte-identical to the vllm_v4_mxfp4 golden files (vLLM's Triton kernel), on every backend and
+    through vLLM's call; weights_out is w * fl32(softmax_scale * head_scale) (one factor)."""
+    x, sm, hs, want = load_golden(rel, "vllm_v4_mxfp4")
+    sf_want = want[1].view(torch.uint8).view(-1, 4)
+    finite = (sf_want != 254).all(dim=1)  # 254 only for an infinite amax under step 8
+    assert int(finite.sum()) == sf_want.shape[0], f"{rel}: every row of these files is finite"
+    s = sm * hs  # in double, as vLLM's host code
+    want_w = x["weight"].float() * torch.tensor(s, dtype=torch.float32)
+    xd = to_device(x, device)
+    results = [run_op(op, CUTE_MX, xd if op is not QUANT_REFERENCE else x, s)
+               for op in (QUANT_REFERENCE, QUANT, QUANT_COMPOSED)]
+    (q4, sf4), wo = indexer_q.fused_indexer_q_rope_quant_cutedsl(
+        xd["positions"], xd["q_input"], xd["freqs"], xd["weight"], sm, hs, use_fp4=True)
+    results.append((q4, sf4, wo))
+    for got in results:
+        assert_same_outputs(got, (want[0], want[1], want_w.view(got[2].shape)), f"{rel} cute")
+    # the fold is the change: (w * sm) * hs and w * fl(sm * hs) agree when hs = H^-0.5 is a power
+    # of two (H = 64), and differ somewhere otherwise (H = 8)
+    same_w = torch.equal(want_w.view(-1).view(torch.int32), want[2].view(-1).view(torch.int32))
+    h = x["q_input"].shape[1]
+    assert same_w == (h in (1, 4, 16, 64, 256)), (rel, h)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -32,7 +32,8 @@ if not _CUDA and not triton_kernel.interpreting():  # imported earlier without t
 import triton.language as tl  # noqa: E402
 
 import indexer_q  # noqa: E402
-from conftest import (GOLDEN_DIR, QUANT, QUANT_REFERENCE, RECIPES, SOURCE_ONLY_RECIPES,  # noqa: E402
+from conftest import (GFX942_RECIPES, GOLDEN_DIR, QUANT, QUANT_REFERENCE, RECIPES,  # noqa: E402
+                      SOURCE_ONLY_RECIPES,
                       absent_args, assert_same_outputs, golden_recipe_cases, load_golden,
                       nan_weight_bits, new_recipe_outputs)
 
@@ -211,7 +212,7 @@ def test_python_api_backend_triton(recipe):
 
 @needs_exact_fma
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("recipe", SOURCE_ONLY_RECIPES)
+@pytest.mark.parametrize("recipe", GFX942_RECIPES)
 def test_gfx942_edges(recipe, dtype):
     # the AMD gfx942 forms (no golden data, so not in the known-answer check): test_gfx942.py's
     # rows at and around 224, e4m3fnuz subnormals and ties, -0, NaN / Inf, the 1e-4 floor,
@@ -225,6 +226,20 @@ def test_gfx942_edges(recipe, dtype):
         got = _run_triton(recipe, x["q_input"].to(DEV), x["weight"].to(DEV), ws,
                           x["freqs"].to(DEV), x["positions"].to(DEV), hs, w2d=w2d)
         assert_same_outputs(got, want, f"{recipe} triton {DEV} edges {dtype}")
+
+
+@needs_exact_fma
+def test_mxfp4_cute_edges():
+    # vLLM's CuTe MXFP4 form (source only): test_recipes.py's edge rows (an Inf block: e = 255,
+    # inv = -Inf; NaN codes; the floor; ties) against the library's scalar reference
+    from test_recipes import mxfp4_cute_edge_case
+
+    recipe = "vllm_v4_mxfp4_cute"
+    x, s, _, _ = mxfp4_cute_edge_case()
+    want = _run_reference(recipe, x["q_input"], x["weight"], s, x["freqs"], x["positions"])
+    got = _run_triton(recipe, x["q_input"].to(DEV), x["weight"].to(DEV), s, x["freqs"].to(DEV),
+                      x["positions"].to(DEV))
+    assert_same_outputs(got, want, f"{recipe} triton {DEV} edges")
 
 
 # ---- the bit-level encoders against torch's conversions, on a sweep of float32 bit patterns ------
@@ -441,7 +456,8 @@ def test_available_backends_names_each_path():
 # ---- what the compiler made of it (NVIDIA PTX) ---------------------------------------------------
 _PTX_RECIPES = list(RECIPES) if _CUDA else [
     "v4_fp8", "v4_fp4", "vllm_v4_fp8", "vllm_v4_mxfp4", "vllm_v32_fp8_neox", "vllm_v4_fp8_cutedsl",
-    "sgl_v41_fp4_rope_pack", "sgl_v41_fp4_quant_rne", "sglang_v4_fp8_gfx942", "vllm_v4_fp8_fnuz224"]
+    "sgl_v41_fp4_rope_pack", "sgl_v41_fp4_quant_rne", "sglang_v4_fp8_gfx942", "vllm_v4_fp8_fnuz224",
+    "vllm_v4_mxfp4_cute"]
 
 
 def _ptx_all():

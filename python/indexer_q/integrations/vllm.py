@@ -4,12 +4,12 @@ Routed (every device branch of each function):
 
 | vLLM function | indexer_q |
 | --- | --- |
-| ``models.deepseek_v4.common.ops.fused_indexer_q.fused_indexer_q_rope_quant`` (V4, V4.1) | ``vllm_v4_fp8`` / ``vllm_v4_mxfp4``; with the CuTe DSL importable ``vllm_v4_fp8_cutedsl``; ROCm e4m3fnuz ``vllm_v4_fp8_fnuz224`` |
+| ``models.deepseek_v4.common.ops.fused_indexer_q.fused_indexer_q_rope_quant`` (V4, V4.1) | ``vllm_v4_fp8`` / ``vllm_v4_mxfp4``; with the CuTe DSL importable ``vllm_v4_fp8_cutedsl`` / ``vllm_v4_mxfp4_cute`` (source only); ROCm e4m3fnuz ``vllm_v4_fp8_fnuz224`` |
 | ``models.deepseek_v4.cpu.cpu_sparse._fused_indexer_q_rope_quant_cpu`` | ``vllm_v4_fp8`` |
 | ``model_executor.layers.sparse_attn_indexer.fused_indexer_q_rope_quant`` (V3.2) | ``vllm_v32_fp8_neox`` / ``vllm_v32_fp8_gptj`` |
 
-Handed back to vLLM (one warning per reason): the CuTe DSL MXFP4 kernel, bf16 weights on the
-paths where vLLM asserts float32, V3.2 on e4m3fnuz platforms, and any call indexer_q's validator
+Handed back to vLLM (one warning per reason): bf16 weights on the paths where vLLM asserts
+float32, V3.2 on e4m3fnuz platforms, and any call indexer_q's validator
 refuses. vLLM's key side (its compressor's Triton / CuTe stores) is not a form of the library
 and stays vLLM's.
 """
@@ -49,8 +49,9 @@ def _v4(module, positions, index_q, index_q_cos_sin_cache, index_weights,
     has_cutedsl = getattr(module, "has_cutedsl", None)
     cute = bool(has_cutedsl()) if callable(has_cutedsl) else False
     if use_fp4:
-        if cute:
-            raise Unsupported("the CuTe DSL MXFP4 kernel is not a recipe of the library")
+        if cute:  # vllm_v4_mxfp4_cute (source only: no golden data)
+            return _ops.fused_indexer_q_rope_quant_cutedsl(*args, use_fp4=True,
+                                                           weights_out_dtype=weights_out_dtype)
         if _is(module, "is_xpu") and weights_out_dtype != torch.float32:
             raise Unsupported("XPU MXFP4 with non-float32 weights (vLLM asserts float32)")
         return _ops.fused_indexer_q_rope_quant(*args, use_fp4=True,
