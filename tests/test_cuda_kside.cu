@@ -697,24 +697,7 @@ TEST(CudaKside, GraphCaptureWithPdlReplaysExactly) {
 // EarlyIsOverlappedOnThisDevice of tests/test_cuda.cu). Captured in a graph with the key side's
 // launches (PDL on); the old bytes are another call (slots reversed, positions shifted, other
 // input rows), so a load of any of them placed before the wait shows in the cache.
-struct KCopies {
-  const unsigned char* src[3];
-  unsigned char* dst[3];
-  std::size_t n[3];
-};
-__global__ void early_trigger_copy(KCopies c, long long cycles) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
-  for (int k = 0; k < 3; ++k)
-    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n[k]; i += stride)
-      c.dst[k][i] = c.src[k][i];
-}
-
+// (The producer: iqtest::early_trigger_producer of tests/cuda_test_util.cuh.)
 TEST(CudaKside, PdlProducerWritesSlotsPositionsAndInputExactly) {
   SKIP_WITHOUT_DEVICE();
   int major = 0;
@@ -742,7 +725,7 @@ TEST(CudaKside, PdlProducerWritesSlotsPositionsAndInputExactly) {
       DevBuf s_in, s_pos, s_sl;  // the producer's sources
       ASSERT_TRUE(s_in.put(c.input.data(), c.input.size()) && s_pos.put(c.positions.data(), c.positions.size()) &&
                   s_sl.put(c.slots.data(), c.slots.size() * 8));
-      KCopies cp{};
+      iqtest::ByteCopies cp{};
       cp.src[0] = static_cast<const unsigned char*>(s_in.p);
       cp.src[1] = static_cast<const unsigned char*>(s_pos.p);
       cp.src[2] = static_cast<const unsigned char*>(s_sl.p);
@@ -761,7 +744,7 @@ TEST(CudaKside, PdlProducerWritesSlotsPositionsAndInputExactly) {
           cudaGraph_t g = nullptr;
           cudaGraphExec_t ge = nullptr;
           CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-          early_trigger_copy<<<132, 256, 0, s>>>(cp, 2000000);
+          iqtest::early_trigger_producer<<<132, 256, 0, s>>>(cp, 2000000);
           const Status st = detail::kside_cuda_run_variant(d.prob, s, true, v);
           CUDA_OK(cudaStreamEndCapture(s, &g));
           ASSERT_TRUE(st.ok()) << st.message();
