@@ -22,7 +22,8 @@
 // which shows where the threshold should be. --form legacy,split,nc times the automatic shape in
 // each form of the store kernel (detail::KForm; rows ours-l<L>-b<B>-<form>), old against new in one run;
 // --trigger first the automatic shape with every kernel letting dependents launch at its first
-// instruction (detail::KTrigger::kFirst; rows ours-l<L>-b<B>-first).
+// instruction (detail::KTrigger::kFirst; rows ours-l<L>-b<B>-first, and -<form>-first for the
+// --form forms but legacy).
 //
 //   indexer_q_cuda_kside_bench [--tokens 1,8,64,512,1024,4096,16384,65536] [--dtype fp32|bf16|fp16]
 //                              [--recipes v4_k_fp8,v4_k_fp4] [--iters N] [--shapes] [--pdl 0|1|both]
@@ -348,18 +349,20 @@ int main(int argc, char** argv) {
                                [&, v, pdl] { ck(detail::kside_cuda_run_variant(p, s, pdl, v), "variant"); }});
           }
         }
-        for (const auto& f : forms) {
-          detail::KVariant v{av.lanes, av.block};
-          v.form = f.second;
-          entries.push_back({"ours-l" + std::to_string(av.lanes) + "-b" + std::to_string(av.block) + "-" + f.first,
-                             [&, v, pdl] { ck(detail::kside_cuda_run_variant(p, s, pdl, v), "variant"); }});
-        }
-        if (trigger_first) {
-          detail::KVariant v{av.lanes, av.block};
-          v.trigger = detail::KTrigger::kFirst;
-          entries.push_back({"ours-l" + std::to_string(av.lanes) + "-b" + std::to_string(av.block) + "-first",
-                             [&, v, pdl] { ck(detail::kside_cuda_run_variant(p, s, pdl, v), "variant"); }});
-        }
+        // --form rows, then with --trigger first the same with kFirst (the automatic form's too;
+        // not the legacy form's, whose store kernel has no kFirst)
+        std::vector<std::pair<std::string, detail::KForm>> rows = forms;
+        if (trigger_first) rows.emplace_back("", detail::KForm::kAuto);
+        for (int first = 0; first <= int(trigger_first); ++first)
+          for (const auto& f : rows) {
+            if ((f.first.empty() && !first) || (first && f.second == detail::KForm::kLegacy)) continue;
+            detail::KVariant v{av.lanes, av.block};
+            v.form = f.second;
+            if (first) v.trigger = detail::KTrigger::kFirst;
+            entries.push_back({"ours-l" + std::to_string(av.lanes) + "-b" + std::to_string(av.block) +
+                                   (f.first.empty() ? "" : "-" + f.first) + (first ? "-first" : ""),
+                               [&, v, pdl] { ck(detail::kside_cuda_run_variant(p, s, pdl, v), "variant"); }});
+          }
         if (shapes)
           for (int lanes : {4, 8, 16, 32})
             for (int block : {64, 128, 256}) {
