@@ -9,7 +9,8 @@
 # in-kernel scans (per token, and the block's: KDup::kBlock) against the claim kernels across the
 # threshold.
 #
-#   BUILD_DIR=dir (default build-ab)   GTEST_SRC=dir (default .dev/googletest, carried along)
+#   BUILD_DIR=dir (default build-ab)   GTEST_SRC=dir (default .dev/googletest: a copy of
+#   /usr/src/googletest carried along, as for all_gpu.sh, where the machine has no GoogleTest)
 #   STEPS=build,sass,tests,bench (default all)   ITERS=n (bench replays, default 100)
 # Results under $OUT (default ./kside_ab_out): summary.txt, *.log, bench_forms_{1,2}.txt (the same
 # run twice, for the noise), bench_dup.txt.
@@ -44,8 +45,8 @@ if has sass; then
 fi
 
 if has tests; then
-  timeout 240 "$B/tests/indexer_q_tests" --gtest_filter='CudaKside.*:Cuda.Pdl*' >"$OUT/gtest_kside.log" 2>&1
-  say "gtest CudaKside.*:Cuda.Pdl* rc=$?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/gtest_kside.log" | tr '\n' ' ') ($(el))"
+  timeout 240 "$B/tests/indexer_q_tests" --gtest_filter='CudaKside.*:Cuda.Pdl*:Cuda.DefaultOptionsUsePdl*' >"$OUT/gtest_kside.log" 2>&1
+  say "gtest CudaKside.*:Cuda.Pdl*:Cuda.DefaultOptionsUsePdl* rc=$?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/gtest_kside.log" | tr '\n' ' ') ($(el))"
   grep -E '^\[  FAILED  \]' "$OUT/gtest_kside.log" | head -20 | tee -a "$SUM"
 fi
 
