@@ -10,8 +10,9 @@ ACQBULK on sm_90). ptxas treats ld.global.nc as reading memory that never change
 it above the wait, so the source's order is no proof: this reads the machine code. For every
 key-side kernel of src/cuda/kside.cu in LIB (kside_kernel, kside_claim_kernel,
 kside_scalar_kernel; each sm_XX cubin), `cuobjdump -sass` must show
-  - an ACQBULK, and before the first one no memory instruction (LD*, ST*, ATOM*, RED*, ...) and no
-    control transfer (BRA, EXIT, CALL, ...) that could skip it;
+  - an ACQBULK, and before the first one no global or generic memory instruction (LDG, STG, LD,
+    ST, ATOM, RED, ...; register spills to local memory may come first) and no control transfer
+    (BRA, EXIT, CALL, ...) that could skip it;
   - read-only loads (LDG ... .CONSTANT) only in the kernels built to use them (kside_kernel with
     NC = true, KForm::kSplitNc of src/cuda/kside_cuda.h).
 Prints the counts. Exit 0 pass, 1 fail, 77 skipped: no cuobjdump (pip install
@@ -62,9 +63,10 @@ def find_tool(name, env, hint_dirs):
     return found[0] if found else None
 
 
-# Opcodes that touch memory (generic, global, local, shared, constant-bank loads excluded: LDC reads
-# kernel parameters) and those that transfer control.
-MEM = re.compile(r"^(LDG|LDGSTS|LDL|LDS|LD|STG|STL|STS|ST|ATOMG|ATOMS|ATOM|RED|REDG|CCTL|SUATOM|SULD|SUST|"
+# Opcodes that may touch memory another grid writes or reads: global and generic accesses, atomics,
+# texture / surface and bulk copies. Not local (LDL / STL: register spills, private to the thread),
+# shared (LDS / STS / ATOMS: private to the block) or constant-bank (LDC: kernel parameters) ones.
+MEM = re.compile(r"^(LDG|LDGSTS|LD|STG|ST|ATOMG|ATOM|RED|REDG|CCTL|SUATOM|SULD|SUST|"
                  r"TLD|TEX|UBLKCP|UTMALDG|UTMASTG|UTMAPF)(\.|$)")
 # (PREEXIT, griddepcontrol.launch_dependents, may come first: KTrigger::kFirst puts it there; so
 # may BSSY, which only records a convergence point.)
@@ -147,6 +149,7 @@ code for sm_90
         /*0010*/                   LDG.E.64.CONSTANT R2, desc[UR4][R2.64] ;
     Function : _ZN1x12kside_kernelIlEEvv
         /*0000*/                   S2R R0, SR_TID.X ;
+        /*0008*/                   STL [R1+0x4], R0 ;
         /*0010*/                   ACQBULK ;
         /*0020*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
 """

@@ -393,7 +393,8 @@ __global__ void __launch_bounds__(256) kside_kernel(const KProblem p, const int 
           const unsigned b = block_filter_bit(blater[k]);
           if (filter[b >> 5] & (1u << (b & 31))) {  // maybe a slot of the block's: compare
             for (unsigned i = 0; i < tpb && T0 + i < u; ++i)
-              if (bslot[i] == blater[k] && later_token_stored<POS64>(p, u)) blost[i] = 1;
+              if (bslot[i] == blater[k] && later_token_stored<POS64>(p, u))
+                atomicOr(&blost[i], 1);  // (an atomic: several threads may mark one token)
           }
         }
       }
