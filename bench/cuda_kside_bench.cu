@@ -17,17 +17,12 @@
 // The slots are distinct, so the duplicate-slot rule (docs/KSIDE.md) costs only its method: the
 // scan inside the store kernel up to detail::kKsideScanMaxTokens tokens, the two claim kernels
 // above, nothing at 1 token. --dup scan,claim also times the automatic shape with each method forced
-// (rows ours-l<L>-b<B>-scan / -claim; the scan only up to 16384 tokens: its work grows as N^2);
-// --dup block the block's scan (KDup::kBlock) at the automatic shape and at block 256 (-block rows),
-// which shows where the threshold should be. --form legacy,split,nc times the automatic shape in
-// each form of the store kernel (detail::KForm; rows ours-l<L>-b<B>-<form>), old against new in one run;
-// --trigger first the automatic shape with every kernel letting dependents launch at its first
-// instruction (detail::KTrigger::kFirst; rows ours-l<L>-b<B>-first, and -<form>-first for the
-// --form forms but legacy).
+// (rows ours-l<L>-b<B>-scan / -claim; the scan only up to 16384 tokens: its work grows as N^2),
+// which shows where the threshold should be.
 //
 //   indexer_q_cuda_kside_bench [--tokens 1,8,64,512,1024,4096,16384,65536] [--dtype fp32|bf16|fp16]
 //                              [--recipes v4_k_fp8,v4_k_fp4] [--iters N] [--shapes] [--pdl 0|1|both]
-//                              [--dup scan,claim,block] [--form legacy,split,nc] [--trigger first]
+//                              [--dup scan,claim]
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -38,7 +33,6 @@
 #include <cstring>
 #include <functional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "cuda_bench_common.cuh"
@@ -182,9 +176,7 @@ int main(int argc, char** argv) {
   std::vector<KRecipeId> recipes = all_krecipes();
   std::string dts = "fp32", pdl_mode = "both";
   int iters = 100;
-  bool shapes = false, dup_scan = false, dup_claim = false, dup_block = false;
-  std::vector<std::pair<std::string, detail::KForm>> forms;  // --form
-  bool trigger_first = false;                                 // --trigger first
+  bool shapes = false, dup_scan = false, dup_claim = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* val = i + 1 < argc ? argv[i + 1] : "";
@@ -203,28 +195,11 @@ int main(int argc, char** argv) {
       for (const std::string& x : split(val)) {
         if (x == "scan") dup_scan = true;
         else if (x == "claim") dup_claim = true;
-        else if (x == "block") dup_block = true;
         else {
-          std::fprintf(stderr, "--dup: expected scan, claim and / or block, got %s\n", x.c_str());
+          std::fprintf(stderr, "--dup: expected scan and / or claim, got %s\n", x.c_str());
           return 2;
         }
       }
-    } else if (a == "--form") {
-      for (const std::string& x : split(val)) {
-        if (x == "legacy") forms.emplace_back(x, detail::KForm::kLegacy);
-        else if (x == "split") forms.emplace_back(x, detail::KForm::kSplit);
-        else if (x == "nc") forms.emplace_back(x, detail::KForm::kSplitNc);
-        else {
-          std::fprintf(stderr, "--form: expected legacy, split and / or nc, got %s\n", x.c_str());
-          return 2;
-        }
-      }
-    } else if (a == "--trigger") {
-      if (std::string(val) != "first") {
-        std::fprintf(stderr, "--trigger: expected first, got %s\n", val);
-        return 2;
-      }
-      trigger_first = true;
     } else if (a == "--pdl") {
       pdl_mode = val;
     } else if (a == "--recipes") {
@@ -338,31 +313,14 @@ int main(int argc, char** argv) {
                              o.enable_pdl = pdl;
                              ck(run(a, o), "run");
                            }});
-        for (const detail::KDup dup : {detail::KDup::kScan, detail::KDup::kClaim, detail::KDup::kBlock}) {
-          const bool scan = dup == detail::KDup::kScan, block = dup == detail::KDup::kBlock;
-          if (!(scan ? dup_scan && T <= 16384 : block ? dup_block && T <= 16384 : dup_claim)) continue;
-          for (const int b : block ? std::vector<int>{av.block, 256} : std::vector<int>{av.block}) {
-            if (block && b == 256 && av.block == 256) continue;
-            const detail::KVariant v{av.lanes, b, dup};
-            entries.push_back({"ours-l" + std::to_string(av.lanes) + "-b" + std::to_string(b) +
-                                   (scan ? "-scan" : block ? "-block" : "-claim"),
-                               [&, v, pdl] { ck(detail::kside_cuda_run_variant(p, s, pdl, v), "variant"); }});
-          }
+        for (const detail::KDup dup : {detail::KDup::kScan, detail::KDup::kClaim}) {
+          const bool scan = dup == detail::KDup::kScan;
+          if (!(scan ? dup_scan && T <= 16384 : dup_claim)) continue;
+          const detail::KVariant v{av.lanes, av.block, dup};
+          entries.push_back({"ours-l" + std::to_string(av.lanes) + "-b" + std::to_string(av.block) +
+                                 (scan ? "-scan" : "-claim"),
+                             [&, v, pdl] { ck(detail::kside_cuda_run_variant(p, s, pdl, v), "variant"); }});
         }
-        // --form rows, then with --trigger first the same with kFirst (the automatic form's too;
-        // not the legacy form's, whose store kernel has no kFirst)
-        std::vector<std::pair<std::string, detail::KForm>> rows = forms;
-        if (trigger_first) rows.emplace_back("", detail::KForm::kAuto);
-        for (int first = 0; first <= int(trigger_first); ++first)
-          for (const auto& f : rows) {
-            if ((f.first.empty() && !first) || (first && f.second == detail::KForm::kLegacy)) continue;
-            detail::KVariant v{av.lanes, av.block};
-            v.form = f.second;
-            if (first) v.trigger = detail::KTrigger::kFirst;
-            entries.push_back({"ours-l" + std::to_string(av.lanes) + "-b" + std::to_string(av.block) +
-                                   (f.first.empty() ? "" : "-" + f.first) + (first ? "-first" : ""),
-                               [&, v, pdl] { ck(detail::kside_cuda_run_variant(p, s, pdl, v), "variant"); }});
-          }
         if (shapes)
           for (int lanes : {4, 8, 16, 32})
             for (int block : {64, 128, 256}) {

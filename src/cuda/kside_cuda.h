@@ -29,8 +29,8 @@ enum class KDup : int {
 // (with PDL on an H200: 2.86 us a call at 1 token against 1.65 us for one launch). Measured
 // (bench/cuda_results/2026-12-02-h200-session5/kside_dup.txt, PDL on): each round past the first
 // adds about 1.2 us (3.17 us at 256 tokens, 5.60 at 512, 10.5 at 1024; the claim kernels 4.2-4.6
-// us from 256 to 1024). KDup::kBlock (forced only) needs B / LANES times fewer rounds;
-// bench/cuda_kside_bench.cu --dup scan,claim,block times all three.
+// us from 256 to 1024). KDup::kBlock (forced only) needs B / LANES times fewer rounds; the CUDA
+// key-side benchmark's --dup scan,claim,block times all three.
 constexpr std::int64_t kKsideScanMaxTokens = 256;
 // Above kKsideScanMaxTokens and up to this many tokens the automatic method is KDup::kBlock; 0
 // (until the H200 times it against the claim kernels): never. (The block's scan is built in the
@@ -38,7 +38,7 @@ constexpr std::int64_t kKsideScanMaxTokens = 256;
 constexpr std::int64_t kKsideBlockScanMaxTokens = 0;
 
 // The store kernel's form (src/cuda/kside.cu, kside_kernel's SCANM and NC), kept selectable so one
-// build times them against each other (bench/cuda_kside_bench.cu --form):
+// build times them against each other (the CUDA key-side benchmark's --form):
 enum class KForm : int {
   kAuto = -1,    // kKsideDefaultForm
   kLegacy = 0,   // one kernel per shape, the duplicate method a run-time argument: the scan's code
