@@ -1317,31 +1317,10 @@ TEST(Cuda, PdlGivesTheSameBytesAndWaitsForThePreviousKernel) {
 // as PDL producers may, executes griddepcontrol.launch_dependents first: the op's grid is then
 // launched and resident while the producer is still spinning, and only its griddepcontrol.wait
 // keeps it from reading the old bytes.
-struct ByteCopies {
-  const unsigned char* src[3];
-  unsigned char* dst[3];
-  std::size_t n[3];
-};
-__device__ __forceinline__ void trigger_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_primary() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__global__ void early_trigger_producer(ByteCopies c, long long cycles) {
-  trigger_dependents();
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
-  for (int k = 0; k < 3; ++k)
-    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n[k]; i += stride)
-      c.dst[k][i] = c.src[k][i];
-}
+// (iqtest::early_trigger_producer and ByteCopies: tests/cuda_test_util.cuh.)
+using iqtest::ByteCopies;
+using iqtest::early_trigger_producer;
+using iqtest::wait_for_primary;
 // A dependent that reads before and after its griddepcontrol.wait: shows that the overlap above
 // is real on this device (before: the old word; after: the producer's).
 __global__ void probe_dependent(const std::uint32_t* q, std::uint32_t* seen) {

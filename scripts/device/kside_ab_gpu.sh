@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The key side's store-kernel variants on a CUDA machine (issue 20; the team's H200 through the device
+# tool), one call, on the tree with branch cudaperf merged into main (main's harness,
+# `indexer_q_cuda_bench --op kside`): build (library, C++ tests, CUDA bench; this GPU only, no
+# torch), the SASS order test (kside_sass_order), the CUDA key-side tests (every variant
+# byte-checked against the reference, the PDL producer tests of both sides), then the A/B timings:
+#   - bench_forms_{1,2}.txt (the same run twice, for the noise): --form legacy,split,nc --trigger
+#     first: legacy = the session-5 store kernel (scan compiled in, 80 registers at 8 lanes),
+#     split = the scan only in the kernel that runs it (the new default), nc = split with
+#     read-only loads after the wait; -first: every kernel lets dependents launch at its first
+#     instruction;
+#   - bench_dup.txt: the per-token scan, the block's scan (KDup::kBlock) and the claim kernels from
+#     64 to 8192 tokens (where the automatic thresholds should be).
+# The bench options come with scripts/device/kside_ab_op_kside.patch (for main's
+# bench/cuda_op_kside.cuh); applied here to the copy when the tree lacks them.
+#
+#   BUILD_DIR=dir (default build-ab)   GTEST_SRC=dir (default .dev/googletest: a copy of
+#   /usr/src/googletest carried along, as for all_gpu.sh, where the machine has no GoogleTest)
+#   STEPS=build,sass,tests,bench (default all)   ITERS=n (bench replays, default 100)
+# Results under $OUT (default ./kside_ab_out): summary.txt, *.log, bench_*.txt.
+set -u -o pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/kside_ab_out}
+mkdir -p "$OUT"
+[ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
+B=${BUILD_DIR:-build-ab}
+STEPS=${STEPS:-build,sass,tests,bench}
+ITERS=${ITERS:-100}
+SUM=$OUT/summary.txt
+: >"$SUM"
+say() { echo "$*" | tee -a "$SUM"; }
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+t0=$(date +%s)
+el() { echo "$(($(date +%s) - t0)) s"; }
+say "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1); steps $STEPS"
+
+if ! grep -q -- '--form' bench/cuda_op_kside.cuh 2>/dev/null; then
+  patch -p1 <scripts/device/kside_ab_op_kside.patch >"$OUT/patch.log" 2>&1
+  say "bench options patch applied: rc=$?"
+fi
+
+if has build; then
+  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINDEXER_Q_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
+    -DINDEXER_Q_BUILD_TORCH=OFF -DINDEXER_Q_GTEST_SOURCE_DIR="${GTEST_SRC:-$PWD/.dev/googletest}" >"$OUT/build.log" 2>&1 &&
+    cmake --build "$B" -j"$(nproc)" --target indexer_q indexer_q_tests indexer_q_cuda_bench >>"$OUT/build.log" 2>&1
+  rc=$?
+  say "build rc=$rc ($(el))"
+  if [ $rc -ne 0 ]; then grep -E "error|Error" "$OUT/build.log" | head -30 | tee -a "$SUM"; exit 1; fi
+fi
+
+if has sass; then
+  ctest --test-dir "$B" -R '^kside_sass_order$' --output-on-failure >"$OUT/sass_order.log" 2>&1
+  say "kside_sass_order rc=$?: $(grep -E 'key-side kernels checked|PASS|FAIL|SKIPPED' "$OUT/sass_order.log" | head -3 | tr '\n' ' ')"
+fi
+
+if has tests; then
+  F='CudaKside.*:Cuda.Pdl*:Cuda.DefaultOptionsUsePdl*'
+  timeout 300 "$B/tests/indexer_q_tests" --gtest_filter="$F" >"$OUT/gtest_kside.log" 2>&1
+  say "gtest $F rc=$?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/gtest_kside.log" | tr '\n' ' ') ($(el))"
+  grep -E '^\[  FAILED  \]' "$OUT/gtest_kside.log" | head -20 | tee -a "$SUM"
+fi
+
+if has bench; then
+  KB="$B/bench/indexer_q_cuda_bench --op kside --dtype fp32 --iters $ITERS"
+  for r in 1 2; do
+    # shellcheck disable=SC2086
+    timeout 200 $KB --pdl off,on --tokens 1,8,64,4096,16384,65536 --form legacy,split,nc --trigger first \
+      >"$OUT/bench_forms_$r.txt" 2>&1
+    say "bench forms run $r rc=$? ($(el))"
+  done
+  # shellcheck disable=SC2086
+  timeout 150 $KB --pdl on --tokens 64,256,512,1024,2048,4096,8192 --dup scan,claim,block >"$OUT/bench_dup.txt" 2>&1
+  say "bench dup rc=$? ($(el))"
+  say "bytes: $(cat "$OUT"/bench_*.txt | grep -c '^csv,.*,NO$') rows differ (want 0); $(grep -h 'all bytes equal' "$OUT"/bench_*.txt | sort | uniq -c | tr '\n' ' ')"
+  # PDL on, from the csv lines: tokens recipe impl us ratio_to_copy ratio_to_baseline
+  for f in "$OUT"/bench_forms_1.txt "$OUT"/bench_forms_2.txt "$OUT"/bench_dup.txt; do
+    say "-- $(basename "$f") (pdl on): tokens recipe impl us of-copy of-baseline"
+    awk -F, '$1=="csv" && $6==1 {printf "%6s %-9s %-28s %8s %6s %6s\n", $2, $4, $5, $8, $12, $13}' "$f" | tee -a "$SUM"
+  done
+fi
+say "total $(el)"
