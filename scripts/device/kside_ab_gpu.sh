@@ -11,8 +11,7 @@
 #     instruction;
 #   - bench_dup.txt: the per-token scan, the block's scan (KDup::kBlock) and the claim kernels from
 #     64 to 8192 tokens (where the automatic thresholds should be).
-# The bench options come with scripts/device/kside_ab_op_kside.patch (for main's
-# bench/cuda_op_kside.cuh); applied here to the copy when the tree lacks them.
+# The bench options (--form, --trigger, --dup block) are KsideOp's, bench/cuda_op_kside.cuh.
 #
 #   BUILD_DIR=dir (default build-ab)   GTEST_SRC=dir (default .dev/googletest: a copy of
 #   /usr/src/googletest carried along, as for all_gpu.sh, where the machine has no GoogleTest)
@@ -34,10 +33,6 @@ t0=$(date +%s)
 el() { echo "$(($(date +%s) - t0)) s"; }
 say "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1); steps $STEPS"
 
-if ! grep -q -- '--form' bench/cuda_op_kside.cuh 2>/dev/null; then
-  patch -p1 <scripts/device/kside_ab_op_kside.patch >"$OUT/patch.log" 2>&1
-  say "bench options patch applied: rc=$?"
-fi
 
 if has build; then
   cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINDEXER_Q_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
