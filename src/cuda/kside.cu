@@ -33,7 +33,7 @@
 // section 7 leaves other GPUs open: the golden tests on such a device tell).
 // LANES = 32 is SGLang's lane layout (4 dims per lane); fewer lanes per token do the
 // per-token work (divisions, reciprocal square root, index math) once for more values:
-// kside_choose_variant holds the shape measured fastest on an H200 (bench/cuda_kside_bench.cu).
+// kside_choose_variant holds the shape measured fastest on an H200 (bench/cuda_op_kside.cuh, `indexer_q_cuda_bench --op kside`).
 //
 // Bounds (docs/KSIDE-SPEC.md section 1). Positions and slots live in device memory and are not
 // checked on the host. A token with a negative slot, a slot >= num_pages * page_size, or a
@@ -703,7 +703,7 @@ cudaError_t launch_dtypes(const KProblem& p, KVariant v, int dup, cudaStream_t s
 }  // namespace
 
 KVariant kside_choose_variant(std::int64_t N) {
-  // Measured on an H200 (bench/cuda_kside_bench.cu --shapes, fp32 input, PDL off and on; logs in
+  // Measured on an H200 (`indexer_q_cuda_bench --op kside --shapes`, fp32 input, PDL off and on; logs in
   // bench/cuda_results/2026-11-30-h200-kside): up to ~1024 tokens the call is latency-bound and 16
   // lanes per token was fastest or within noise of it (1024 tokens, v4_k_fp4: 2.00-2.04 us vs 2.22
   // for 8 lanes); from 4096 tokens 8 lanes in blocks of 64 was fastest or within 1% (65536 tokens:

@@ -1,5 +1,5 @@
 // Internal entry of the CUDA key-side kernel (src/cuda/kside.cu) with the launch shape exposed,
-// for tests/test_cuda_kside.cu (every shape against the reference) and bench/cuda_kside_bench.cu.
+// for tests/test_cuda_kside.cu (every shape against the reference) and bench/cuda_op_kside.cuh.
 // Not public API.
 #pragma once
 
