@@ -69,6 +69,8 @@ def _v4(module, positions, index_q, index_q_cos_sin_cache, index_weights,
     # the Triton kernel (CUDA without the CuTe DSL, ROCm): e4m3fn, or e4m3fnuz with max 224
     if fp8 not in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
         raise Unsupported(f"fp8 dtype {fp8}")
+    if fp8 is torch.float8_e4m3fn:  # the recipe's own dtype: the same call without out_dtype
+        return _ops.fused_indexer_q_rope_quant(*args)
     return _ops.fused_indexer_q_rope_quant(*args, out_dtype=fp8)
 
 
