@@ -30,8 +30,8 @@ _fake_q = _glue.FAKES["quant_q"]
 def _fake_quant_q_alloc(recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
                       weights_dims, enable_pdl=True, head_scale=1.0, *, side_inputs_ready=False):
     # quant_q with its outputs allocated (op.cpp quant_q_alloc_kernel): the same shapes and dtypes
-    _check_one_device(("q_input", "weight", "freqs", "positions"), (q_input, weight, freqs, positions),
-                      _Q_ABSENT)
+    _check_one_device(("q_input", "weight", "freqs", "positions"),
+                      (q_input, weight, freqs, positions), _Q_ABSENT)
     f = _FACTS[_glue.recipe_at(RECIPES, recipe)]  # the recipe's index in the library's list
     if q_input.dim() != 3:
         raise RuntimeError(f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
@@ -298,7 +298,8 @@ def fused_q_indexer_rope_hadamard_quant(
         weight_scale = _scalar("weight_scale", weight_scale)
     cis = None
     if type(freqs_cis) is not torch.Tensor or freqs_cis.dtype is not _F32:
-        if type(freqs_cis) is torch.Tensor and freqs_cis.dtype is _C64 and side_inputs_ready is False:
+        if (type(freqs_cis) is torch.Tensor and freqs_cis.dtype is _C64
+                and side_inputs_ready is False):
             cis = freqs_cis  # SGLang's complex table: quant_q_alloc reads it (no view op)
         else:
             freqs_cis = _freqs_table(freqs_cis)

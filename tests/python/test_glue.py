@@ -1,5 +1,5 @@
-"""The shared torch/Python glue (python/indexer_q/_glue.py, bindings/torch/op_glue.h): the operators'
-descriptions drive the fakes and the routing table; the wrappers' fast paths (quant_q_alloc reading
+"""The shared torch/Python glue (python/indexer_q/_glue.py, bindings/torch/op_glue.h): the
+operators' descriptions drive the fakes and the routing table; the wrappers' fast paths (quant_q_alloc reading
 SGLang's complex64 table, _quant_q's allocating fast path) give the bytes and the errors of the
 checked path."""
 
@@ -32,7 +32,8 @@ def test_routing_table_is_the_glue_ops():
     assert routing.OPS == ("quant_q", "fused_q_indexer_rope_hadamard_quant", "kside_store")
     triton = {s.name for s in _glue.OPS if s.triton}
     assert triton == {"quant_q", "fused_q_indexer_rope_hadamard_quant"}
-    assert routing.route("kside_store", "cuda").why.endswith("and the key side has no Triton kernel")
+    why = routing.route("kside_store", "cuda").why
+    assert why.endswith("and the key side has no Triton kernel")
 
 
 @pytest.mark.parametrize("spec", _glue.OPS, ids=lambda s: s.name)
