@@ -480,53 +480,8 @@ def _absent_pair(q_input: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
             torch.empty(0, dtype=torch.float32, device=dev))
 
 
-# The allocating call's facts per recipe, worked out once (_quant_q's fast path): (facts,
-# quant_q_alloc's out_kind per out_dtype (None, the recipe's dtype, uint8, int8), weights_dims).
-_FAST: Dict[str, Tuple[_Facts, Dict[Optional[torch.dtype], int], int]] = {
-    n: (f, {torch.uint8: 1, torch.int8: 2, None: 0, f.out_dtype: 0}, 2 if f.w_shape_2d else 3)
-    for n, f in _FACTS.items()}
-_TENSOR = torch.Tensor
-
-
 def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dtype, q_out, q_sf,
              weights_out, enable_pdl, head_scale=1.0, side_inputs_ready=False, rows=False):
-    # The fast path: every output allocated by quant_q_alloc for plain CPU tensors of the kinds
-    # the recipe takes, default flags. Anything it does not cover, and a call the op refuses,
-    # takes the checked path below (the same call, its errors as always: nothing was written).
-    fast = _FAST.get(recipe) if type(recipe) is str else None
-    if (fast is not None and op is _OP_QUANT_Q and q_out is None and q_sf is None
-            and weights_out is None and side_inputs_ready is False and type(q_input) is _TENSOR
-            and type(weight_scale) is float and type(head_scale) is float and q_input.is_cpu):
-        f, kinds, wdims = fast
-        kind = kinds.get(out_dtype)
-        if kind is not None:
-            fr, po, we = freqs, positions, weight
-            if f.rope:
-                ok = (type(freqs) is _TENSOR and type(positions) is _TENSOR
-                      and (freqs.dtype is _F32 or (freqs.dtype is _C64 and not f.halves)))
-            else:
-                ok = freqs is None and positions is None
-            if f.weights:
-                ok = ok and type(weight) is _TENSOR
-            else:
-                ok = ok and weight is None
-            if ok and not (f.rope and f.weights):  # 0-element tensors for what it does not take
-                absent = _absent_pair(q_input)[0]
-                if not f.rope:
-                    fr = po = absent
-                if not f.weights:
-                    we = absent
-            if ok:
-                try:
-                    q, sf, w = _OP_QUANT_Q_ALLOC(f.index, q_input, we, weight_scale, fr, po,
-                                                 kind + 4 if rows else kind, wdims, enable_pdl,
-                                                 head_scale)
-                except RuntimeError:
-                    pass  # the checked path below raises the call's error
-                else:
-                    if f.q_scale_out:
-                        return (q, sf), w
-                    return q, w
     # rows=True (SGLang V4.1's shapes; outputs allocated here): q_out returned as (B * H, D) and
     # q_sf as (B * H,)
     # (One frame, attribute reads of the recipe's _Facts, module-level names: this is the call

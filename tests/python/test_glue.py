@@ -1,7 +1,6 @@
 """The shared torch/Python glue (python/indexer_q/_glue.py, bindings/torch/op_glue.h): the
-operators' descriptions drive the fakes and the routing table; the wrappers' fast paths (quant_q_alloc reading
-SGLang's complex64 table, _quant_q's allocating fast path) give the bytes and the errors of the
-checked path."""
+operators' descriptions drive the fakes and the routing table; quant_q_alloc reading SGLang's
+complex64 table gives the bytes and the errors of the view path; routed engine calls bind once."""
 
 import pytest
 import torch
@@ -116,19 +115,19 @@ def test_complex_table_with_another_bad_argument():
 
 
 @pytest.mark.parametrize("recipe", indexer_q.RECIPES)
-def test_fast_path_same_as_checked_path(recipe):
-    # head_scale as an int takes the checked path (the fast path takes Python floats only)
+def test_scalar_conversions_same_bytes(recipe):
+    # head_scale as an int is converted to the Python float the op takes: the same call
     q, w, freqs, pos = _inputs(seed=2)
     info = indexer_q.recipe_info(recipe)
     args = (q, w if info.weights else None, 0.25, freqs if info.rope else None,
             pos if info.rope else None)
     for out_dtype in (None, torch.uint8, torch.int8):
-        fast = indexer_q.quant_q(recipe, *args, out_dtype=out_dtype, head_scale=1.0)
-        checked = indexer_q.quant_q(recipe, *args, out_dtype=out_dtype, head_scale=1)
-        assert _bytes(fast) == _bytes(checked)
+        a = indexer_q.quant_q(recipe, *args, out_dtype=out_dtype, head_scale=1.0)
+        b = indexer_q.quant_q(recipe, *args, out_dtype=out_dtype, head_scale=1)
+        assert _bytes(a) == _bytes(b)
 
 
-def test_fast_path_errors_as_checked_path():
+def test_allocating_path_errors():
     q, w, freqs, pos = _inputs()
     with pytest.raises(ValueError, match=r"q_input: expected 3 dims \(B, H, 128\), got 2"):
         indexer_q.quant_q("v4_fp8", q[0], w, 0.25, freqs, pos)
@@ -138,3 +137,45 @@ def test_fast_path_errors_as_checked_path():
         indexer_q.quant_q("v4_fp8", q, w, float("nan"), freqs, pos)
     with pytest.raises(RuntimeError, match=r"has no RoPE"):
         indexer_q.quant_q("sgl_v41_fp4_quant_rne", q, None, 1.0, freqs, pos)
+
+
+def test_routed_binder_positional_and_keyword_adapters():
+    import sys
+    import types
+    import warnings
+
+    from indexer_q.integrations import _route
+
+    def engine_fn(a, b, c=3, *, d=4):
+        return ("engine", a, b, c, d)
+
+    def same_order(module, a, b, c, d):  # called positionally
+        return ("ours", a, b, c, d)
+
+    def other_order(module, d, c, b, a):  # called by keyword
+        if a < 0:
+            raise ValueError("refused")
+        return ("ours", a, b, c, d)
+
+    for adapter in (same_order, other_order):
+        name = f"indexer_q_test_glue_{adapter.__name__}"
+        mod = types.ModuleType(name)
+        mod.engine_fn = engine_fn
+        sys.modules[name] = mod
+        try:
+            assert _route.route((name,), name, "engine_fn", adapter) is None
+            fn = mod.engine_fn
+            assert fn(1, 2) == ("ours", 1, 2, 3, 4)
+            assert fn(1, b=2, d=5) == ("ours", 1, 2, 3, 5)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                with pytest.raises(TypeError):  # malformed: the engine's own error, no warning
+                    fn(1)
+                with pytest.raises(TypeError):
+                    fn(1, 2, e=1)
+            if adapter is other_order:
+                with pytest.warns(_route.HandBackWarning):
+                    assert fn(-1, 2) == ("engine", -1, 2, 3, 4)
+        finally:
+            _route.unroute((name,))
+            del sys.modules[name]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import keyword
 import sys
 import types
 import warnings
@@ -74,7 +75,8 @@ def _plain_binder(sig: inspect.Signature) -> Optional[Tuple[Callable, Tuple[str,
     signature."""
     params = list(sig.parameters.values())
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    if not all(p.kind in kinds and p.name.isidentifier() for p in params):
+    if not all(p.kind in kinds and p.name.isidentifier() and not keyword.iskeyword(p.name)
+               for p in params):
         return None
     names = tuple(p.name for p in params)
     env = {}
