@@ -4,6 +4,8 @@ one token).
     PYTHONPATH=python python bench/python_overhead.py [--tokens 1] [--heads 64] [--calls 20000]
                                                       [--rounds 7] [--threads 1] [--device cpu]
                                                       [--clock wall|cpu] [--only SUBSTRING]
+                                                      [--ab OTHER_PYTHON_DIR [--ab-library SO]
+                                                       [--ab-pairs 3]] [--json]
 
 For each entry point the same run times, in alternating rounds, (a) the operator alone
 (``torch.ops.indexer_q.<op>.default`` on preallocated outputs: dispatcher + binding + kernel)
@@ -20,11 +22,20 @@ a test.
 clock: on a machine shared with other work the per-call figures then leave out the time the
 thread waits for a core (with --threads 1 the CPU backend runs the call inline, on this thread,
 so nothing of the call is left out). ``--only`` keeps the entry points whose name contains it.
+
+``--ab DIR``: an A/B of two versions of the Python package in one run: this process's package
+(A: ``indexer_q`` as imported here) and the one in DIR (B: another checkout's ``python/``, with
+its own operator library ``--ab-library``, else this one), measured by alternating child
+processes (A, B, B, A, ... ``--ab-pairs`` pairs, each the measurement above with ``--json``), the
+median "added" per entry point and side printed. ``--json`` prints the measurement as JSON.
 """
 
 import argparse
 import collections
+import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 import types
@@ -80,7 +91,36 @@ def cases(tokens, heads, device):
     v4 = OPS.fused_q_indexer_rope_hadamard_quant.default
     qq = OPS.quant_q.default
     ks = OPS.kside_store.default
-    return [
+    qa = OPS.quant_q_alloc.default
+    ix = indexer_q.RECIPES.index
+
+    def alloc(recipe, kind, wdims, w_=w, f_=freqs, p_=pos, x_=q, hs=1.0, ws=0.125):
+        # quant_q_alloc, the allocating op the wrappers call on the CPU: the op alone plus making,
+        # returning and freeing the outputs (what a wrapper adds over it is Python)
+        i = ix(recipe)
+        return lambda: qa(i, x_, w_, ws, f_, p_, kind, wdims, True, hs)
+
+    allocs = {
+        "fused_q_indexer_rope_hadamard_quant (v4_fp8)": alloc("v4_fp8", 0, 3),
+        "quant_q('v4_fp8')": alloc("v4_fp8", 0, 3),
+        "quant_q('v4_fp4')": alloc("v4_fp4", 0, 3),
+        "fused_indexer_q_rope_quant (vllm_v4_fp8)": alloc("vllm_v4_fp8", 0, 2, hs=0.5),
+        "fused_q_indexer_rope_first_quant (v32_fp8)": alloc("v32_fp8", 0, 3),
+        "fused_q_indexer_rope_hadamard_fp4_quant (v4_fp4)": alloc("v4_fp4", 2, 3),
+        "fused_indexer_q_rope_quant_v32 (vllm_v32_fp8_neox)":
+            alloc("vllm_v32_fp8_neox", 0, 2, hs=0.5),
+        "fused_indexer_q_rope_quant_cutedsl":
+            alloc("vllm_v4_fp8_cutedsl", 0, 2, hs=0.5, ws=0.0625),
+        "index_q_rope_pack_weights (sgl_v41_fp4_rope_pack)": alloc("sgl_v41_fp4_rope_pack", 6, 2),
+        "dsa_indexer_q_unfused (V3.2 unfused)":
+            alloc("sgl_v32_unfused_neox_hadamard_ue8m0", 0, 3, hs=0.5),
+        "quantize_fp4_indexer_tensor (no RoPE, no weights)":
+            alloc("sgl_v41_fp4_quant_rne", 6, 3, w_=none, f_=none, p_=none,
+                  x_=x2.view(-1, 1, 128), ws=1.0),
+        "routed SGLang fused_q_indexer_rope_hadamard_quant": alloc("v4_fp8", 0, 3),
+        "routed vLLM fused_indexer_q_rope_quant": alloc("vllm_v4_fp8", 0, 2, hs=0.5),
+    }
+    return [c + ((allocs[c[0]],) if c[0] in allocs else ()) for c in [
         ("fused_q_indexer_rope_hadamard_quant (v4_fp8)",
          lambda: v4(q, q8, w, wo3, 0.125, freqs, pos, True),
          lambda: indexer_q.fused_q_indexer_rope_hadamard_quant(q, w, 0.125, freqs, pos)),
@@ -142,7 +182,7 @@ def cases(tokens, heads, device):
         ("routed vLLM fused_indexer_q_rope_quant",
          lambda: qq("vllm_v4_fp8", q, q8, None, w, wo2, 0.125, freqs, pos, True, 0.5),
          lambda: vl_v4(pos, q, freqs, w, 0.125, 0.5)),
-    ]
+    ]]
 
 
 def routed_engine_functions():
@@ -201,6 +241,58 @@ def routed_engine_functions():
     return out
 
 
+def measure(a):
+    """{entry point: (op alone, wrapper, added)} in us a call, as the module docstring says."""
+    out = {}
+    for name, op, wrapper, *alloc in cases(a.tokens, a.heads, a.device):
+        if a.only not in name:
+            continue
+        fns = [op, wrapper] + alloc
+        for fn in fns:  # warm-up
+            per_call_us(fn, max(a.calls // 10, 100))
+        times = [[] for _ in fns]
+        for _ in range(a.rounds):
+            for t, fn in zip(times, fns):
+                t.append(per_call_us(fn, a.calls))
+        o, w, *al = [statistics.median(t) for t in times]
+        out[name] = (o, w, w - o, al[0] if al else None)
+    return out
+
+
+def ab(a, argv):
+    """Alternating child processes of the two packages; the median of each side's "added"."""
+    here = os.path.dirname(os.path.abspath(indexer_q.__file__ + "/.."))
+    lib_a = indexer_q.library_path
+    lib_b = a.ab_library or lib_a
+    sides = {"A": (here, lib_a), "B": (os.path.abspath(a.ab), lib_b)}
+    child = [sys.executable, os.path.abspath(__file__), "--json"]
+    skip = {"--ab", "--ab-library", "--ab-pairs"}
+    it = iter(argv)
+    for x in it:
+        if x in skip:
+            next(it, None)
+        elif x.split("=", 1)[0] not in skip and x != "--json":
+            child.append(x)
+    added = {"A": collections.defaultdict(list), "B": collections.defaultdict(list)}
+    order = []
+    for i in range(a.ab_pairs):
+        order += ["A", "B"] if i % 2 == 0 else ["B", "A"]
+    for side in order:
+        path, lib = sides[side]
+        env = dict(os.environ, PYTHONPATH=path, INDEXER_Q_TORCH_LIBRARY=lib)
+        res = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
+        for name, (_, _, d, _) in json.loads(res.stdout.strip().splitlines()[-1]).items():
+            added[side][name].append(d)
+    print(f"A: {sides['A'][0]} ({lib_a})\nB: {sides['B'][0]} ({lib_b})")
+    print(f"{a.ab_pairs} A/B pairs of child processes (A B, B A, ...), each {a.rounds} rounds of "
+          f"{a.calls} calls, {a.clock} clock; median over the children of the added us a call")
+    print(f"{'entry point':52s} {'A added':>8s} {'B added':>8s} {'A - B':>7s}")
+    for name in added["A"]:
+        x = statistics.median(added["A"][name])
+        y = statistics.median(added["B"].get(name, [float("nan")]))
+        print(f"{name:52s} {x:8.2f} {y:8.2f} {x - y:7.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=1)
@@ -211,25 +303,29 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     ap.add_argument("--only", default="")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--ab", default="")
+    ap.add_argument("--ab-library", default="")
+    ap.add_argument("--ab-pairs", type=int, default=3)
     a = ap.parse_args()
     global CLOCK
     CLOCK = time.thread_time if a.clock == "cpu" else time.perf_counter
     torch.set_num_threads(a.threads)
+    if a.ab:
+        return ab(a, sys.argv[1:])
+    if a.json:
+        print(json.dumps(measure(a)))
+        return
     print(f"torch {torch.__version__}, {a.device}, {a.tokens} token(s) x {a.heads} heads, "
           f"{a.threads} thread(s), {a.rounds} alternating rounds of {a.calls} calls, median, "
           f"{a.clock} clock; package {indexer_q.__file__}")
-    print(f"{'entry point':52s} {'op alone':>9s} {'wrapper':>9s} {'added':>8s}  (us a call)")
-    for name, op, wrapper in cases(a.tokens, a.heads, a.device):
-        if a.only not in name:
-            continue
-        for fn in (op, wrapper):  # warm-up
-            per_call_us(fn, max(a.calls // 10, 100))
-        ops, wraps = [], []
-        for _ in range(a.rounds):
-            ops.append(per_call_us(op, a.calls))
-            wraps.append(per_call_us(wrapper, a.calls))
-        o, w = statistics.median(ops), statistics.median(wraps)
-        print(f"{name:52s} {o:9.2f} {w:9.2f} {w - o:8.2f}")
+    print("(alloc op: quant_q_alloc alone, the allocating op the wrapper calls; python: wrapper - "
+          "alloc op)")
+    print(f"{'entry point':52s} {'op alone':>9s} {'wrapper':>9s} {'added':>8s} {'alloc op':>9s} "
+          f"{'python':>7s}  (us a call)")
+    for name, (o, w, d, al) in measure(a).items():
+        extra = f" {al:9.2f} {w - al:7.2f}" if al is not None else ""
+        print(f"{name:52s} {o:9.2f} {w:9.2f} {d:8.2f}{extra}")
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ import re
 import sys
 import zipfile
 
-MODULES = ("__init__.py", "_ops.py", "kside.py", "recall.py", "routing.py", "triton_dispatch.py",
-           "triton_kernel.py", "triton_selfcheck.py", "integrations/__init__.py",
+MODULES = ("__init__.py", "_glue.py", "_ops.py", "kside.py", "recall.py", "routing.py",
+           "triton_dispatch.py", "triton_kernel.py", "triton_selfcheck.py", "integrations/__init__.py",
            "integrations/_env.py", "integrations/_route.py", "integrations/sgl_kernel_xpu.py",
            "integrations/sglang.py", "integrations/vllm.py")
 

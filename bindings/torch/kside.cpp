@@ -30,7 +30,7 @@
 #include "binding.h"
 #include "indexer_q/indexer_q.h"
 #include "kside_binding.h"
-#include "torch_views.h"
+#include "op_glue.h"
 
 namespace indexer_q {
 namespace torch_binding {
@@ -57,11 +57,9 @@ std::string device_text(const Tensor& t) {
 }
 
 TensorView kview(const Tensor& t, const char* arg) {
-  check_viewable(t, arg, "2");
-  const std::optional<DType> dtype = library_dtype(t.scalar_type());
-  if (!dtype || *dtype == DType::kFloat8E4M3FNUZ)  // the key side takes no FNUZ tensor
-    fail(arg, std::string("expected dtype ") + kside_expected_dtype(arg) + ", got another dtype");
-  return view_with_dtype(t, *dtype);
+  return to_view(  // the key side takes no FNUZ tensor
+      t, arg, "2", [&] { fail(arg, std::string("expected dtype ") + kside_expected_dtype(arg) + ", got another dtype"); },
+      /*take_fnuz=*/false);
 }
 
 }  // namespace
@@ -75,12 +73,6 @@ std::int64_t krecipe_id_of(std::string_view name) noexcept { return knames().id_
 std::string unknown_krecipe_text(std::string_view name) { return knames().unknown_text(name); }
 KRecipeId krecipe_of_id(std::int64_t id) { return knames().of_id(id); }
 }  // namespace
-
-KRecipeId krecipe_or_throw(const std::string& name) {
-  const std::int64_t id = krecipe_id_of(name);
-  if (id < 0) throw std::runtime_error(unknown_krecipe_text(name));
-  return KRecipeId(id);
-}
 
 KStoreArgs make_kargs(const KTorchArgs& a) {
   const NamedTensor all[] = {{"input", &a.input},         {"weight", &a.weight}, {"freqs", &a.freqs},
@@ -102,44 +94,19 @@ KStoreArgs make_kargs(const KTorchArgs& a) {
 
 namespace {
 
-void kside_cpu(std::int64_t recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor positions,
-               Tensor slots, Tensor kvcache, std::int64_t page_size, bool /*enable_pdl*/) {
-  const KTorchArgs a{krecipe_of_id(recipe), input, weight, eps, freqs, positions, slots, kvcache, page_size};
-  run_on_cpu(make_kargs(a));
-}
-
-#if defined(INDEXER_Q_TORCH_CUDA)
-// positions and slots cannot be range-checked here without a device synchronization: the CUDA
-// backend skips (writes nothing for) a token whose position or slot is out of range.
-void kside_cuda(std::int64_t recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor positions,
-                Tensor slots, Tensor kvcache, std::int64_t page_size, bool enable_pdl) {
-  const KTorchArgs a{krecipe_of_id(recipe), input, weight, eps, freqs, positions, slots, kvcache, page_size};
-  run_on_cuda(input, make_kargs(a), enable_pdl);
-}
-#endif
-
-void kside_composed(std::int64_t recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor positions,
-                    Tensor slots, Tensor kvcache, std::int64_t page_size, bool /*enable_pdl*/) {
-  kside_composed_forward(
-      KTorchArgs{krecipe_of_id(recipe), input, weight, eps, freqs, positions, slots, kvcache, page_size});
+// kside_store (CPU, CUDA, XPU / composed) and kside_store_composed: one kernel template over Run
+// (op_glue.h run_op). On CUDA, positions and slots cannot be range-checked here without a device
+// synchronization: the CUDA backend skips (writes nothing for) a token whose position or slot is
+// out of range.
+template <Run R>
+void kside_kernel(std::int64_t recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor positions,
+                  Tensor slots, Tensor kvcache, std::int64_t page_size, bool enable_pdl) {
+  run_op<KStoreOp, R>(
+      KTorchArgs{krecipe_of_id(recipe), input, weight, eps, freqs, positions, slots, kvcache, page_size}, enable_pdl);
 }
 
 // ---- kside_store_plan: SGLang's plan-driven call, the plan decoded here (CPU) ------------------
 // The recipe is its index in the library's key-side list (krecipes() in Python).
-KRecipeId krecipe_at(std::int64_t index) {
-  const auto& e = knames().entries;
-  if (index < 0 || index >= std::int64_t(e.size()))
-    fail("recipe", "expected the index of a key-side recipe in the library's list (0 to " +
-                       std::to_string(e.size() - 1) + "), got " + std::to_string(index));
-  return e[std::size_t(index)].second;
-}
-
-std::string shape_text(const Tensor& t) {  // as Python writes tuple(t.shape): "(4, 8)", "(4,)", "()"
-  std::string s = "(";
-  for (std::int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
-  return s + (t.dim() == 1 ? ",)" : ")");
-}
-
 // out_loc's element at index i (any integer dtype, converted to int64 exactly as
 // Tensor.to(torch.int64) does: unsigned 64-bit values wrap).
 using torch::headeronly::ScalarType;
@@ -223,37 +190,17 @@ void decode_plan(const Tensor& plan, const Tensor& out_loc, bool is_decode, std:
 }
 
 // freqs as the library's (max_pos, 64) float32 table: the table itself, or SGLang's complex64
-// (max_pos, 32) freq_cis described as its float32 view (the same bytes; what _freqs_table in
-// Python makes with a view op, without the op). Other complex dtypes, shapes and strides are
-// refused naming freqs_cis, as _freqs_table does.
+// (max_pos, 32) freq_cis read as its float32 view (complex_table_view, op_glue.h).
 TensorView freqs_view(const Tensor& freqs) {
   check_viewable(freqs, "freqs", "2");
-  const ScalarType st = freqs.scalar_type();
-  if (st == ScalarType::ComplexFloat) {
-    if (freqs.dim() != 2 || freqs.size(1) != 32)
-      fail("freqs_cis", "expected shape (max_pos, 32) for a complex64 table, got " + shape_text(freqs));
-    if (freqs.stride(1) != 1 || (freqs.size(0) > 1 && freqs.stride(0) != 32))
-      fail("freqs_cis", "expected a contiguous table");
-    TensorView v;
-    v.dtype = DType::kFloat32;
-    v.ndim = 2;
-    v.sizes[0] = freqs.size(0);
-    v.sizes[1] = 64;
-    v.strides[0] = 64;
-    v.strides[1] = 1;
-    v.data = freqs.numel() > 0 ? freqs.data_ptr() : nullptr;
-    v.device = Device{DeviceType::kCPU, 0};
-    return v;
-  }
-  if (st == ScalarType::ComplexHalf || st == ScalarType::ComplexDouble)
-    fail("freqs_cis", "expected complex64 (max_pos, 32) or float32 (max_pos, 64), got another complex dtype");
+  if (is_complex(freqs.scalar_type())) return complex_table_view(freqs);
   return kview(freqs, "freqs");
 }
 
 void kside_plan_cpu(std::int64_t recipe, Tensor input, Tensor weight, double eps, Tensor freqs, Tensor plan,
                     Tensor out_loc, bool is_decode, std::int64_t compress_ratio, Tensor kvcache,
                     std::int64_t page_size, bool /*enable_pdl*/) {
-  const KRecipeId id = krecipe_at(recipe);
+  const KRecipeId id = knames().at_index(recipe);
   check_plan(plan, out_loc, is_decode, compress_ratio);
   const NamedTensor all[] = {{"input", &input}, {"weight", &weight},   {"freqs", &freqs},
                              {"plan", &plan},   {"out_loc", &out_loc}, {"kvcache", &kvcache}};
@@ -291,8 +238,8 @@ void kside_plan_cpu(std::int64_t recipe, Tensor input, Tensor weight, double eps
 // enable_pdl is used by the CUDA backend only (programmatic dependent launch, sm_90+; on by
 // default as for the query side's operators, ignored before sm_90 and by the other devices).
 // The recipe (a str) is read without the stable ABI's leaking std::string conversion (binding.h).
-#define IQ_KRECIPE_BOX(f)                                                                   \
-  IQ_BOX_RECIPE(&indexer_q::torch_binding::f, &indexer_q::torch_binding::krecipe_id_of, \
+#define IQ_KRECIPE_BOX(f, R)                                                 \
+  IQ_BOX_RECIPE(IQ_KERNEL(f, R), &indexer_q::torch_binding::krecipe_id_of, \
                 &indexer_q::torch_binding::unknown_krecipe_text)
 #define IQ_KSIDE_ARGS                                                                             \
   "(str recipe, Tensor input, Tensor weight, float eps, Tensor freqs, Tensor positions, "        \
@@ -311,21 +258,21 @@ STABLE_TORCH_LIBRARY_FRAGMENT(indexer_q, m) {
 }
 
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CPU, m) {
-  m.impl("kside_store", IQ_KRECIPE_BOX(kside_cpu));
+  m.impl("kside_store", IQ_KRECIPE_BOX(kside_kernel, kCpu));
   m.impl("kside_store_plan", TORCH_BOX(&indexer_q::torch_binding::kside_plan_cpu));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CUDA, m) {
-  m.impl("kside_store", IQ_KRECIPE_BOX(kside_cuda));
+  m.impl("kside_store", IQ_KRECIPE_BOX(kside_kernel, kCuda));
 }
 #endif
 
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, XPU, m) {
-  m.impl("kside_store", IQ_KRECIPE_BOX(kside_composed));
+  m.impl("kside_store", IQ_KRECIPE_BOX(kside_kernel, kComposed));
 }
 
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CompositeExplicitAutograd, m) {
-  m.impl("kside_store", IQ_KRECIPE_BOX(kside_composed));
-  m.impl("kside_store_composed", IQ_KRECIPE_BOX(kside_composed));
+  m.impl("kside_store", IQ_KRECIPE_BOX(kside_kernel, kComposed));
+  m.impl("kside_store_composed", IQ_KRECIPE_BOX(kside_kernel, kComposed));
 }

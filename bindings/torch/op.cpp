@@ -50,7 +50,7 @@
 
 #include "binding.h"
 #include "indexer_q/indexer_q.h"
-#include "torch_views.h"
+#include "op_glue.h"
 
 namespace indexer_q {
 namespace torch_binding {
@@ -118,12 +118,9 @@ std::string expected_dtype_text(const std::string& a, const Recipe& rec) {
 }
 
 TensorView view_of(const Tensor& t, const char* arg, const Recipe& rec) {
-  check_viewable(t, arg, "3");
-  const std::optional<DType> dtype = library_dtype(t.scalar_type());
-  if (!dtype)
-    fail(arg, "expected dtype " + expected_dtype_text(arg, rec) + ", got " +
-                  torch_dtype_name(t.scalar_type()));
-  return view_with_dtype(t, *dtype);
+  return to_view(t, arg, "3", [&] {
+    fail(arg, "expected dtype " + expected_dtype_text(arg, rec) + ", got " + torch_dtype_name(t.scalar_type()));
+  });
 }
 
 // An argument the recipe does not take (no RoPE: freqs, positions; no weights: weight,
@@ -133,13 +130,6 @@ bool absent(const Tensor& t, bool recipe_takes_it) {
 }
 
 }  // namespace
-
-void throw_if_error(const Status& s) {
-  if (s.ok()) return;
-  // torch turns a std::exception escaping a kernel into a Python RuntimeError carrying what():
-  // the library's message, "indexer_q: <argument>: <what was expected>, got <what>".
-  throw std::runtime_error(s.message());
-}
 
 namespace {
 const RecipeNames<RecipeId>& names() {
@@ -151,21 +141,6 @@ const RecipeNames<RecipeId>& names() {
 std::int64_t recipe_id_of(std::string_view name) noexcept { return names().id_of(name); }
 std::string unknown_recipe_text(std::string_view name) { return names().unknown_text(name); }
 RecipeId recipe_of_id(std::int64_t id) { return names().of_id(id); }
-
-// quant_q_alloc's recipe: its index in the library's list (the order of recipes() in Python).
-static RecipeId recipe_at(std::int64_t index) {
-  const auto& e = names().entries;
-  if (index < 0 || index >= std::int64_t(e.size()))
-    fail("recipe", "expected the index of a recipe in the library's list (0 to " +
-                       std::to_string(e.size() - 1) + "), got " + std::to_string(index));
-  return e[std::size_t(index)].second;
-}
-
-RecipeId recipe_or_throw(const std::string& name) {
-  const std::int64_t id = recipe_id_of(name);
-  if (id < 0) throw std::runtime_error(unknown_recipe_text(name));
-  return RecipeId(id);
-}
 
 indexer_q::OpArgs make_args(const TorchArgs& a) {
   const Recipe& rec = recipe(a.recipe);
@@ -200,7 +175,7 @@ indexer_q::OpArgs make_args(const TorchArgs& a) {
   // to inf or 0 in float32 is named as such) and rounded to float32 once: the library's one check.
   throw_if_error(check_scalar(ScalarArg::kWeightScale, a.weight_scale, &o.weight_scale));
   throw_if_error(check_scalar(ScalarArg::kHeadScale, a.head_scale, &o.head_scale));
-  o.freqs = absent(a.freqs, has_rope) ? TensorView{} : view_of(a.freqs, "freqs", rec);
+  o.freqs = a.freqs_view ? *a.freqs_view : absent(a.freqs, has_rope) ? TensorView{} : view_of(a.freqs, "freqs", rec);
   o.positions = absent(a.positions, has_rope) ? TensorView{} : view_of(a.positions, "positions", rec);
   return o;
 }
@@ -209,107 +184,34 @@ void validate_or_throw(const indexer_q::OpArgs& args) { throw_if_error(indexer_q
 
 namespace {
 
-// ---- CPU: the library's CPU backend -------------------------------------------------------
-void run_cpu(const TorchArgs& a) { run_on_cpu(make_args(a)); }
+// ---- the kernels: one template over Run per operator (op_glue.h run_op) --------------------
+// On CUDA, positions cannot be range-checked here without a device synchronization: the CUDA
+// backend guards every read instead (see docs/TORCH.md). side_inputs_ready is
+// Options::side_inputs_ready (the caller's promise that positions, freqs and weight are final
+// before the kernel starts; docs/TORCH.md states it for torch callers), read by the CUDA backend
+// only, like enable_pdl.
 
-#if defined(INDEXER_Q_TORCH_CUDA)
-// ---- CUDA: the library's CUDA backend on torch's current stream ---------------------------
-// positions cannot be range-checked here without a device synchronization: the CUDA backend
-// guards every read instead (see docs/TORCH.md).
-// side_inputs_ready: Options::side_inputs_ready (the caller's promise that positions, freqs and
-// weight are final before the kernel starts; docs/TORCH.md states it for torch callers).
-void run_cuda(const TorchArgs& a, bool enable_pdl, bool side_inputs_ready) {
-  run_on_cuda(a.q_input, make_args(a), enable_pdl, side_inputs_ready);
-}
-#endif
-
-// ---- the historical v4_fp8 operator --------------------------------------------------------
-TorchArgs v4_args(const Tensor& q_input, const Tensor& q_fp8, const Tensor& weight,
-                  const Tensor& weights_out, double weight_scale, const Tensor& freqs,
-                  const Tensor& positions) {
-  return TorchArgs{RecipeId::kV4Fp8, q_input, q_fp8, nullptr, weight, weights_out,
-                   weight_scale, freqs, positions};
+// the historical v4_fp8 operator
+template <Run R>
+void v4_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out, double weight_scale,
+               Tensor freqs, Tensor positions, bool enable_pdl, bool side_inputs_ready) {
+  run_op<QuantQOp, R>(TorchArgs{RecipeId::kV4Fp8, q_input, q_fp8, nullptr, weight, weights_out, weight_scale,
+                                freqs, positions},
+                      enable_pdl, side_inputs_ready);
 }
 
-void cpu_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out,
-                double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/,
-                bool /*side_inputs_ready*/) {
-  run_cpu(v4_args(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions));
-}
-
-#if defined(INDEXER_Q_TORCH_CUDA)
-void cuda_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out,
-                 double weight_scale, Tensor freqs, Tensor positions, bool enable_pdl,
-                 bool side_inputs_ready) {
-  run_cuda(v4_args(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions),
-           enable_pdl, side_inputs_ready);
-}
-#endif
-
-void composed_kernel(Tensor q_input, Tensor q_fp8, Tensor weight, Tensor weights_out,
-                     double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/,
-                     bool /*side_inputs_ready*/) {
-  composed_forward(v4_args(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions));
-}
-
-// ---- the general operator: any recipe by name ----------------------------------------------
-TorchArgs general_args(std::int64_t recipe, const Tensor& q_input, const Tensor& q_out,
-                       const std::optional<Tensor>& q_sf, const Tensor& weight,
-                       const Tensor& weights_out, double weight_scale, const Tensor& freqs,
-                       const Tensor& positions, double head_scale) {
-  return TorchArgs{recipe_of_id(recipe), q_input,     q_out,        q_sf ? &*q_sf : nullptr,
-                   weight,                  weights_out, weight_scale, freqs,
-                   positions,               head_scale};
-}
-
-void quant_q_cpu(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
-                 Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
-                 Tensor positions, bool /*enable_pdl*/, double head_scale,
-                 bool /*side_inputs_ready*/) {
-  run_cpu(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
-                       positions, head_scale));
-}
-
-#if defined(INDEXER_Q_TORCH_CUDA)
-void quant_q_cuda(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
-                  Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
-                  Tensor positions, bool enable_pdl, double head_scale, bool side_inputs_ready) {
-  run_cuda(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs,
-                        positions, head_scale),
-           enable_pdl, side_inputs_ready);
-}
-#endif
-
-void quant_q_composed(std::int64_t recipe, Tensor q_input, Tensor q_out,
-                      std::optional<Tensor> q_sf, Tensor weight, Tensor weights_out,
-                      double weight_scale, Tensor freqs, Tensor positions, bool /*enable_pdl*/,
-                      double head_scale, bool /*side_inputs_ready*/) {
-  composed_forward(general_args(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale,
-                                freqs, positions, head_scale));
-}
-
-// The library's scalar reference (the executable spec, src/common/row.h), CPU tensors only: what
-// the other implementations are tested against (quant_q(..., backend="reference") in Python).
-void quant_q_reference(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
-                       Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
-                       Tensor positions, bool /*enable_pdl*/, double head_scale,
-                       bool /*side_inputs_ready*/) {
-  Options o;
-  o.backend = Backend::kReference;
-  throw_if_error(indexer_q::run(make_args(general_args(recipe, q_input, q_out, q_sf, weight,
-                                                       weights_out, weight_scale, freqs,
-                                                       positions, head_scale)),
-                                o));
-}
-
-// The library's validator alone, for implementations outside it (the Triton kernel of
-// python/indexer_q/triton_kernel.py): the checks quant_q makes, nothing written.
-void quant_q_check(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf,
-                   Tensor weight, Tensor weights_out, double weight_scale, Tensor freqs,
-                   Tensor positions, bool /*enable_pdl*/, double head_scale,
-                   bool /*side_inputs_ready*/) {
-  validate_or_throw(make_args(general_args(recipe, q_input, q_out, q_sf, weight, weights_out,
-                                           weight_scale, freqs, positions, head_scale)));
+// the general operator, any recipe by name: quant_q (CPU, CUDA, composed), quant_q_composed,
+// quant_q_reference (the library's scalar reference, the executable spec src/common/row.h; CPU
+// tensors only: what the other implementations are tested against) and quant_q_check (the
+// library's validator alone, for implementations outside it: the Triton kernel of
+// python/indexer_q/triton_kernel.py)
+template <Run R>
+void quant_q_kernel(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optional<Tensor> q_sf, Tensor weight,
+                    Tensor weights_out, double weight_scale, Tensor freqs, Tensor positions, bool enable_pdl,
+                    double head_scale, bool side_inputs_ready) {
+  run_op<QuantQOp, R>(TorchArgs{recipe_of_id(recipe), q_input, q_out, q_sf ? &*q_sf : nullptr, weight, weights_out,
+                                weight_scale, freqs, positions, head_scale},
+                      enable_pdl, side_inputs_ready);
 }
 
 // ---- the allocating form, for the Python wrappers -------------------------------------------
@@ -325,7 +227,9 @@ void quant_q_check(std::int64_t recipe, Tensor q_input, Tensor q_out, std::optio
 // for (0: the recipe's dtype, 1: uint8, 2: int8; plus 4: q_out as (B * H, D) rows and q_sf as
 // (B * H,), SGLang's V4.1 shapes); q_sf (B, H) int32 for FP4, (B, H, 1) float32
 // for a recipe with scale_out, else None; weights_out (B, H) (weights_dims 2) or (B, H, 1)
-// (weights_dims 3) float32, None for a recipe without weights. The arguments a recipe does not take are 0-element tensors, as for quant_q. Then
+// (weights_dims 3) float32, None for a recipe without weights. freqs may also be SGLang's complex64
+// (max_pos, 32) freq_cis (read as its float32 table; CPU and CUDA only: other paths refuse it,
+// and the Python wrappers then pass the float32 view). The arguments a recipe does not take are 0-element tensors, as for quant_q. Then
 // exactly quant_q: the same views, the one validator, the same backends (CPU, CUDA; the
 // composed path for any other device, which only a call mixing devices reaches: the Python
 // wrappers call this form for tensors on a device with a native kernel only).
@@ -365,21 +269,17 @@ Tensor view_as(const Tensor& t, std::int64_t ndim, const std::int64_t* sizes) {
   return Tensor(h);
 }
 
-enum class Run { kCpu, kCuda, kComposed };
-
 }  // namespace
 
 using NewOutputs = std::tuple<Tensor, std::optional<Tensor>, std::optional<Tensor>>;
 
 namespace {
 
-NewOutputs quant_q_alloc_run(Run run, std::int64_t recipe_index,
-                                                   const Tensor& q_input, const Tensor& weight,
-                                                   double weight_scale, const Tensor& freqs,
-                                                   const Tensor& positions, std::int64_t out_kind,
-                                                   std::int64_t weights_dims, bool enable_pdl,
-                                                   double head_scale, bool side_inputs_ready) {
-  const RecipeId id = recipe_at(recipe_index);
+template <Run R>
+NewOutputs quant_q_alloc_kernel(std::int64_t recipe_index, Tensor q_input, Tensor weight, double weight_scale,
+                                Tensor freqs, Tensor positions, std::int64_t out_kind, std::int64_t weights_dims,
+                                bool enable_pdl, double head_scale, bool side_inputs_ready) {
+  const RecipeId id = names().at_index(recipe_index);
   const Recipe& rec = recipe(id);
   check_viewable(q_input, "q_input", "3");
   if (q_input.dim() != 3)
@@ -416,48 +316,22 @@ NewOutputs quant_q_alloc_run(Run run, std::int64_t recipe_index,
   // a recipe without weights: weight (and weights_out, here q_input's stand-in) are absent; the
   // binding skips a 0-element weights_out only, so pass the caller's 0-element weight for it
   const Tensor& w_out = weights_out ? *weights_out : weight;
-  const TorchArgs a{id,     q_input, q_arg, q_sf_arg ? &*q_sf_arg : nullptr, weight,
-                    w_out,  weight_scale, freqs, positions, head_scale};
-  switch (run) {
-    case Run::kCpu: run_cpu(a); break;
-#if defined(INDEXER_Q_TORCH_CUDA)
-    case Run::kCuda: run_cuda(a, enable_pdl, side_inputs_ready); break;
-#endif
-    default: composed_forward(a); break;
+  TorchArgs a{id,     q_input, q_arg, q_sf_arg ? &*q_sf_arg : nullptr, weight,
+              w_out,  weight_scale, freqs, positions, head_scale};
+  // freqs may be SGLang's complex64 (max_pos, 32) freq_cis, read as its float32 table here (no
+  // view op per call); the composed implementation computes on a real table only
+  std::optional<TensorView> freqs_real;
+  if (freqs.defined() && is_complex(freqs.scalar_type())) {
+    if (R == Run::kComposed) fail("freqs", "expected the float32 (max_pos, 64) table on this path");
+    check_viewable(freqs, "freqs", "3");
+    freqs_real = complex_table_view(freqs);
+    a.freqs_view = &*freqs_real;
   }
+  run_op<QuantQOp, R>(a, enable_pdl, side_inputs_ready);
   return {std::move(q_out), std::move(q_sf), std::move(weights_out)};
 }
 
 }  // namespace
-
-NewOutputs quant_q_alloc_cpu(std::int64_t recipe, Tensor q_input, Tensor weight,
-                                                   double weight_scale, Tensor freqs, Tensor positions,
-                                                   std::int64_t out_kind, std::int64_t weights_dims,
-                                                   bool enable_pdl, double head_scale,
-                                                   bool side_inputs_ready) {
-  return quant_q_alloc_run(Run::kCpu, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
-                         weights_dims, enable_pdl, head_scale, side_inputs_ready);
-}
-
-#if defined(INDEXER_Q_TORCH_CUDA)
-NewOutputs quant_q_alloc_cuda(std::int64_t recipe, Tensor q_input, Tensor weight,
-                                                    double weight_scale, Tensor freqs, Tensor positions,
-                                                    std::int64_t out_kind, std::int64_t weights_dims,
-                                                    bool enable_pdl, double head_scale,
-                                                    bool side_inputs_ready) {
-  return quant_q_alloc_run(Run::kCuda, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
-                         weights_dims, enable_pdl, head_scale, side_inputs_ready);
-}
-#endif
-
-NewOutputs quant_q_alloc_composed(std::int64_t recipe, Tensor q_input, Tensor weight,
-                                                        double weight_scale, Tensor freqs, Tensor positions,
-                                                        std::int64_t out_kind, std::int64_t weights_dims,
-                                                        bool enable_pdl, double head_scale,
-                                                        bool side_inputs_ready) {
-  return quant_q_alloc_run(Run::kComposed, recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
-                         weights_dims, enable_pdl, head_scale, side_inputs_ready);
-}
 
 // ---- the recipe lists, for Python -----------------------------------------------------------
 // recipe_table(int side, Tensor(a!) out) -> int: the library's recipe list as text, one line per
@@ -530,8 +404,8 @@ std::int64_t native_devices_op() {
 // ignore it (they read nothing early).
 // Every kernel taking the recipe (a str in the schema) is boxed by IQ_BOX_RECIPE (binding.h):
 // its str is read without the stable ABI's std::string conversion, which leaks.
-#define IQ_RECIPE_BOX(f)                                                                   \
-  IQ_BOX_RECIPE(&indexer_q::torch_binding::f, &indexer_q::torch_binding::recipe_id_of, \
+#define IQ_RECIPE_BOX(f, R)                                                         \
+  IQ_BOX_RECIPE(IQ_KERNEL(f, R), &indexer_q::torch_binding::recipe_id_of, \
                 &indexer_q::torch_binding::unknown_recipe_text)
 #define IQ_QUANT_Q_ARGS                                                                      \
   "(str recipe, Tensor q_input, Tensor(a!) q_out, Tensor(b!)? q_sf, Tensor weight, "         \
@@ -550,7 +424,7 @@ STABLE_TORCH_LIBRARY(indexer_q, m) {
   m.def("quant_q_composed" IQ_QUANT_Q_ARGS);
   m.def("quant_q_check" IQ_QUANT_Q_ARGS);  // the validator alone (writes nothing)
   m.def("quant_q_reference" IQ_QUANT_Q_ARGS);  // the scalar reference (CPU tensors)
-  // quant_q with its outputs allocated (see quant_q_alloc_run above): for the Python wrappers
+  // quant_q with its outputs allocated (see quant_q_alloc_kernel above): for the Python wrappers
   m.def(
       "quant_q_alloc(int recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs, "
       "Tensor positions, int out_kind, int weights_dims, bool enable_pdl=True, "
@@ -563,17 +437,17 @@ STABLE_TORCH_LIBRARY(indexer_q, m) {
 }
 
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CPU, m) {
-  m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cpu_kernel));
-  m.impl("quant_q", IQ_RECIPE_BOX(quant_q_cpu));
-  m.impl("quant_q_reference", IQ_RECIPE_BOX(quant_q_reference));
-  m.impl("quant_q_alloc", TORCH_BOX(&indexer_q::torch_binding::quant_q_alloc_cpu));
+  m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(IQ_KERNEL(v4_kernel, kCpu)));
+  m.impl("quant_q", IQ_RECIPE_BOX(quant_q_kernel, kCpu));
+  m.impl("quant_q_reference", IQ_RECIPE_BOX(quant_q_kernel, kReference));
+  m.impl("quant_q_alloc", TORCH_BOX(IQ_KERNEL(quant_q_alloc_kernel, kCpu)));
 }
 
 #if defined(INDEXER_Q_TORCH_CUDA)
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CUDA, m) {
-  m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(&indexer_q::torch_binding::cuda_kernel));
-  m.impl("quant_q", IQ_RECIPE_BOX(quant_q_cuda));
-  m.impl("quant_q_alloc", TORCH_BOX(&indexer_q::torch_binding::quant_q_alloc_cuda));
+  m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(IQ_KERNEL(v4_kernel, kCuda)));
+  m.impl("quant_q", IQ_RECIPE_BOX(quant_q_kernel, kCuda));
+  m.impl("quant_q_alloc", TORCH_BOX(IQ_KERNEL(quant_q_alloc_kernel, kCuda)));
 }
 #endif
 
@@ -582,14 +456,12 @@ STABLE_TORCH_LIBRARY_IMPL(indexer_q, CUDA, m) {
 // where Triton serves the device and its known-answer check passed, else quant_q_composed.
 // Without the Python package they fall to the CompositeExplicitAutograd (composed) kernel below.
 STABLE_TORCH_LIBRARY_IMPL(indexer_q, CompositeExplicitAutograd, m) {
-  m.impl("fused_q_indexer_rope_hadamard_quant",
-         TORCH_BOX(&indexer_q::torch_binding::composed_kernel));
-  m.impl("fused_q_indexer_rope_hadamard_quant_composed",
-         TORCH_BOX(&indexer_q::torch_binding::composed_kernel));
-  m.impl("quant_q", IQ_RECIPE_BOX(quant_q_composed));
-  m.impl("quant_q_composed", IQ_RECIPE_BOX(quant_q_composed));
-  m.impl("quant_q_check", IQ_RECIPE_BOX(quant_q_check));
-  m.impl("quant_q_alloc", TORCH_BOX(&indexer_q::torch_binding::quant_q_alloc_composed));
+  m.impl("fused_q_indexer_rope_hadamard_quant", TORCH_BOX(IQ_KERNEL(v4_kernel, kComposed)));
+  m.impl("fused_q_indexer_rope_hadamard_quant_composed", TORCH_BOX(IQ_KERNEL(v4_kernel, kComposed)));
+  m.impl("quant_q", IQ_RECIPE_BOX(quant_q_kernel, kComposed));
+  m.impl("quant_q_composed", IQ_RECIPE_BOX(quant_q_kernel, kComposed));
+  m.impl("quant_q_check", IQ_RECIPE_BOX(quant_q_kernel, kCheck));
+  m.impl("quant_q_alloc", TORCH_BOX(IQ_KERNEL(quant_q_alloc_kernel, kComposed)));
   m.impl("recipe_table", TORCH_BOX(&indexer_q::torch_binding::recipe_table_op));
   m.impl("native_devices", TORCH_BOX(&indexer_q::torch_binding::native_devices_op));
 }

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import glob
-import operator
-import os
 from typing import Dict, NamedTuple, Optional, Tuple, Union
 
 import torch
+
+# The glue shared with the key side (_glue.py): the library (loaded there), the operators'
+# descriptions and their fakes, the argument conversions.
+from . import _glue
+from ._glue import _find_library, library_path  # noqa: F401  (the package's library_path)
 
 # torch names read on every call, bound once (a module global is one dict read; torch.float32 is
 # two lookups).
@@ -15,102 +17,22 @@ _EMPTY = torch.empty
 _F32 = torch.float32
 _I32 = torch.int32
 _FP8 = torch.float8_e4m3fn
+_C64 = torch.complex64
 
-_OP = "fused_q_indexer_rope_hadamard_quant"
-_QUALNAME = "indexer_q::" + _OP
-_QUALNAME_COMPOSED = _QUALNAME + "_composed"
-_QUANT_Q = "indexer_q::quant_q"
-_QUANT_Q_COMPOSED = _QUANT_Q + "_composed"
-
-
-def _find_library() -> str:
-    # INDEXER_Q_TORCH_LIBRARY: an explicit path (a CMake build tree during development).
-    explicit = os.environ.get("INDEXER_Q_TORCH_LIBRARY")
-    if explicit:
-        return explicit
-    here = os.path.dirname(os.path.abspath(__file__))
-    found = sorted(glob.glob(os.path.join(here, "_indexer_q_ops*.so")))
-    found += sorted(glob.glob(os.path.join(here, "_indexer_q_ops*.dylib")))
-    found += sorted(glob.glob(os.path.join(here, "_indexer_q_ops*.dll")))
-    if not found:
-        raise ImportError(
-            "indexer_q: the compiled operator library (_indexer_q_ops.so) is missing from "
-            f"{here}; install the package with `pip install --no-build-isolation .` or set "
-            "INDEXER_Q_TORCH_LIBRARY to a built _indexer_q_ops.so"
-        )
-    return found[0]
-
-
-library_path: str = _find_library()
-torch.ops.load_library(library_path)
-
-
-# ---- fake (meta) implementations: the op writes its outputs in place and returns nothing, so
-# tracing (torch.compile, FakeTensor, meta tensors) needs no shape logic. The dispatcher sends a
-# call here as soon as ONE tensor is on `meta`, whatever the others' devices: a fake that accepted
-# it would be a silent no-op (nothing written). So each fake checks that every tensor is on the
-# first one's device (under FakeTensorMode the fake tensors report the device they stand for) and
-# raises naming the first that is not. Arguments a recipe does not take may be 0-element tensors on
-# any device (the C++ binding skips them too).
-def _check_one_device(names, tensors, absent_ok=()):
-    first = None
-    for name, t in zip(names, tensors):
-        if t is None or not isinstance(t, torch.Tensor):
-            continue
-        if name in absent_ok and t.numel() == 0:
-            continue
-        if first is None:
-            first = (name, t.device)
-        elif t.device != first[1]:
-            raise RuntimeError(f"indexer_q: {name}: expected the device of {first[0]} "
-                               f"({first[1]}), got {t.device}")
-
-
-_V4_NAMES = ("q_input", "q_fp8", "weight", "weights_out", "freqs", "positions")
-_Q_NAMES = ("q_input", "q_out", "q_sf", "weight", "weights_out", "freqs", "positions")
-_Q_ABSENT = ("weight", "weights_out", "freqs", "positions")
-_K_NAMES = ("input", "weight", "freqs", "positions", "slots", "kvcache")
-
-
-@torch.library.register_fake(_QUALNAME)
-def _fake(q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=True,
-          *, side_inputs_ready=False):
-    _check_one_device(_V4_NAMES, (q_input, q_fp8, weight, weights_out, freqs, positions))
-    return None
-
-
-@torch.library.register_fake(_QUALNAME_COMPOSED)
-def _fake_composed(
-    q_input, q_fp8, weight, weights_out, weight_scale, freqs, positions, enable_pdl=True, *,
-    side_inputs_ready=False
-):
-    _check_one_device(_V4_NAMES, (q_input, q_fp8, weight, weights_out, freqs, positions))
-    return None
-
-
-def _fake_q(recipe, q_input, q_out, q_sf, weight, weights_out, weight_scale, freqs, positions,
-            enable_pdl=True, head_scale=1.0, *, side_inputs_ready=False):
-    _check_one_device(_Q_NAMES, (q_input, q_out, q_sf, weight, weights_out, freqs, positions),
-                      _Q_ABSENT)
-    return None
-
-
-_fake_quant_q = torch.library.register_fake(_QUANT_Q)(_fake_q)
-_fake_quant_q_composed = torch.library.register_fake(_QUANT_Q_COMPOSED)(_fake_q)
-_fake_quant_q_reference = torch.library.register_fake("indexer_q::quant_q_reference")(_fake_q)
-# (quant_q_check's and quant_q_triton's fakes, registered in triton_dispatch.py, call _fake_q.)
+_check_one_device = _glue.check_one_device
+_Q_ABSENT = _glue.OPS[0].absent_ok
+# quant_q's fake (registered by _glue for quant_q, quant_q_composed and quant_q_reference; also
+# called by quant_q_check's and quant_q_triton's fakes in triton_dispatch.py)
+_fake_q = _glue.FAKES["quant_q"]
 
 
 @torch.library.register_fake("indexer_q::quant_q_alloc")
 def _fake_quant_q_alloc(recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
                       weights_dims, enable_pdl=True, head_scale=1.0, *, side_inputs_ready=False):
-    # quant_q with its outputs allocated (op.cpp quant_q_alloc_run): the same shapes and dtypes
-    _check_one_device(_Q_NAMES[:1] + _Q_NAMES[3:4] + _Q_NAMES[5:],
+    # quant_q with its outputs allocated (op.cpp quant_q_alloc_kernel): the same shapes and dtypes
+    _check_one_device(("q_input", "weight", "freqs", "positions"),
                       (q_input, weight, freqs, positions), _Q_ABSENT)
-    if not 0 <= recipe < len(RECIPES):  # the recipe's index in the library's list
-        raise RuntimeError(f"indexer_q: recipe: expected the index of a recipe in the library's "
-                           f"list (0 to {len(RECIPES) - 1}), got {recipe}")
-    f = _FACTS[RECIPES[recipe]]
+    f = _FACTS[_glue.recipe_at(RECIPES, recipe)]  # the recipe's index in the library's list
     if q_input.dim() != 3:
         raise RuntimeError(f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
     b, h = q_input.shape[0], q_input.shape[1]
@@ -132,39 +54,11 @@ def _fake_quant_q_alloc(recipe, q_input, weight, weight_scale, freqs, positions,
     return q_out, q_sf, w_out
 
 
-# The key side (indexer_q/kside.py): kside_store writes the paged cache in place.
-def _fake_k(recipe, input, weight, eps, freqs, positions, slots, kvcache, page_size,
-            enable_pdl=True):
-    _check_one_device(_K_NAMES, (input, weight, freqs, positions, slots, kvcache))
-    return None
-
-
-_fake_kside_store = torch.library.register_fake("indexer_q::kside_store")(_fake_k)
-_fake_kside_store_composed = torch.library.register_fake("indexer_q::kside_store_composed")(_fake_k)
-
-
 # ---- the recipes: the library's list (include/indexer_q/recipes.inc), read from the library ------
 _BOOLS = {"true": True, "false": False}
 
 
-def _recipe_table(side: int) -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
-    """The library's recipe list as (name, ("column=value", ...)) per recipe, read once through
-    ``torch.ops.indexer_q.recipe_table`` (side 0: the query side, every column of the descriptor;
-    side 1: the key side, names only). The operators ``recipes()``, ``recipe_info(name)`` and
-    ``krecipes()`` are served from it (below): a str[] made by the C++ binding would go through
-    the stable ABI's string conversion, which leaks every string (torch 2.10 to 2.13)."""
-    op = torch.ops.indexer_q.recipe_table.default
-    n = op(side, torch.empty(0, dtype=torch.uint8))
-    buf = torch.zeros(n, dtype=torch.uint8)
-    if op(side, buf) != n:
-        raise ImportError("indexer_q: recipe_table: the library's recipe list changed size")
-    rows = []
-    for line in bytes(buf.tolist()).decode("ascii").splitlines():
-        name, *cols = line.split("\t")
-        rows.append((name, tuple(cols)))
-    return tuple(rows)
-
-
+_recipe_table = _glue.recipe_table
 _TABLE = _recipe_table(0)
 _KTABLE = _recipe_table(1)
 
@@ -357,38 +251,8 @@ def resolve_recipe(recipe: str, out_dtype: Optional[torch.dtype] = None) -> str:
     return recipe
 
 
-def _freqs_table(freqs_cis: torch.Tensor) -> torch.Tensor:
-    """The (max_pos, 64) float32 (cos, sin) table from freqs_cis or the table itself."""
-    if type(freqs_cis) is torch.Tensor and freqs_cis.dtype is torch.float32:
-        return freqs_cis  # the real table (the common case: no further look)
-    if not isinstance(freqs_cis, torch.Tensor):
-        raise TypeError(f"indexer_q: freqs_cis: expected a tensor, got {type(freqs_cis).__name__}")
-    if freqs_cis.is_complex():
-        if freqs_cis.dtype != torch.complex64:
-            raise TypeError(
-                "indexer_q: freqs_cis: expected complex64 (max_pos, 32) or float32 (max_pos, 64), "
-                f"got {freqs_cis.dtype}"
-            )
-        if freqs_cis.dim() != 2 or freqs_cis.shape[1] != 32:
-            raise ValueError(
-                "indexer_q: freqs_cis: expected shape (max_pos, 32) for a complex64 table, got "
-                f"{tuple(freqs_cis.shape)}"
-            )
-        if not freqs_cis.is_contiguous():
-            raise ValueError("indexer_q: freqs_cis: expected a contiguous table")
-        # the same (max_pos, 64) float32 view of the same bytes as view_as_real(...).view(...),
-        # in one view op instead of two (about 3 us less a call on the CPU)
-        return freqs_cis.view(torch.float32)
-    return freqs_cis  # the real (max_pos, 64) view; the library checks it
-
-
-def _flag(arg: str, value) -> bool:
-    """A bool argument (side_inputs_ready), or TypeError naming it: only True and False pass (an
-    int, a tensor or a string is refused, never read as truthy)."""
-    if value is True or value is False:
-        return value
-    raise TypeError(f"indexer_q: {arg}: expected a bool (True or False), got "
-                    f"{type(value).__name__} {value!r}")
+_freqs_table = _glue.freqs_table
+_flag = _glue.flag
 
 
 def _outputs(q_input: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -432,21 +296,38 @@ def fused_q_indexer_rope_hadamard_quant(
                        side_inputs_ready=side_inputs_ready)
     if type(weight_scale) is not float:
         weight_scale = _scalar("weight_scale", weight_scale)
+    cis = None
     if type(freqs_cis) is not torch.Tensor or freqs_cis.dtype is not _F32:
-        freqs_cis = _freqs_table(freqs_cis)
+        if (type(freqs_cis) is torch.Tensor and freqs_cis.dtype is _C64
+                and side_inputs_ready is False):
+            cis = freqs_cis  # SGLang's complex table: quant_q_alloc reads it (no view op)
+        else:
+            freqs_cis = _freqs_table(freqs_cis)
     if isinstance(q_input, torch.Tensor) and (q_input.is_cpu or (_ALLOC_CUDA and q_input.is_cuda)):
         # a device with a native kernel: the binding allocates the outputs (quant_q_alloc)
         if q_input.dim() != 3:
             raise ValueError(
                 f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
         if side_inputs_ready is False:
-            q_fp8, _, weights_out = _OP_QUANT_Q_ALLOC(_V4_INDEX, q_input, weight, weight_scale,
-                                                    freqs_cis, positions, 0, 3, enable_pdl)
+            try:
+                q_fp8, _, weights_out = _OP_QUANT_Q_ALLOC(_V4_INDEX, q_input, weight,
+                                                        weight_scale, freqs_cis, positions, 0, 3,
+                                                        enable_pdl)
+            except RuntimeError:
+                if cis is None:
+                    raise
+                # the call with the table's float32 view: freqs_cis's own error (TypeError /
+                # ValueError), or the same call as always
+                return fused_q_indexer_rope_hadamard_quant(
+                    q_input, weight, weight_scale, _freqs_table(cis), positions,
+                    enable_pdl=enable_pdl)
         else:
             q_fp8, _, weights_out = _OP_QUANT_Q_ALLOC(
                 _V4_INDEX, q_input, weight, weight_scale, freqs_cis, positions, 0, 3, enable_pdl,
                 side_inputs_ready=_flag("side_inputs_ready", side_inputs_ready))
         return q_fp8, weights_out
+    if cis is not None:
+        freqs_cis = _freqs_table(cis)
     q_fp8, weights_out = _outputs(q_input)
     if side_inputs_ready is False:
         _OP_V4(q_input, q_fp8, weight, weights_out, weight_scale, freqs_cis, positions, enable_pdl)
@@ -575,35 +456,8 @@ def _backend_op(backend):
     return op
 
 
-def _scalar(arg: str, value) -> float:
-    """A scalar argument as the Python float the operator takes, or TypeError naming it. Its value
-    is the library's to check (finite, in range, its float32 rounding: check_scalar of
-    include/indexer_q/indexer_q.h), with the same message as from C++ and the CLI."""
-    if type(value) is float:
-        return value
-    if not isinstance(value, (str, bytes)):
-        try:
-            return float(value)
-        except (TypeError, ValueError, RuntimeError):
-            pass
-    raise TypeError(f"indexer_q: {arg}: expected a float, got {type(value).__name__} {value!r}")
-
-
-def _integral(arg: str, value) -> int:
-    """An integer argument (page_size, compress_ratio) as a Python int: ints (and integral
-    floats) pass, anything else raises naming it (4.7 is refused, never truncated)."""
-    if type(value) is int:
-        return value
-    if isinstance(value, float):
-        if value.is_integer():
-            return int(value)
-    elif not isinstance(value, (str, bytes, bool)):
-        try:
-            return operator.index(value)
-        except TypeError:
-            pass
-    raise TypeError(f"indexer_q: {arg}: expected an integer, got {type(value).__name__} "
-                    f"{value!r}")
+_scalar = _glue.scalar
+_integral = _glue.integral
 
 
 # 0-element placeholders for the arguments a recipe does not take, one pair per device, made once
@@ -636,6 +490,7 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
     if f is None:
         f = _FACTS[_check_recipe(recipe)]
     allocate_all = q_out is None and q_sf is None and weights_out is None
+    recipe0, weight0, out_dtype0 = recipe, weight, out_dtype  # for the call's retry, below
     if q_out is not None:
         if not isinstance(q_out, torch.Tensor):
             raise TypeError(f"indexer_q: q_out: expected a tensor, got {type(q_out).__name__}")
@@ -643,7 +498,8 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
             raise ValueError(f"indexer_q: out_dtype: {out_dtype} contradicts q_out's dtype "
                              f"{q_out.dtype}")
         out_dtype = q_out.dtype
-    if out_dtype is not None and f.fn:  # float8_e4m3fnuz: the recipe's FNUZ twin, if any
+    if out_dtype is not None and f.fn and out_dtype is not f.out_dtype:
+        # float8_e4m3fnuz: the recipe's FNUZ twin, if any (its own dtype: the recipe itself)
         f = _FACTS[resolve_recipe(f.name, out_dtype)]
     recipe = f.name
     if not isinstance(q_input, torch.Tensor):
@@ -654,6 +510,7 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
         head_scale = _scalar("head_scale", head_scale)
     if side_inputs_ready is not False:
         side_inputs_ready = _flag("side_inputs_ready", side_inputs_ready)
+    cis = None
     if f.weights:
         if weight is None:
             raise TypeError(f"indexer_q: weight: recipe {recipe} reads it: expected a tensor, "
@@ -668,7 +525,10 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
                 raise TypeError(
                     f"indexer_q: freqs: recipe {recipe} reads a real (max_pos, 64) float32 table "
                     "[cos x32 | sin x32] (cos_sin_cache), not a complex one")
-            freqs = _freqs_table(freqs)
+            if type(freqs) is torch.Tensor and freqs.dtype is _C64:
+                cis = freqs  # SGLang's complex table: quant_q_alloc reads it (no view op)
+            else:
+                freqs = _freqs_table(freqs)
     if (allocate_all and op is _OP_QUANT_Q and (q_input.is_cpu or (_ALLOC_CUDA and q_input.is_cuda))
             and (f.weights or weight is None) and (f.rope or (freqs is None and positions is None))):
         # every output allocated, on a device with a native kernel: the binding allocates them
@@ -686,17 +546,28 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
                     freqs = positions = absent_in
                 if not f.weights:
                     weight = absent_in
-            if side_inputs_ready:
-                q_out, q_sf, weights_out = _OP_QUANT_Q_ALLOC(
-                    f.index, q_input, weight, weight_scale, freqs, positions, kind,
-                    2 if f.w_shape_2d else 3, enable_pdl, head_scale, side_inputs_ready=True)
-            else:
-                q_out, q_sf, weights_out = _OP_QUANT_Q_ALLOC(
-                    f.index, q_input, weight, weight_scale, freqs, positions, kind,
-                    2 if f.w_shape_2d else 3, enable_pdl, head_scale)
+            try:
+                if side_inputs_ready:
+                    q_out, q_sf, weights_out = _OP_QUANT_Q_ALLOC(
+                        f.index, q_input, weight, weight_scale, freqs, positions, kind,
+                        2 if f.w_shape_2d else 3, enable_pdl, head_scale, side_inputs_ready=True)
+                else:
+                    q_out, q_sf, weights_out = _OP_QUANT_Q_ALLOC(
+                        f.index, q_input, weight, weight_scale, freqs, positions, kind,
+                        2 if f.w_shape_2d else 3, enable_pdl, head_scale)
+            except RuntimeError:
+                if cis is None:
+                    raise
+                # the call with the table's float32 view: freqs_cis's own error (TypeError /
+                # ValueError), or the same call as always
+                return _quant_q(op, recipe0, q_input, weight0, weight_scale, _freqs_table(cis),
+                                positions, out_dtype0, None, None, None, enable_pdl, head_scale,
+                                side_inputs_ready, rows)
             if f.q_scale_out:
                 return (q_out, q_sf), weights_out
             return q_out, weights_out
+    if cis is not None:
+        freqs = _freqs_table(cis)
     if not f.rope or not f.weights:
         absent_in, absent_out = _absent_pair(q_input)
         if not f.rope:

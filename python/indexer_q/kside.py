@@ -15,7 +15,12 @@ from typing import Optional, Tuple
 
 import torch
 
-from ._ops import _check_one_device, _freqs_table, _integral, _scalar
+from . import _ops  # noqa: F401  (recipes() / krecipes() are served from here)
+from ._glue import check_one_device as _check_one_device
+from ._glue import freqs_table as _freqs_table
+from ._glue import integral as _integral
+from ._glue import recipe_at as _recipe_at
+from ._glue import scalar as _scalar
 
 # The operators, looked up once (a torch.ops attribute lookup costs microseconds a call).
 _OP_STORE = torch.ops.indexer_q.kside_store.default
@@ -205,10 +210,7 @@ def _compress_checked(kv, plan, norm_weight, norm_eps, freq_cis, out_loc, kvcach
 # positions and slots derived with torch ops on the tensors' device (plan_positions_slots), then
 # kside_store; its fake (meta, FakeTensor, torch.compile) checks what the CPU binding checks.
 def _krecipe_name(recipe: int) -> str:
-    if not 0 <= recipe < len(KSIDE_RECIPES):
-        raise RuntimeError(f"indexer_q: recipe: expected the index of a key-side recipe in the "
-                           f"library's list (0 to {len(KSIDE_RECIPES) - 1}), got {recipe}")
-    return KSIDE_RECIPES[recipe]
+    return _recipe_at(KSIDE_RECIPES, recipe, "key-side ")
 
 
 def _store_plan_composite(recipe, input, weight, eps, freqs, plan, out_loc, is_decode,

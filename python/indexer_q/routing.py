@@ -29,11 +29,13 @@ from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 import torch
 
+from . import _glue
 from . import _ops  # noqa: F401  (loads the extension: the ops below exist from here on)
 from . import triton_dispatch
 
-#: The operators the table routes (names in the ``indexer_q`` namespace).
-OPS: Tuple[str, ...] = ("quant_q", "fused_q_indexer_rope_hadamard_quant", "kside_store")
+#: The operators the table routes (names in the ``indexer_q`` namespace): the glue's
+#: descriptions (_glue.OPS), so a new op is routed by its OpSpec alone.
+OPS: Tuple[str, ...] = tuple(s.name for s in _glue.OPS)
 #: The device types named in the table; "other" stands for every other one (MPS, HPU, ...).
 DEVICES: Tuple[str, ...] = ("cpu", "cuda", "xpu", "other")
 #: The implementations, best first.
@@ -43,7 +45,7 @@ IMPLEMENTATIONS: Tuple[str, ...] = ("native", "triton", "composed")
 _KEYS: Dict[str, str] = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU"}
 # The ops with a Triton kernel (triton_kernel.py: the query side), and the device types Triton
 # compiles for outside its CPU interpreter (which serves tests, through backend="triton" only).
-_TRITON_OPS: FrozenSet[str] = frozenset({"quant_q", "fused_q_indexer_rope_hadamard_quant"})
+_TRITON_OPS: FrozenSet[str] = frozenset(s.name for s in _glue.OPS if s.triton)
 _TRITON_DEVICES: FrozenSet[str] = frozenset({"cuda", "xpu"})
 
 
@@ -87,7 +89,8 @@ def _static(op: str, device: str) -> Route:
                      "composed)")
     if op in _TRITON_OPS:
         return Route(op, device, "composed", f"{built}, nor a Triton backend")
-    return Route(op, device, "composed", f"{built}, and the key side has no Triton kernel")
+    side = next(s.side for s in _glue.OPS if s.name == op)
+    return Route(op, device, "composed", f"{built}, and the {side} side has no Triton kernel")
 
 
 #: The static table: (op, device type) -> Route, from what the build and each op have.

@@ -7,7 +7,9 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import keyword
 import sys
+import types
 import warnings
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -35,63 +37,124 @@ def _warn_once(label: str, reason: str) -> None:
                   HandBackWarning, stacklevel=3)
 
 
+_MISSING = object()
+
+
+def module_attr(module, name: str, default=None):
+    """``getattr(module, name, default)``, what the adapters read of the engine module on every
+    call (its platform flags), without the AttributeError an absent name costs getattr: for a
+    plain module (no module ``__getattr__``) its ``__dict__`` answers; anything else goes to
+    getattr."""
+    d = getattr(module, "__dict__", None)
+    if d is not None:
+        v = d.get(name, _MISSING)
+        if v is not _MISSING:
+            return v
+        if type(module) is types.ModuleType and "__getattr__" not in d:
+            return default
+    return getattr(module, name, default)
+
+
 def _binder(sig: inspect.Signature) -> Callable:
     """``bind(args, kwargs)``: the call's arguments by name, defaults applied, as
     ``sig.bind(*args, **kwargs)`` + ``apply_defaults()`` give them (TypeError for a malformed
-    call), without building a BoundArguments on every call: for a signature of plain parameters
-    (positional-or-keyword and keyword-only, the engines' form) the names and defaults are read
-    once here; any other signature binds through inspect."""
-    params = list(sig.parameters.values())
-    plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    if not all(p.kind in plain for p in params):
-        def bind_slow(args, kwargs):
-            bound = sig.bind(*args, **kwargs)
-            bound.apply_defaults()
-            return bound.arguments
-        return bind_slow
-    positional = tuple(p.name for p in params
-                       if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    names = frozenset(p.name for p in params)
-    defaults = tuple((p.name, p.default) for p in params if p.default is not p.empty)
-    required = frozenset(p.name for p in params if p.default is p.empty)
-    npos, nall = len(positional), len(params)
+    call). Any signature binds through inspect (the slow path: the routed call of a signature that
+    is not plain, see :func:`_plain_binder`)."""
+    def bind_slow(args, kwargs):
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.arguments
+    return bind_slow
 
-    def bind(args, kwargs):
-        if len(args) > npos:
-            raise TypeError(f"too many positional arguments ({len(args)} > {npos})")
-        out = dict(zip(positional, args))
-        for k, v in kwargs.items():
-            if k in out or k not in names:
-                raise TypeError(f"unexpected or repeated argument {k!r}")
-            out[k] = v
-        if len(out) != nall:
-            if not required <= out.keys():
-                raise TypeError(f"missing arguments {sorted(required - out.keys())}")
-            for k, v in defaults:
-                if k not in out:
-                    out[k] = v
-        return out
-    return bind
+
+def _plain_binder(sig: inspect.Signature) -> Optional[Tuple[Callable, Tuple[str, ...]]]:
+    """For a signature of plain parameters (positional-or-keyword and keyword-only, the engines'
+    form): ``(bind, names)``, ``bind(*args, **kwargs)`` returning the values of every parameter
+    in order, defaults applied (TypeError for a malformed call), made once as a function of the
+    same parameters: Python's own argument binding, no dict built per call. None for any other
+    signature."""
+    params = list(sig.parameters.values())
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if not all(p.kind in kinds and p.name.isidentifier() and not keyword.iskeyword(p.name)
+               for p in params):
+        return None
+    names = tuple(p.name for p in params)
+    env = {}
+    decl = []
+    star = False
+    for i, p in enumerate(params):
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and not star:
+            decl.append("*")
+            star = True
+        if p.default is p.empty:
+            decl.append(p.name)
+        else:
+            env[f"_d{i}"] = p.default
+            decl.append(f"{p.name}=_d{i}")
+    body = ", ".join(names) + ("," if len(names) == 1 else "")
+    src = f"def bind({', '.join(decl)}):\n    return ({body})\n"
+    exec(compile(src, "<indexer_q routed binder>", "exec"), env)  # noqa: S102 (our own text)
+    return env["bind"], names
+
+
+def _positional(adapter: Callable, names: Tuple[str, ...]) -> bool:
+    """Whether ``adapter(module, *values)`` binds every value to the parameter of its name: the
+    adapter's parameters after the module are exactly ``names``, in order, none keyword-only."""
+    try:
+        params = list(inspect.signature(adapter).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return False
+    return (tuple(p.name for p in params) == names
+            and all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params))
 
 
 def _routed(label: str, module, original: Callable, adapter: Callable) -> Callable:
-    bind = _binder(inspect.signature(original))
+    sig = inspect.signature(original)
+    plain = _plain_binder(sig)
+    if plain is not None and _positional(adapter, plain[1]):
+        # the engine's plain signature, the adapter's parameters the same: the call's values
+        # go to the adapter positionally (no dict, no keywords)
+        bind_values = plain[0]
 
-    @functools.wraps(original)
-    def routed(*args, **kwargs):
-        try:
-            arguments = bind(args, kwargs)
-        except TypeError:
-            return original(*args, **kwargs)  # the engine's own error for a malformed call
-        try:
-            return adapter(module, **arguments)
-        except Unsupported as e:
-            reason = str(e)
-        except (TypeError, ValueError, NotImplementedError) as e:
-            # the library validates every argument before writing anything
-            reason = f"indexer_q refused the call ({e})"
-        _warn_once(label, reason)
-        return original(*args, **kwargs)
+        @functools.wraps(original)
+        def routed(*args, **kwargs):
+            try:
+                values = bind_values(*args, **kwargs)
+            except TypeError:
+                return original(*args, **kwargs)  # the engine's own error for a malformed call
+            try:
+                return adapter(module, *values)
+            except Unsupported as e:
+                reason = str(e)
+            except (TypeError, ValueError, NotImplementedError) as e:
+                # the library validates every argument before writing anything
+                reason = f"indexer_q refused the call ({e})"
+            _warn_once(label, reason)
+            return original(*args, **kwargs)
+    else:
+        if plain is not None:
+            bind_values, names = plain
+
+            def bind(args, kwargs):
+                return dict(zip(names, bind_values(*args, **kwargs)))
+        else:
+            bind = _binder(sig)
+
+        @functools.wraps(original)
+        def routed(*args, **kwargs):
+            try:
+                arguments = bind(args, kwargs)
+            except TypeError:
+                return original(*args, **kwargs)  # the engine's own error for a malformed call
+            try:
+                return adapter(module, **arguments)
+            except Unsupported as e:
+                reason = str(e)
+            except (TypeError, ValueError, NotImplementedError) as e:
+                # the library validates every argument before writing anything
+                reason = f"indexer_q refused the call ({e})"
+            _warn_once(label, reason)
+            return original(*args, **kwargs)
 
     routed.__indexer_q_original__ = original
     routed.__indexer_q_label__ = label

@@ -22,7 +22,7 @@ import torch
 
 from .. import _ops
 from .. import kside as _kside
-from ._route import Unsupported, engine_entry_points
+from ._route import Unsupported, engine_entry_points, module_attr
 
 ENGINE = ("sglang", "sgl_kernel")
 VERSION = "0.5.23"
@@ -30,7 +30,7 @@ _DSV4 = "sglang.kernels.ops.attention.dsv4"
 
 
 def _flag(module, name: str) -> bool:
-    return bool(getattr(module, name, False))
+    return bool(module_attr(module, name, False))
 
 
 def _hip_arch(t: torch.Tensor) -> str:
@@ -70,7 +70,7 @@ def _q_fp4(module, q_input, weight, weight_scale, freqs_cis, positions):
 def _kstore(module, kv, plan, norm_weight, norm_eps, freq_cis, out_loc, kvcache, page_size,
             use_fp4=False, bf16_store=False, kvcache_scale=None, rope_cache=None,
             fp4_k_write_metadata=None, layout=None, fp8_2buff=False, kvcache_rope=None):
-    kvl = getattr(module, "KVLayout", None)
+    kvl = module_attr(module, "KVLayout")
     if kvl is not None and kvl.parse(layout) is not kvl.V4:
         raise Unsupported(f"layout {layout}: the V4.1 main-KV layouts are not the indexer cache")
     if not isinstance(kv, torch.Tensor) or kv.dim() != 2 or kv.shape[-1] != 128:
@@ -79,11 +79,11 @@ def _kstore(module, kv, plan, norm_weight, norm_eps, freq_cis, out_loc, kvcache,
         raise Unsupported("bf16_store=True is not a form of the library")
     if fp8_2buff:
         raise Unsupported("fp8_2buff=True (the two-pool latent store) is not a form of the library")
-    is_hip = getattr(module, "is_hip", None)
+    is_hip = module_attr(module, "is_hip")
     if callable(is_hip) and is_hip():
         if use_fp4:
             raise Unsupported("HIP FP4: AITER's split-scale cache is not a form of the library")
-        can = getattr(module, "aiter_can_use_preshuffle_paged_mqa", None)
+        can = module_attr(module, "aiter_can_use_preshuffle_paged_mqa")
         if callable(can) and can():
             raise Unsupported("HIP with AITER's pre-shuffled (tiled) FP8 cache layout")
     # CUDA casts norm_weight to kv's dtype; XPU passes plan[1], is_decode and compress_ratio:

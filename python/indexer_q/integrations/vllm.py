@@ -20,14 +20,14 @@ from __future__ import annotations
 import torch
 
 from .. import _ops
-from ._route import Unsupported, engine_entry_points
+from ._route import Unsupported, engine_entry_points, module_attr
 
 ENGINE = ("vllm",)
 VERSION = "0.33.0"
 
 
 def _platform(module):
-    return getattr(module, "current_platform", None)
+    return module_attr(module, "current_platform")
 
 
 def _fp8_dtype(module):
@@ -46,7 +46,7 @@ def _v4(module, positions, index_q, index_q_cos_sin_cache, index_weights,
         weights_out_dtype=torch.float32):
     args = (positions, index_q, index_q_cos_sin_cache, index_weights,
             index_weights_softmax_scale, index_weights_head_scale)
-    has_cutedsl = getattr(module, "has_cutedsl", None)
+    has_cutedsl = module_attr(module, "has_cutedsl")
     cute = bool(has_cutedsl()) if callable(has_cutedsl) else False
     if use_fp4:
         if cute:  # vllm_v4_mxfp4_cute (source only: no golden data)
@@ -70,6 +70,8 @@ def _v4(module, positions, index_q, index_q_cos_sin_cache, index_weights,
     # the Triton kernel (CUDA without the CuTe DSL, ROCm): e4m3fn, or e4m3fnuz with max 224
     if fp8 not in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
         raise Unsupported(f"fp8 dtype {fp8}")
+    if fp8 is torch.float8_e4m3fn:  # the recipe's own dtype: the same call without out_dtype
+        return _ops.fused_indexer_q_rope_quant(*args)
     return _ops.fused_indexer_q_rope_quant(*args, out_dtype=fp8)
 
 
