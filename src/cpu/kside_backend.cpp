@@ -141,6 +141,18 @@ void kside_kernel_scalar(const KProblem& p, std::int64_t t_begin, std::int64_t t
   with_krecipe(p.recipe, [&](auto r) { kside_scalar_tokens<decltype(r)>(p, t_begin, t_end); });
 }
 
+void kside_rsq16_scalar(float* v16) {
+  for (int j = 0; j < 16; ++j) v16[j] = rsq_sm90(v16[j]);
+}
+
+KsideRsqFn kside_rsq16_for(CpuIsa isa) {
+#define IQ_CPU_VARIANT(Enum, suffix, check) \
+  if (isa == CpuIsa::Enum) return &kside_rsq16_##suffix;
+#include "cpu/isa_list.inc"
+#undef IQ_CPU_VARIANT
+  return nullptr;
+}
+
 KsideKernelFn kside_kernel_for(CpuIsa isa) {
 #define IQ_CPU_VARIANT(Enum, suffix, check) \
   if (isa == CpuIsa::Enum) return &kside_kernel_##suffix;

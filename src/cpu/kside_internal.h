@@ -24,6 +24,14 @@ using KsideKernelFn = void (*)(const KProblem& p, std::int64_t t_begin, std::int
 // The key-side kernel of a compiled-in variant (nullptr if `isa` is not compiled in).
 KsideKernelFn kside_kernel_for(CpuIsa isa);
 
+// Step 5 of 16 values in place, as the variant's kernel computes it (for the tests: same bits as
+// rsq_sm90 for every input). kside_rsq16_scalar is rsq_sm90 itself.
+using KsideRsqFn = void (*)(float* v16);
+#define IQ_CPU_VARIANT(Enum, suffix, check) void kside_rsq16_##suffix(float* v16);
+#include "cpu/isa_list.inc"
+#undef IQ_CPU_VARIANT
+KsideRsqFn kside_rsq16_for(CpuIsa isa);  // nullptr if `isa` is not compiled in
+
 }  // namespace cpu
 }  // namespace detail
 }  // namespace indexer_q
