@@ -2,7 +2,7 @@
 # CPU A/B on a host with AVX-512 (the H200 machine's 16-core Sapphire-Rapids host): builds the
 # CLI of two trees (CUDA, tests and torch off) and times both, one thread pinned by taskset, in 3
 # alternating rounds: every query recipe at 4096 tokens x 64 heads and both key-side recipes at
-# 4096 tokens, bf16, on AVX-512 and AVX2. Wall-clock medians per call (`indexer-q bench`, 10
+# 4096 tokens, bf16, on AVX-512 and AVX2 (ROUNDS=n to change the 3). Wall-clock medians per call (`indexer-q bench`, 10
 # samples after 5 warm-up calls); round 1 also checks every output against the scalar reference.
 #
 #   bash bench/cpu_results/2026-12-02-cpu-perf-3/host_ab.sh MAIN_TREE [OUT]
@@ -51,7 +51,7 @@ run() {  # run ROUND SIDE: one pass of every case for one build, csv rows prefix
 }
 
 echo "round,side,backend,isa,tokens,heads,dtype,threads,pdl,sets,us_median,gbps,copy_us,copy_gbps,ratio_to_copy,exact,recipe" > "$OUT/ab.csv"
-for round in 1 2 3; do
+for round in $(seq 1 "${ROUNDS:-3}"); do
   for side in base new; do
     [ $((round % 2)) = 0 ] && side=$([ $side = base ] && echo new || echo base)  # alternate the order
     echo "== $(date +%T) round $round $side"
