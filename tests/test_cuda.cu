@@ -294,19 +294,27 @@ TEST(Cuda, EncodersMatchScalarForEveryFloat) {
     EXPECT_EQ(mismatches[k], 0ull) << names[k] << ": first differing input bits 0x" << std::hex << first[k];
 }
 
-// SGLang's e2m1 encoder of the kernels (e2m1_code8, for bf16-exact values): every (bf16 y, e)
-// pair, y in each of the 8 positions (position j holds bf16 (y + 8191 j) mod 2^16), against
-// row.h's e2m1_encode(y * ue8m0_inverse(e)) for every nibble.
+// SGLang's e2m1 encoder of the kernels (e2m1_code8_bf16, on bf16 pairs): every (bf16 y, e)
+// pair, e = 1..255 (its domain: the kernels' e is at least 114), y in each of the 8 positions
+// (position j holds bf16 (y + 8191 j) mod 2^16), against row.h's e2m1_encode(y *
+// ue8m0_inverse(e)) for every nibble.
 __global__ void e2m1_code8_sweep_kernel(unsigned long long* mismatches, unsigned int* first_bad) {
   const std::uint32_t n = 1u << 24;  // e in the high byte, y bits in the low 16
   const std::uint32_t stride = gridDim.x * blockDim.x;
   unsigned long long bad = 0;
   for (std::uint32_t u = blockIdx.x * blockDim.x + threadIdx.x; u < n; u += stride) {
     const std::uint32_t e = u >> 16, yb = u & 0xffffu;
+    if (e == 0u) continue;
     const float inv = detail::ue8m0_inverse(std::uint8_t(e));
     float ys[8];
-    for (int j = 0; j < 8; ++j) ys[j] = __uint_as_float(((yb + 8191u * std::uint32_t(j)) & 0xffffu) << 16);
-    const std::uint32_t got = detail::e2m1_code8(ys, detail::e2m1_inv2_of(e));
+    std::uint32_t bits[8];
+    for (int j = 0; j < 8; ++j) {
+      bits[j] = (yb + 8191u * std::uint32_t(j)) & 0xffffu;
+      ys[j] = __uint_as_float(bits[j] << 16);
+    }
+    const std::uint32_t pairs[4] = {bits[0] | bits[4] << 16, bits[2] | bits[6] << 16, bits[1] | bits[5] << 16,
+                                    bits[3] | bits[7] << 16};
+    const std::uint32_t got = detail::e2m1_code8_bf16(pairs, detail::e2m1_scale2_bf16x2(e));
     bool b = false;
     for (int j = 0; j < 8; ++j)
       if (((got >> (4 * j)) & 0xfu) != detail::e2m1_encode(__fmul_rn(ys[j], inv))) b = true;
@@ -331,7 +339,7 @@ TEST(Cuda, E2m1Code8MatchesScalarForEveryBf16AndExponent) {
   unsigned int first = 0;
   CUDA_OK(cudaMemcpy(&mismatches, m.p, 8, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(&first, f.p, 4, cudaMemcpyDeviceToHost));
-  EXPECT_EQ(mismatches, 0ull) << "e2m1_code8: first differing (e << 16 | bf16 y) 0x" << std::hex << first;
+  EXPECT_EQ(mismatches, 0ull) << "e2m1_code8_bf16: first differing (e << 16 | bf16 y) 0x" << std::hex << first;
 }
 
 TEST(Cuda, RowDivisorDividesEveryRowIndex) {

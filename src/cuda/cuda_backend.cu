@@ -537,11 +537,25 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     constexpr int KB = LANES >= 4 ? 1 : 4 / LANES, LB = LANES >= 4 ? 4 : LANES;
     constexpr bool kTwoStage = R::kQuant == Quantizer::kFp4TwoStage;
     float amax[C];
+    // SGLang's quantizer with bf16 after the Hadamard (v4_fp4): the bf16 values stay packed in
+    // pairs, (0, 4), (2, 6), (1, 5), (3, 7) of each chunk (e2m1_code8_bf16's order); the block
+    // maximum and the codes are taken from the pairs.
+    constexpr bool kPackedBf16 = R::kBf16AfterHadamard && R::kQuant == Quantizer::kSglang && !R::kVllm;
+    std::uint32_t pk[C][4];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
 #pragma unroll
       for (int k = 0; k < 8; ++k)
         if (R::kHadamard) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
+      if (kPackedBf16) {
+        pk[c][0] = bf16x2_rn(x[c][0], x[c][4]);
+        pk[c][1] = bf16x2_rn(x[c][2], x[c][6]);
+        pk[c][2] = bf16x2_rn(x[c][1], x[c][5]);
+        pk[c][3] = bf16x2_rn(x[c][3], x[c][7]);
+        const std::uint32_t m = bf16x2_max_abs(bf16x2_max_abs(pk[c][0], pk[c][1]), bf16x2_max_abs(pk[c][2], pk[c][3]));
+        amax[c] = fmaxf(__uint_as_float(m << 16), __uint_as_float(m & 0xffff0000u));  // (NaN as fmaxf)
+        continue;
+      }
       if (R::kBf16AfterHadamard)
 #pragma unroll
         for (int k = 0; k < 8; k += 2) round_bf16_pair(x[c][k], x[c][k + 1]);
@@ -629,7 +643,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
         if (R::kVllm) {
           codes = mx_e2m1_code8(x[c], __uint_as_float((254u - e[c]) << 23));  // ue8m0_inverse
         } else if (R::kBf16AfterHadamard) {
-          codes = e2m1_code8(x[c], e2m1_inv2_of(e[c]));  // x is bf16-exact here
+          codes = e2m1_code8_bf16(pk[c], e2m1_scale2_bf16x2(e[c]));  // (kPackedBf16)
         } else {
           const float inv = __uint_as_float((254u - e[c]) << 23);
           codes = 0;

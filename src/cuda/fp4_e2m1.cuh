@@ -100,59 +100,70 @@ __device__ __forceinline__ std::uint32_t mx_e2m1_code8(const float* x, float inv
 }
 
 // SGLang's e2m1 codes (row.h's e2m1_encode of y[k] * ue8m0_inverse(e)) of 8 bf16-exact values
-// y[k] of one block, packed as the kernels store them (nibble k = code of value k), given
-// inv2 = e2m1_inv2_of(e). Only for that domain (y bf16-exact, e any byte): checked against
-// e2m1_encode for every (bf16 y, e) pair in every position by tests/test_cuda.cu.
+// y[k] of one block, packed as the kernels store them (nibble k = code of value k), taken from
+// the bf16 pairs themselves (two values an instruction, no fp32 unpacking).
 //
 // Why it holds. With v = y * inv (inv = 2^(127-e) a power of two, or 0 for e = 254, -Inf for
 // e = 255), v is exact whenever it is a normal float32, so |v| has at most 8 significant bits;
-// the code thresholds (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) have at most 3, so a |v| that is
-// not a threshold is at least one bf16 ulp of itself away from every threshold. Ties to the
-// smaller magnitude are then round-to-nearest of any value strictly between |v| and
-// |v| minus one bf16 ulp. inv2 = 2 inv (1 - 2^-24) (exact: the float just below 2^(128-e)), and
-// the product rounded toward zero is a2 = the float32 just below 2|v| in magnitude (for normal
-// results; a subnormal or zero |v| < 2^-126 gives code 0 either way, and so does a2 there).
-// Then vLLM's three magic lines (see mx_e2m1_code8) on a2 = 2|v|, clamped at 12 (NaN -> 12),
-// never see a tie:  L1 = rne(a2), L2 = 2 + rne(a2 / 2), L3 = 4 + rne(a2 / 4), code = min.
-// e = 254 (inv 0): inv2 = 0, products +-0 (code 0) or NaN (Inf * 0, code 7) as v is;
-// e = 255 (inv -Inf): inv2 = -Inf, the products are v's infinities and NaNs.
-// Sign: the sign bit of the product (a NaN product is the positive canonical NaN on the GPU),
-// kept only on nonzero codes (nibble code + 7 has bit 3 set exactly when code != 0).
-__host__ __device__ __forceinline__ float e2m1_inv2_of(std::uint32_t e) {
-  return e < 254u ? f32_from_bits(((255u - e) << 23) - 1u) : (e == 254u ? 0.0f : f32_from_bits(0xff800000u));
+// the code thresholds (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) have at most 3. On a2 = 2|v| (in
+// bf16: v2 = y * 2^(128-e), one fma with -0 added, exact; an underflow gives a value below 0.5,
+// code 0 either way, an overflow +-Inf, code 7 as in the reference, whose v saturates), clamped
+// at 12 (NaN -> 12), the code is min(L1, L2, L3) of vLLM's three lines (see mx_e2m1_code8) with
+// ties to the smaller code: L1 = round(a2), L2 = 2 + round(a2 / 2), L3 = 4 + round(a2 / 4).
+// Ties go down by a multiplier just below one: L1 = RN(a2 (1 - 2^-8) + 128), L2 = RN(a2 / 2
+// (1 - 2^-8) + 130), L3 = RN(a2 / 4 (1 - 2^-8) + 132), each one bf16 fma (ulp 1 on [128, 256)).
+// A tie t + 1/2 of a2 / 2^j moves below it by (a2 / 2^j) 2^-8 < 1/2; any other a2 / 2^j (8
+// significant bits) lies at least one ulp of itself, more than (a2 / 2^j) 2^-8, from every tie,
+// and stays on its side. The code is the low nibble of each half of the minimum (0x4300 + code).
+// Sign: bit 15 / 31 of min(v2, 12) (a NaN gives +12), kept where the code is nonzero
+// ((0x4300 + code) + 0x3cff has bit 15 set exactly then).
+// Argument order: p[0] = (y0, y4), p[1] = (y2, y6), p[2] = (y1, y5), p[3] = (y3, y7) as (low,
+// high) bf16 halves, so that two shifted adds put nibble k = code of y_k. m2 =
+// e2m1_scale2_bf16x2(e): 2^(128-e) in both halves for e = 1..253, 0 for e = 254
+// (ue8m0_inverse's 0), -Inf for e = 255; e = 0 (inverse 2^127: 2v past bf16's range) is outside
+// the domain (the kernels' e is at least 114, the 1e-4 floor). Checked against e2m1_encode for
+// every (bf16 y, e = 1..255) pair in every position by tests/test_cuda.cu.
+__host__ __device__ __forceinline__ std::uint32_t e2m1_scale2_bf16x2(std::uint32_t e) {
+  return e < 254u ? ((255u - e) << 7) * 0x00010001u : (e == 254u ? 0u : 0xff80ff80u);
 }
-// e2m1_code8 runs the lines on half2 pairs (two values an instruction): a2 is converted to fp16 rounding
-// toward zero (cvt.rz.f16x2.f32), which keeps it strictly between 2|v| minus one bf16 ulp and
-// 2|v| wherever a threshold is near (fp16 has 11 significant bits: a2 >= 0.5 there), and
-// below 0.5 (code 0) wherever it is not; +-Inf stays +-Inf, NaN stays NaN. Then a = min(|a2|,
-// 12) (min.f16x2 returns the non-NaN input: NaN -> 12) and 1024 + rne(a), 1026 + rne(a / 2),
-// 1028 + rne(a / 4) are exact in fp16 (one rounding each, ulp 1 on [1024, 2048)): the code is
-// the low nibble of each half of their minimum. Sign: bit 15 / 31 of the fp16 pair moved to
-// bit 3 / 19 (a shift by 12), kept where the code is nonzero.
-__device__ __forceinline__ std::uint32_t e2m1_code8(const float* y, float inv2) {
-  std::uint32_t byte[4];
+// Two floats rounded to bf16 (cvt.rn.bf16x2.f32, as round_bf16_pair), packed: lo in bits 0..15.
+__device__ __forceinline__ std::uint32_t bf16x2_rn(float lo, float hi) {
+  std::uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+// The larger magnitude of each half of two bf16 pairs (max.bf16x2 of the absolute values: a NaN
+// is ignored unless both are NaN, as fmaxf).
+__device__ __forceinline__ std::uint32_t bf16x2_max_abs(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t d;
+  asm("{\n\t.reg .b32 x, y;\n\tabs.bf16x2 x, %1;\n\tabs.bf16x2 y, %2;\n\tmax.bf16x2 %0, x, y;\n\t}"
+      : "=r"(d)
+      : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ std::uint32_t e2m1_code8_bf16(const std::uint32_t (&p)[4], std::uint32_t m2) {
+  std::uint32_t z[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    std::uint32_t h, w;
-    // h.hi = a2 of value 2j + 1, h.lo = a2 of value 2j (signed)
-    asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(__fmul_rz(y[2 * j + 1], inv2)), "f"(__fmul_rz(y[2 * j], inv2)));
-    asm("{\n\t.reg .b32 a, l1, l2, l3;\n\t"
-        "abs.f16x2 a, %1;\n\t"
-        "min.f16x2 a, a, %2;\n\t"          // 12
-        "add.rn.f16x2 l1, a, %3;\n\t"      // 1024
-        "fma.rn.f16x2 l2, a, %4, %5;\n\t"  // a * 0.5 + 1026
-        "fma.rn.f16x2 l3, a, %6, %7;\n\t"  // a * 0.25 + 1028
-        "min.f16x2 l1, l1, l2;\n\t"
-        "min.f16x2 %0, l1, l3;\n\t}"
-        : "=r"(w)
-        : "r"(h), "r"(0x4a004a00u), "r"(0x64006400u), "r"(0x38003800u), "r"(0x64026402u), "r"(0x34003400u),
-          "r"(0x64046404u));
-    // halves 0x6400 + code; code + 7 has bit 3 set exactly when code != 0
-    const std::uint32_t sg = (h >> 12) & (w + 0x00070007u) & 0x00080008u;
-    const std::uint32_t z = w - 0x64006400u + sg;  // codes and signs at bits 0..3 and 16..19
-    byte[j] = z + (z >> 12);                        // byte 0: code(2j) | code(2j + 1) << 4
+    std::uint32_t w, sv;
+    asm("{\n\t.reg .b32 v, a, l1, l2, l3;\n\t"
+        "fma.rn.bf16x2 v, %2, %3, %4;\n\t"    // y * 2^(128-e) + -0
+        "abs.bf16x2 a, v;\n\t"
+        "min.bf16x2 a, a, %5;\n\t"             // 12
+        "min.bf16x2 %1, v, %5;\n\t"            // the sign source (NaN -> +12)
+        "fma.rn.bf16x2 l1, a, %6, %7;\n\t"    // a (1 - 2^-8) + 128
+        "fma.rn.bf16x2 l2, a, %8, %9;\n\t"    // a / 2 (1 - 2^-8) + 130
+        "fma.rn.bf16x2 l3, a, %10, %11;\n\t"  // a / 4 (1 - 2^-8) + 132
+        "min.bf16x2 l1, l1, l2;\n\t"
+        "min.bf16x2 %0, l1, l3;\n\t}"
+        : "=r"(w), "=r"(sv)
+        : "r"(p[j]), "r"(m2), "r"(0x80008000u), "r"(0x41404140u), "r"(0x3f7f3f7fu), "r"(0x43004300u),
+          "r"(0x3eff3effu), "r"(0x43024302u), "r"(0x3e7f3e7fu), "r"(0x43044304u));
+    const std::uint32_t sg = sv & (w + 0x3cff3cffu) & 0x80008000u;  // sign bits of nonzero codes
+    z[j] = (w - 0x43004300u) + (sg >> 12);  // code | sign << 3 at bits 0..3 and 16..19
   }
-  return prmt(prmt(byte[0], byte[1], 0x0040u), prmt(byte[2], byte[3], 0x0040u), 0x5410u);
+  const std::uint32_t a = z[0] + (z[1] << 8), b = z[2] + (z[3] << 8);  // nibbles 0, 2, 4, 6
+  return a + (b << 4);
 }
 
 // SGLang V4.1's packer exponent (row.h's rne_ue8m0_of_amax: fmax(amax / 6, 1e-4), its exponent
