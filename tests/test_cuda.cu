@@ -297,7 +297,9 @@ TEST(Cuda, EncodersMatchScalarForEveryFloat) {
 // SGLang's e2m1 encoder of the kernels (e2m1_code8_bf16, on bf16 pairs): every (bf16 y, e)
 // pair, e = 1..255 (its domain: the kernels' e is at least 114), y in each of the 8 positions
 // (position j holds bf16 (y + 8191 j) mod 2^16), against row.h's e2m1_encode(y *
-// ue8m0_inverse(e)) for every nibble.
+// ue8m0_inverse(e)) for every nibble; and its finite form (e2m1_code8_bf16<true>) equal to it
+// wherever the 8 values are finite and e is at least their block's UE8M0 byte (and below 254:
+// a finite block's byte is at most 253).
 __global__ void e2m1_code8_sweep_kernel(unsigned long long* mismatches, unsigned int* first_bad) {
   const std::uint32_t n = 1u << 24;  // e in the high byte, y bits in the low 16
   const std::uint32_t stride = gridDim.x * blockDim.x;
@@ -315,7 +317,17 @@ __global__ void e2m1_code8_sweep_kernel(unsigned long long* mismatches, unsigned
     const std::uint32_t pairs[4] = {bits[0] | bits[4] << 16, bits[2] | bits[6] << 16, bits[1] | bits[5] << 16,
                                     bits[3] | bits[7] << 16};
     const std::uint32_t got = detail::e2m1_code8_bf16(pairs, detail::e2m1_scale2_bf16x2(e));
-    bool b = false;
+    // the finite form, where its domain holds: 8 finite values and e at least their block's own
+    // exponent (|2v| <= 12)
+    float amax = 0.0f;
+    bool finite = true;
+    for (int j = 0; j < 8; ++j) {
+      finite = finite && isfinite(ys[j]);
+      amax = fmaxf(amax, fabsf(ys[j]));
+    }
+    const bool fin_ok = finite && e >= detail::ue8m0_of_amax(amax) && e < 254u;
+    const std::uint32_t got_fin = fin_ok ? detail::e2m1_code8_bf16<true>(pairs, detail::e2m1_scale2_bf16x2(e)) : got;
+    bool b = got_fin != got;
     for (int j = 0; j < 8; ++j)
       if (((got >> (4 * j)) & 0xfu) != detail::e2m1_encode(__fmul_rn(ys[j], inv))) b = true;
     if (b) {
@@ -343,13 +355,13 @@ TEST(Cuda, E2m1Code8MatchesScalarForEveryBf16AndExponent) {
 }
 
 TEST(Cuda, RowDivisorDividesEveryRowIndex) {
-  // Host-callable: runs without a device too. Every dividend for 641 and 2^31 - 1 (every 4093rd
-  // for 1, 3 and 64), then edge and random dividends for many divisors (every head count up to
+  // Host-callable: runs without a device too. Every dividend for 641 (every 4093rd for 1, 3, 64
+  // and 2^31 - 1), then edge and random dividends for many divisors (every head count up to
   // 4096, random ones above).
   for (std::uint32_t d : {1u, 3u, 64u, 641u, 0x7fffffffu}) {
     const detail::RowDivisor v = detail::row_divisor(d);
     std::uint64_t bad = 0;
-    for (std::uint64_t n = 0; n < (std::uint64_t(1) << 32); n += (d == 641u || d == 0x7fffffffu) ? 1u : 4093u)
+    for (std::uint64_t n = 0; n < (std::uint64_t(1) << 32); n += d == 641u ? 1u : 4093u)
       if (detail::divide_rows(std::uint32_t(n), v) != std::uint32_t(n) / d) ++bad;
     EXPECT_EQ(bad, 0u) << "divisor " << d;
   }

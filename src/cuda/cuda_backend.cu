@@ -34,8 +34,11 @@
 // FP4 (e2m1 + UE8M0 per 32 dims): a block of 32 dims is 4 consecutive chunks, i.e. the same
 // chunk c of 4 consecutive lanes (block = (c * LANES + l) / 4; with 2 lanes, chunks c, c ^ 1 of
 // both lanes: block_max), so a block's amax is one in-thread max over 8 values and two shuffles. bf16 rounding points by cvt.rn.bf16x2.f32; the
-// UE8M0 exponent and the e2m1 codes by bit arithmetic (src/cuda/fp4_e2m1.cuh). Every device
-// encoder is checked by tests/test_cuda.cu against the scalar one for all float32 inputs.
+// UE8M0 exponent and the e2m1 codes by bit arithmetic (src/cuda/fp4_e2m1.cuh); SGLang's
+// quantizer after a bf16 point (v4_fp4) keeps the bf16 values packed in pairs and takes the block
+// maxima (max.bf16x2) and the codes (e2m1_code8_bf16: bf16 fmas) from the pairs, without the
+// clamp on blocks whose values are all finite. Every device encoder is checked by
+// tests/test_cuda.cu against the scalar one for all float32 (or all bf16 / fp16) inputs.
 //
 // The steps of the later forms, each a compile-time branch of the same body (the recipes above
 // compile to the same code as before them):
@@ -228,8 +231,9 @@ __device__ __forceinline__ std::uint64_t batch_of(std::uint64_t row, std::uint32
   return (row >> 32) ? row / H : std::uint64_t(divide_rows(std::uint32_t(row), hd));
 }
 
-// Row r = b * H + h and the address of its q_input row: from the launch parameters alone (no
-// tensor is read), so the kernel computes them before griddepcontrol.wait.
+// Row r = b * H + h and the address of its q_input row: from the launch parameters (and the
+// divisor constants the host computed from them) alone (no tensor is read), so the kernel
+// computes them before griddepcontrol.wait.
 struct RowIndex {
   std::uint64_t b, h;
   const char* qrow;
@@ -552,8 +556,10 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
         pk[c][1] = bf16x2_rn(x[c][2], x[c][6]);
         pk[c][2] = bf16x2_rn(x[c][1], x[c][5]);
         pk[c][3] = bf16x2_rn(x[c][3], x[c][7]);
-        const std::uint32_t m = bf16x2_max_abs(bf16x2_max_abs(pk[c][0], pk[c][1]), bf16x2_max_abs(pk[c][2], pk[c][3]));
-        amax[c] = fmaxf(__uint_as_float(m << 16), __uint_as_float(m & 0xffff0000u));  // (NaN as fmaxf)
+        // NaN-propagating first (see below)
+        const std::uint32_t m =
+            bf16x2_max_abs<true>(bf16x2_max_abs<true>(pk[c][0], pk[c][1]), bf16x2_max_abs<true>(pk[c][2], pk[c][3]));
+        amax[c] = fmax_nan(__uint_as_float(m << 16), __uint_as_float(m & 0xffff0000u));
         continue;
       }
       if (R::kBf16AfterHadamard)
@@ -566,14 +572,15 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       for (int k = 1; k < 8; ++k)
         amax[c] = kTwoStage ? fmax_nan(amax[c], fabsf(x[c][k])) : fmaxf(amax[c], fabsf(x[c][k]));
     }
-    block_max<C, KB, LB, kTwoStage>(amax);
-    std::uint32_t e[C];
-    float q2[C][8];  // the two-stage quantizer's stage-1 values
-    if (kTwoStage) {
-      // The maxima with NaN propagated say whether every value of this thread's blocks is finite
-      // (stage 1 then skips its clamp: stage1_value_fast<false>); a warp holding a NaN takes the
-      // NaN-ignoring maxima again (warp-uniform: every shuffle has the whole warp).
-      bool finite = true, nan = false;
+    block_max<C, KB, LB, kTwoStage || kPackedBf16>(amax);
+    // The two-stage quantizer and the packed bf16 path: the maxima with NaN propagated say whether
+    // every value of this thread's blocks is finite (stage 1 then skips its clamp:
+    // stage1_value_fast<false>; the packed codes theirs: e2m1_code8_bf16<true>); a warp holding a
+    // NaN takes the NaN-ignoring maxima again (warp-uniform: every shuffle has the whole warp).
+    bool finite = false;
+    if (kTwoStage || kPackedBf16) {
+      bool nan = false;
+      finite = true;
 #pragma unroll
       for (int c = 0; c < C; ++c) {
         finite = finite && amax[c] <= 3.40282347e38f;
@@ -582,12 +589,38 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       if (__any_sync(0xffffffffu, nan)) {
 #pragma unroll
         for (int c = 0; c < C; ++c) {
-          amax[c] = fabsf(x[c][0]);
+          if (kPackedBf16) {
+            const std::uint32_t m =
+                bf16x2_max_abs(bf16x2_max_abs(pk[c][0], pk[c][1]), bf16x2_max_abs(pk[c][2], pk[c][3]));
+            amax[c] = fmaxf(__uint_as_float(m << 16), __uint_as_float(m & 0xffff0000u));  // (NaN as fmaxf)
+          } else {
+            amax[c] = fabsf(x[c][0]);
 #pragma unroll
-          for (int k = 1; k < 8; ++k) amax[c] = fmaxf(amax[c], fabsf(x[c][k]));
+            for (int k = 1; k < 8; ++k) amax[c] = fmaxf(amax[c], fabsf(x[c][k]));
+          }
         }
         block_max<C, KB, LB>(amax);
       }
+    }
+    std::uint32_t e[C];
+    std::uint32_t pcodes[C];  // the packed bf16 path's codes (a branch around all chunks)
+    if (kPackedBf16) {
+      if (finite) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          e[c] = ue8m0_of_amax_fast(amax[c]);
+          pcodes[c] = e2m1_code8_bf16<true>(pk[c], e2m1_scale2_bf16x2(e[c]));
+        }
+      } else {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          e[c] = ue8m0_of_amax_fast(amax[c]);
+          pcodes[c] = e2m1_code8_bf16(pk[c], e2m1_scale2_bf16x2(e[c]));
+        }
+      }
+    }
+    float q2[C][8];  // the two-stage quantizer's stage-1 values
+    if (kTwoStage) {
       // Stage 1 (fake quantization of the block: row.h's stage1_exponent / stage1_value), then
       // the block maximum of its values (the same lanes and chunks as the first one).
       float amax2[C];
@@ -639,11 +672,11 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       } else {
         // vLLM: floor 6 * 2^-126, times fl(1/6), e = 254 for an infinite amax (inverse 0);
         // SGLang: floor 1e-4, / 6, e = 255 for an infinite amax (inverse -Inf).
-        e[c] = R::kVllm ? std::uint32_t(mx_ue8m0_of_amax(amax[c])) : ue8m0_of_amax_fast(amax[c]);
+        if (!kPackedBf16) e[c] = R::kVllm ? std::uint32_t(mx_ue8m0_of_amax(amax[c])) : ue8m0_of_amax_fast(amax[c]);
         if (R::kVllm) {
           codes = mx_e2m1_code8(x[c], __uint_as_float((254u - e[c]) << 23));  // ue8m0_inverse
         } else if (R::kBf16AfterHadamard) {
-          codes = e2m1_code8_bf16(pk[c], e2m1_scale2_bf16x2(e[c]));  // (kPackedBf16)
+          codes = pcodes[c];  // (kPackedBf16: e[c] and the codes above)
         } else {
           const float inv = __uint_as_float((254u - e[c]) << 23);
           codes = 0;

@@ -132,33 +132,57 @@ __device__ __forceinline__ std::uint32_t bf16x2_rn(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
-// The larger magnitude of each half of two bf16 pairs (max.bf16x2 of the absolute values: a NaN
-// is ignored unless both are NaN, as fmaxf).
+// The larger magnitude of each half of two bf16 pairs: max.bf16x2 of the absolute values, a NaN
+// ignored unless both are NaN (as fmaxf), or with kNaN any NaN propagated (max.NaN.bf16x2).
+template <bool kNaN = false>
 __device__ __forceinline__ std::uint32_t bf16x2_max_abs(std::uint32_t a, std::uint32_t b) {
   std::uint32_t d;
-  asm("{\n\t.reg .b32 x, y;\n\tabs.bf16x2 x, %1;\n\tabs.bf16x2 y, %2;\n\tmax.bf16x2 %0, x, y;\n\t}"
-      : "=r"(d)
-      : "r"(a), "r"(b));
+  if (kNaN)
+    asm("{\n\t.reg .b32 x, y;\n\tabs.bf16x2 x, %1;\n\tabs.bf16x2 y, %2;\n\tmax.NaN.bf16x2 %0, x, y;\n\t}"
+        : "=r"(d)
+        : "r"(a), "r"(b));
+  else
+    asm("{\n\t.reg .b32 x, y;\n\tabs.bf16x2 x, %1;\n\tabs.bf16x2 y, %2;\n\tmax.bf16x2 %0, x, y;\n\t}"
+        : "=r"(d)
+        : "r"(a), "r"(b));
   return d;
 }
+// kFinite: for a block whose values are all finite (the kernels know it from the NaN-propagating
+// block maximum), with e its own exponent (at most 253 for a finite maximum): then |2v| <= 2 amax
+// 2^(127-e) <= 12 (1 + 2^-23), so at most 12 in bf16, and 2v is never NaN: the clamp and the
+// NaN-safe sign source are skipped.
+template <bool kFinite = false>
 __device__ __forceinline__ std::uint32_t e2m1_code8_bf16(const std::uint32_t (&p)[4], std::uint32_t m2) {
   std::uint32_t z[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     std::uint32_t w, sv;
-    asm("{\n\t.reg .b32 v, a, l1, l2, l3;\n\t"
-        "fma.rn.bf16x2 v, %2, %3, %4;\n\t"    // y * 2^(128-e) + -0
-        "abs.bf16x2 a, v;\n\t"
-        "min.bf16x2 a, a, %5;\n\t"             // 12
-        "min.bf16x2 %1, v, %5;\n\t"            // the sign source (NaN -> +12)
-        "fma.rn.bf16x2 l1, a, %6, %7;\n\t"    // a (1 - 2^-8) + 128
-        "fma.rn.bf16x2 l2, a, %8, %9;\n\t"    // a / 2 (1 - 2^-8) + 130
-        "fma.rn.bf16x2 l3, a, %10, %11;\n\t"  // a / 4 (1 - 2^-8) + 132
-        "min.bf16x2 l1, l1, l2;\n\t"
-        "min.bf16x2 %0, l1, l3;\n\t}"
-        : "=r"(w), "=r"(sv)
-        : "r"(p[j]), "r"(m2), "r"(0x80008000u), "r"(0x41404140u), "r"(0x3f7f3f7fu), "r"(0x43004300u),
-          "r"(0x3eff3effu), "r"(0x43024302u), "r"(0x3e7f3e7fu), "r"(0x43044304u));
+    if (kFinite)
+      asm("{\n\t.reg .b32 a, l1, l2, l3;\n\t"
+          "fma.rn.bf16x2 %1, %2, %3, %4;\n\t"  // y * 2^(128-e) + -0
+          "abs.bf16x2 a, %1;\n\t"
+          "fma.rn.bf16x2 l1, a, %6, %7;\n\t"
+          "fma.rn.bf16x2 l2, a, %8, %9;\n\t"
+          "fma.rn.bf16x2 l3, a, %10, %11;\n\t"
+          "min.bf16x2 l1, l1, l2;\n\t"
+          "min.bf16x2 %0, l1, l3;\n\t}"
+          : "=r"(w), "=r"(sv)
+          : "r"(p[j]), "r"(m2), "r"(0x80008000u), "r"(0x41404140u), "r"(0x3f7f3f7fu), "r"(0x43004300u),
+            "r"(0x3eff3effu), "r"(0x43024302u), "r"(0x3e7f3e7fu), "r"(0x43044304u));
+    else
+      asm("{\n\t.reg .b32 v, a, l1, l2, l3;\n\t"
+          "fma.rn.bf16x2 v, %2, %3, %4;\n\t"    // y * 2^(128-e) + -0
+          "abs.bf16x2 a, v;\n\t"
+          "min.bf16x2 a, a, %5;\n\t"             // 12
+          "min.bf16x2 %1, v, %5;\n\t"            // the sign source (NaN -> +12)
+          "fma.rn.bf16x2 l1, a, %6, %7;\n\t"    // a (1 - 2^-8) + 128
+          "fma.rn.bf16x2 l2, a, %8, %9;\n\t"    // a / 2 (1 - 2^-8) + 130
+          "fma.rn.bf16x2 l3, a, %10, %11;\n\t"  // a / 4 (1 - 2^-8) + 132
+          "min.bf16x2 l1, l1, l2;\n\t"
+          "min.bf16x2 %0, l1, l3;\n\t}"
+          : "=r"(w), "=r"(sv)
+          : "r"(p[j]), "r"(m2), "r"(0x80008000u), "r"(0x41404140u), "r"(0x3f7f3f7fu), "r"(0x43004300u),
+            "r"(0x3eff3effu), "r"(0x43024302u), "r"(0x3e7f3e7fu), "r"(0x43044304u));
     const std::uint32_t sg = sv & (w + 0x3cff3cffu) & 0x80008000u;  // sign bits of nonzero codes
     z[j] = (w - 0x43004300u) + (sg >> 12);  // code | sign << 3 at bits 0..3 and 16..19
   }
