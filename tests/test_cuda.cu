@@ -358,6 +358,7 @@ TEST(Cuda, RowDivisorDividesEveryRowIndex) {
   // Host-callable: runs without a device too. Every dividend for 641 (every 4093rd for 1, 3, 64
   // and 2^31 - 1), then edge and random dividends for many divisors (every head count up to
   // 4096, random ones above).
+  EXPECT_EQ(detail::row_divisor(0u).m, 0u);  // H = 0 (no rows): constants computed, nothing divided
   for (std::uint32_t d : {1u, 3u, 64u, 641u, 0x7fffffffu}) {
     const detail::RowDivisor v = detail::row_divisor(d);
     std::uint64_t bad = 0;

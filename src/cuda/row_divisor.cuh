@@ -18,6 +18,7 @@ struct RowDivisor {
   std::uint32_t m, s1, s2;
 };
 inline RowDivisor row_divisor(std::uint32_t d) {
+  if (d == 0) return RowDivisor{0u, 0u, 0u};  // no rows (H = 0): nothing is divided
   std::uint32_t l = 0;
   while (l < 32 && (std::uint64_t(1) << l) < d) ++l;
   RowDivisor v;
