@@ -54,9 +54,9 @@
 //    rules by bit arithmetic (fp4_e2m1.cuh: rne_ue8m0_of_amax_fast for the division by 6,
 //    rne_e2m1_code8 for 8 codes at a time, stage1_value_fast rounding onto the E2M1 grid by one
 //    magic add; row.h's rne_inverse, stage1_exponent), and a second block maximum by two more
-//    shuffles. The packer's inverse at
-//    e = 254 is the subnormal 2^-127: this file is compiled without flush-to-zero (no
-//    --use_fast_math / -ftz=true), which tests/test_cuda.cu checks on the device.
+//    shuffles. The packer's inverse at e = 254 is the subnormal 2^-127: this file is compiled
+//    without flush-to-zero (no --use_fast_math / -ftz=true), which tests/test_cuda.cu checks on
+//    the device.
 //  - SGLang's V3.2 unfused path (sgl_v32_unfused_neox_hadamard_ue8m0): RopeFma::kFmaX1C (the
 //    second value of a pair fma(x1, c, x0 * s)); bf16 after the Hadamard on an FP8 recipe (the
 //    pairs rounded by cvt.rn.bf16x2.f32 before the amax); Quantizer::kSglangUe8m0 in the V3.2
@@ -67,8 +67,8 @@
 //    for 448 (row.h's sglang_fp8_max): scale = fmax(1e-4, amax) / 224, and every product
 //    clamped to [-224, 224] before the conversion (NaN -> +224 = 0x76) on rows that are not
 //    finite; on a finite row every product is below 232 in magnitude, where the satfinite
-//    conversion's rounding alone gives the clamp's bytes (see compute_row). vllm_v4_fp8_fnuz224 (Quantizer::kVllmFnuz224): in the
-//    CuTe / V3.2 branch, q_scale = pow2_ceil(fmax(amax, 1e-4) / 224), v = x * 2^-k (= x / q_scale
+//    conversion's rounding alone gives the clamp's bytes (see compute_row).
+//    vllm_v4_fp8_fnuz224 (Quantizer::kVllmFnuz224): in the CuTe / V3.2 branch, q_scale = pow2_ceil(fmax(amax, 1e-4) / 224), v = x * 2^-k (= x / q_scale
 //    exactly, as vLLM's branch), the e4m3fnuz code of v as the e4m3fn code of 2v with 0x80 ->
 //    0x00 and NaN -> 0x80 (quantize4_e4m3_fnuz224); weights_out by its fold, no FNUZ factor 2.
 //
