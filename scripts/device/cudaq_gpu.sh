@@ -58,14 +58,17 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
     timeout 200 "build-cq-$side/bench/indexer_q_cuda_bench" --tokens "$TOKENS" --heads "${HEADS:-64}" \
       --recipes "$RECIPES" --pdl on >"$OUT/cuda_${side}_$r.txt" 2>&1
     say "cuda $side round $r rc=$? ($(( $(date +%s) - t0 )) s)"
+    # tokens, heads, recipe, shape, us, ratio to copy, bytes equal
+    grep '^csv,[0-9]' "$OUT/cuda_${side}_$r.txt" | cut -d, -f2,3,5,6,9,13,15 | sed "s/^/  $side $r: /" | tee -a "$SUM"
   done
 done
 # the lighter V4.1 FP4 rows on other listed shapes (INDEXER_Q_CUDA_SHAPE, docs/PERFORMANCE.md):
 # 4 lanes x 2 rows and 8 lanes against the automatic 4 x 1 above (this tree only)
-for shape in ${SHAPES:-4:2 8:1}; do
+for shape in ${SHAPES-4:2 8:1}; do
   INDEXER_Q_CUDA_SHAPE=$shape timeout 120 build-cq-new/bench/indexer_q_cuda_bench --tokens "$TOKENS" \
     --heads "${HEADS:-64}" --recipes sgl_v41_fp4_rope_pack,sgl_v41_fp4_quant_rne --pdl on \
     >"$OUT/cuda_new_shape_${shape/:/x}.txt" 2>&1
   say "cuda new shape $shape rc=$? ($(( $(date +%s) - t0 )) s)"
+  grep '^csv,[0-9]' "$OUT/cuda_new_shape_${shape/:/x}.txt" | cut -d, -f2,3,5,6,9,13,15 | sed "s/^/  $shape: /" | tee -a "$SUM"
 done
 say "total $(( $(date +%s) - t0 )) s"
