@@ -65,6 +65,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/fp4_e2m1.cuh"
 #include "cuda/fp8_e4m3.cuh"
+#include "cuda/row_divisor.cuh"
 #include "io/safetensors.h"
 #include "cuda_test_util.cuh"
 #include "iq_test_util.h"
@@ -293,20 +294,40 @@ TEST(Cuda, EncodersMatchScalarForEveryFloat) {
     EXPECT_EQ(mismatches[k], 0ull) << names[k] << ": first differing input bits 0x" << std::hex << first[k];
 }
 
-// SGLang's e2m1 encoder of the kernels (e2m1_code8, for bf16-exact values): every (bf16 y, e)
-// pair, y in each of the 8 positions (position j holds bf16 (y + 8191 j) mod 2^16), against
-// row.h's e2m1_encode(y * ue8m0_inverse(e)) for every nibble.
+// SGLang's e2m1 encoder of the kernels (e2m1_code8_bf16, on bf16 pairs): every (bf16 y, e)
+// pair, e = 1..255 (its domain: the kernels' e is at least 114), y in each of the 8 positions
+// (position j holds bf16 (y + 8191 j) mod 2^16), against row.h's e2m1_encode(y *
+// ue8m0_inverse(e)) for every nibble; and its finite form (e2m1_code8_bf16<true>) equal to it
+// wherever the 8 values are finite and e is at least their block's UE8M0 byte (and below 254:
+// a finite block's byte is at most 253).
 __global__ void e2m1_code8_sweep_kernel(unsigned long long* mismatches, unsigned int* first_bad) {
   const std::uint32_t n = 1u << 24;  // e in the high byte, y bits in the low 16
   const std::uint32_t stride = gridDim.x * blockDim.x;
   unsigned long long bad = 0;
   for (std::uint32_t u = blockIdx.x * blockDim.x + threadIdx.x; u < n; u += stride) {
     const std::uint32_t e = u >> 16, yb = u & 0xffffu;
+    if (e == 0u) continue;
     const float inv = detail::ue8m0_inverse(std::uint8_t(e));
     float ys[8];
-    for (int j = 0; j < 8; ++j) ys[j] = __uint_as_float(((yb + 8191u * std::uint32_t(j)) & 0xffffu) << 16);
-    const std::uint32_t got = detail::e2m1_code8(ys, detail::e2m1_inv2_of(e));
-    bool b = false;
+    std::uint32_t bits[8];
+    for (int j = 0; j < 8; ++j) {
+      bits[j] = (yb + 8191u * std::uint32_t(j)) & 0xffffu;
+      ys[j] = __uint_as_float(bits[j] << 16);
+    }
+    const std::uint32_t pairs[4] = {bits[0] | bits[4] << 16, bits[2] | bits[6] << 16, bits[1] | bits[5] << 16,
+                                    bits[3] | bits[7] << 16};
+    const std::uint32_t got = detail::e2m1_code8_bf16(pairs, detail::e2m1_scale2_bf16x2(e));
+    // the finite form, where its domain holds: 8 finite values and e at least their block's own
+    // exponent (|2v| <= 12)
+    float amax = 0.0f;
+    bool finite = true;
+    for (int j = 0; j < 8; ++j) {
+      finite = finite && isfinite(ys[j]);
+      amax = fmaxf(amax, fabsf(ys[j]));
+    }
+    const bool fin_ok = finite && e >= detail::ue8m0_of_amax(amax) && e < 254u;
+    const std::uint32_t got_fin = fin_ok ? detail::e2m1_code8_bf16<true>(pairs, detail::e2m1_scale2_bf16x2(e)) : got;
+    bool b = got_fin != got;
     for (int j = 0; j < 8; ++j)
       if (((got >> (4 * j)) & 0xfu) != detail::e2m1_encode(__fmul_rn(ys[j], inv))) b = true;
     if (b) {
@@ -330,7 +351,36 @@ TEST(Cuda, E2m1Code8MatchesScalarForEveryBf16AndExponent) {
   unsigned int first = 0;
   CUDA_OK(cudaMemcpy(&mismatches, m.p, 8, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(&first, f.p, 4, cudaMemcpyDeviceToHost));
-  EXPECT_EQ(mismatches, 0ull) << "e2m1_code8: first differing (e << 16 | bf16 y) 0x" << std::hex << first;
+  EXPECT_EQ(mismatches, 0ull) << "e2m1_code8_bf16: first differing (e << 16 | bf16 y) 0x" << std::hex << first;
+}
+
+TEST(Cuda, RowDivisorDividesEveryRowIndex) {
+  // Host-callable: runs without a device too. Every dividend for 641 (every 4093rd for 1, 3, 64
+  // and 2^31 - 1), then edge and random dividends for many divisors (every head count up to
+  // 4096, random ones above).
+  EXPECT_EQ(detail::row_divisor(0u).m, 0u);  // H = 0 (no rows): constants computed, nothing divided
+  for (std::uint32_t d : {1u, 3u, 64u, 641u, 0x7fffffffu}) {
+    const detail::RowDivisor v = detail::row_divisor(d);
+    std::uint64_t bad = 0;
+    for (std::uint64_t n = 0; n < (std::uint64_t(1) << 32); n += d == 641u ? 1u : 4093u)
+      if (detail::divide_rows(std::uint32_t(n), v) != std::uint32_t(n) / d) ++bad;
+    EXPECT_EQ(bad, 0u) << "divisor " << d;
+  }
+  std::uint64_t state = 12345;
+  auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return std::uint32_t(state >> 32);
+  };
+  for (std::uint32_t i = 0; i < 20000; ++i) {
+    const std::uint32_t d = i < 4096 ? i + 1 : 1u + next() % 0x7fffffffu;
+    const detail::RowDivisor v = detail::row_divisor(d);
+    for (int j = 0; j < 64; ++j) {
+      std::uint32_t n = next();
+      if (j < 4) n = 0xffffffffu - std::uint32_t(j);
+      else if (j < 16) n = d * (next() % 4096u) + std::uint32_t(j % 3) - 1u;  // around multiples of d
+      ASSERT_EQ(detail::divide_rows(n, v), n / d) << "n " << n << " / d " << d;
+    }
+  }
 }
 
 TEST(Cuda, FnuzReencodingOfEveryByte) {
@@ -812,6 +862,128 @@ TEST(Cuda, NewFormsFp4StepsMatchHostWithoutFlushToZero) {
   }
   EXPECT_EQ(got[0], 0x00400000u) << "rne_inverse(254) is the subnormal 2^-127";
   EXPECT_NE(got[1], 0u) << "3e38 * 2^-127 flushed to zero";
+}
+
+// The bit-arithmetic forms of the SGLang V4.1 FP4 steps (fp4_e2m1.cuh) against row.h's on the
+// device, every float32 v: [0] rne_e2m1_code8 with v in position u % 8 (fixed values elsewhere)
+// vs e2m1_encode_rne of every product, at inverse 1, the packer's subnormal 2^-127 (e = 254),
+// 2^100 and 0 (stage 2's inverse at e2 = 254); [1] rne_ue8m0_of_amax_fast vs rne_ue8m0_of_amax
+// for every non-negative v and every NaN; [2] stage1_value_fast vs stage1_value at stage-1
+// exponents 2 (inverse 2^125), 100, 127, 130, 254 (inverse 0) and 255 (inverse -Inf, scale +Inf):
+// the same bits, except that a zero may differ in sign (no code depends on it) and a NaN need
+// only be a NaN; [3] stage1_value_fast<false> (no clamp) likewise for every finite v, at the
+// stage-1 exponent of a block maximum |v| (v the block's largest value), 1.5 |v| and FLT_MAX.
+__constant__ std::uint32_t kStage1Exps[] = {2u, 100u, 127u, 130u, 254u, 255u};
+__global__ void sgl_v41_fp4_sweep_kernel(unsigned long long* mismatches, unsigned int* first_bad) {
+  const std::uint64_t n = 1ull << 32;
+  const std::uint64_t stride = std::uint64_t(gridDim.x) * blockDim.x;
+  unsigned long long bad[4] = {0, 0, 0, 0};
+  const float fixed[8] = {0.3f, -0.0f, 5.5f, -2.5f, 0.75f, -7.0f, 1.25f, -0.1f};
+  const float invs[4] = {1.0f, detail::rne_inverse(254u), 0x1p100f, 0.0f};
+  for (std::uint64_t u = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n; u += stride) {
+    const float v = __uint_as_float(std::uint32_t(u));
+    bool b[4] = {false, false, false, false};
+    const int k = int(u & 7u);
+    float xs[8];
+    for (int j = 0; j < 8; ++j) xs[j] = j == k ? v : fixed[j];
+    for (int i = 0; i < 4; ++i) {
+      const std::uint32_t got = detail::rne_e2m1_code8(xs, invs[i]);
+      for (int j = 0; j < 8; ++j)
+        if (((got >> (4 * j)) & 0xfu) != detail::e2m1_encode_rne(__fmul_rn(xs[j], invs[i]))) b[0] = true;
+    }
+    if (isnan(v) || !signbit(v)) b[1] = detail::rne_ue8m0_of_amax_fast(v) != detail::rne_ue8m0_of_amax(v);
+    for (int i = 0; i < 6; ++i) {
+      const std::uint32_t e1 = kStage1Exps[i];
+      const float sc = __uint_as_float(e1 << 23), inv1 = detail::cute_inverse(e1);
+      const float got = detail::stage1_value_fast(v, inv1, sc), want = detail::stage1_value(v, inv1, sc);
+      if (!(__float_as_uint(got) == __float_as_uint(want) || (got == 0.0f && want == 0.0f) ||
+            (isnan(got) && isnan(want))))
+        b[2] = true;
+    }
+    if (isfinite(v)) {
+      const float amaxes[3] = {fabsf(v), fminf(__fmul_rn(fabsf(v), 1.5f), 3.40282347e38f), 3.40282347e38f};
+      for (int i = 0; i < 3; ++i) {
+        const std::uint32_t e1 = detail::stage1_exponent(amaxes[i]);
+        const float sc = __uint_as_float(e1 << 23), inv1 = detail::cute_inverse(e1);
+        const float got = detail::stage1_value_fast<false>(v, inv1, sc), want = detail::stage1_value(v, inv1, sc);
+        if (!(__float_as_uint(got) == __float_as_uint(want) || (got == 0.0f && want == 0.0f))) b[3] = true;
+      }
+    }
+    for (int j = 0; j < 4; ++j) {
+      if (b[j]) {
+        ++bad[j];
+        atomicMin(first_bad + j, std::uint32_t(u));
+      }
+    }
+  }
+  for (int j = 0; j < 4; ++j)
+    if (bad[j]) atomicAdd(mismatches + j, bad[j]);
+}
+
+TEST(Cuda, SglV41Fp4FastStepsMatchScalarForEveryFloat) {
+  SKIP_WITHOUT_DEVICE();
+  DevBuf m, f;
+  ASSERT_TRUE(m.alloc(32) && f.alloc(16));
+  CUDA_OK(cudaMemset(m.p, 0, 32));
+  CUDA_OK(cudaMemset(f.p, 0xff, 16));
+  sgl_v41_fp4_sweep_kernel<<<4096, 256>>>(static_cast<unsigned long long*>(m.p), static_cast<unsigned int*>(f.p));
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned long long mismatches[4] = {};
+  unsigned int first[4] = {};
+  CUDA_OK(cudaMemcpy(mismatches, m.p, 32, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(first, f.p, 16, cudaMemcpyDeviceToHost));
+  const char* names[4] = {"rne_e2m1_code8", "rne_ue8m0_of_amax_fast", "stage1_value_fast",
+                          "stage1_value_fast<false> (finite values)"};
+  for (int j = 0; j < 4; ++j)
+    EXPECT_EQ(mismatches[j], 0ull) << names[j] << ": first differing input bits 0x" << std::hex << first[j];
+}
+
+// rne_e2m1_code8_h2 (the packer's half2 form, for products of at most 11 significant bits):
+// every bf16 and every fp16 x, in each of the 8 positions (position j holds the pattern
+// (x + 8191 j) mod 2^16), at every inverse the forms use: 2^(127 - e) for e = 1..253, the
+// subnormal 2^-127 (e = 254), -Inf (e = 255) and 0 (in place of e = 0; stage 2's inverse at
+// e2 = 254), against e2m1_encode_rne of every product.
+__global__ void rne_code8_h2_sweep_kernel(unsigned long long* mismatches, unsigned int* first_bad) {
+  const std::uint32_t n = 1u << 25;  // bit 24: fp16 (else bf16); e in bits 16..23; the pattern below
+  const std::uint32_t stride = gridDim.x * blockDim.x;
+  unsigned long long bad = 0;
+  for (std::uint32_t u = blockIdx.x * blockDim.x + threadIdx.x; u < n; u += stride) {
+    const bool f16 = (u >> 24) != 0;
+    const std::uint32_t e = (u >> 16) & 0xffu, xb = u & 0xffffu;
+    const float inv = e == 0u ? 0.0f : (e == 255u ? -INFINITY : detail::rne_inverse(e));
+    float xs[8];
+    for (int j = 0; j < 8; ++j) {
+      const std::uint16_t b = std::uint16_t(xb + 8191u * std::uint32_t(j));
+      xs[j] = f16 ? detail::f16_to_f32(b) : detail::bf16_to_f32(b);
+    }
+    const std::uint32_t got = detail::rne_e2m1_code8_h2(xs, inv);
+    bool b = false;
+    for (int j = 0; j < 8; ++j)
+      if (((got >> (4 * j)) & 0xfu) != detail::e2m1_encode_rne(__fmul_rn(xs[j], inv))) b = true;
+    if (b) {
+      ++bad;
+      atomicMin(first_bad, u);
+    }
+  }
+  if (bad) atomicAdd(mismatches, bad);
+}
+
+TEST(Cuda, SglV41Fp4HalfPairCodesMatchScalarForEveryBf16AndFp16) {
+  SKIP_WITHOUT_DEVICE();
+  DevBuf m, f;
+  ASSERT_TRUE(m.alloc(8) && f.alloc(4));
+  CUDA_OK(cudaMemset(m.p, 0, 8));
+  CUDA_OK(cudaMemset(f.p, 0xff, 4));
+  rne_code8_h2_sweep_kernel<<<4096, 256>>>(static_cast<unsigned long long*>(m.p), static_cast<unsigned int*>(f.p));
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned long long mismatches = 0;
+  unsigned int first = 0;
+  CUDA_OK(cudaMemcpy(&mismatches, m.p, 8, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(&first, f.p, 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(mismatches, 0ull) << "rne_e2m1_code8_h2: first differing (fp16 << 24 | e << 16 | x) 0x" << std::hex
+                              << first;
 }
 
 // Rows for the new forms at real positions (random_case: positions and freqs rows vary), each

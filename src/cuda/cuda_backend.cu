@@ -34,8 +34,11 @@
 // FP4 (e2m1 + UE8M0 per 32 dims): a block of 32 dims is 4 consecutive chunks, i.e. the same
 // chunk c of 4 consecutive lanes (block = (c * LANES + l) / 4; with 2 lanes, chunks c, c ^ 1 of
 // both lanes: block_max), so a block's amax is one in-thread max over 8 values and two shuffles. bf16 rounding points by cvt.rn.bf16x2.f32; the
-// UE8M0 exponent and the e2m1 codes by bit arithmetic (src/cuda/fp4_e2m1.cuh). Every device
-// encoder is checked by tests/test_cuda.cu against the scalar one for all float32 inputs.
+// UE8M0 exponent and the e2m1 codes by bit arithmetic (src/cuda/fp4_e2m1.cuh); SGLang's
+// quantizer after a bf16 point (v4_fp4) keeps the bf16 values packed in pairs and takes the block
+// maxima (max.bf16x2) and the codes (e2m1_code8_bf16: bf16 fmas) from the pairs, without the
+// clamp on blocks whose values are all finite. Every device encoder is checked by
+// tests/test_cuda.cu against the scalar one for all float32 (or all bf16 / fp16) inputs.
 //
 // The steps of the later forms, each a compile-time branch of the same body (the recipes above
 // compile to the same code as before them):
@@ -50,10 +53,12 @@
 //    (kVllmCute on E2M1): vLLM's MXFP4 branch with row.h's stage1_exponent (no clamp: 255, inverse
 //    -Inf, for an infinite amax) and the same mx_e2m1_code8 codes.
 //  - SGLang V4.1's FP4 packer and two-stage quantizer (Quantizer::kFp4Rne, kFp4TwoStage): row.h's
-//    functions per value (rne_ue8m0_of_amax, rne_inverse, e2m1_encode_rne; stage1_exponent,
-//    stage1_value, and a second block maximum by two more shuffles). The packer's inverse at
-//    e = 254 is the subnormal 2^-127: this file is compiled without flush-to-zero (no
-//    --use_fast_math / -ftz=true), which tests/test_cuda.cu checks on the device.
+//    rules by bit arithmetic (fp4_e2m1.cuh: rne_ue8m0_of_amax_fast for the division by 6,
+//    rne_e2m1_code8 for 8 codes at a time, stage1_value_fast rounding onto the E2M1 grid by one
+//    magic add; row.h's rne_inverse, stage1_exponent), and a second block maximum by two more
+//    shuffles. The packer's inverse at e = 254 is the subnormal 2^-127: this file is compiled
+//    without flush-to-zero (no --use_fast_math / -ftz=true), which tests/test_cuda.cu checks on
+//    the device.
 //  - SGLang's V3.2 unfused path (sgl_v32_unfused_neox_hadamard_ue8m0): RopeFma::kFmaX1C (the
 //    second value of a pair fma(x1, c, x0 * s)); bf16 after the Hadamard on an FP8 recipe (the
 //    pairs rounded by cvt.rn.bf16x2.f32 before the amax); Quantizer::kSglangUe8m0 in the V3.2
@@ -62,9 +67,10 @@
 //    recipes whose q_sf holds 4 bytes a row, FP4 or scale_out, for the fallback and the host).
 //  - The gfx942 forms. sglang_v4_fp8_gfx942 (Quantizer::kSglang224): SGLang's FP8 steps with 224
 //    for 448 (row.h's sglang_fp8_max): scale = fmax(1e-4, amax) / 224, and every product
-//    clamped to [-224, 224] before the conversion (quantize4_e4m3_224; NaN -> +224 = 0x76), so
-//    the satfinite conversion only rounds. vllm_v4_fp8_fnuz224 (Quantizer::kVllmFnuz224): in the
-//    CuTe / V3.2 branch, q_scale = pow2_ceil(fmax(amax, 1e-4) / 224), v = x * 2^-k (= x / q_scale
+//    clamped to [-224, 224] before the conversion (NaN -> +224 = 0x76) on rows that are not
+//    finite; on a finite row every product is below 232 in magnitude, where the satfinite
+//    conversion's rounding alone gives the clamp's bytes (see compute_row).
+//    vllm_v4_fp8_fnuz224 (Quantizer::kVllmFnuz224): in the CuTe / V3.2 branch, q_scale = pow2_ceil(fmax(amax, 1e-4) / 224), v = x * 2^-k (= x / q_scale
 //    exactly, as vLLM's branch), the e4m3fnuz code of v as the e4m3fn code of 2v with 0x80 ->
 //    0x00 and NaN -> 0x80 (quantize4_e4m3_fnuz224); weights_out by its fold, no FNUZ factor 2.
 //
@@ -119,6 +125,7 @@
 #include "cuda/fp4_e2m1.cuh"
 #include "cuda/fp8_e4m3.cuh"
 #include "cuda/launch.cuh"
+#include "cuda/row_divisor.cuh"
 
 namespace indexer_q {
 namespace detail {
@@ -220,21 +227,23 @@ struct RowLoad {
   std::uint32_t w;
 };
 
-// Row r = b * H + h; 32-bit division while the row index fits.
-__device__ __forceinline__ std::uint64_t batch_of(std::uint64_t row, std::uint32_t H) {
-  return (row >> 32) ? row / H : std::uint64_t(std::uint32_t(row) / H);
+// Row r = b * H + h; a multiply (row_divisor.cuh: hd = row_divisor(H), from the host) while the
+// row index fits in 32 bits.
+__device__ __forceinline__ std::uint64_t batch_of(std::uint64_t row, std::uint32_t H, RowDivisor hd) {
+  return (row >> 32) ? row / H : std::uint64_t(divide_rows(std::uint32_t(row), hd));
 }
 
-// Row r = b * H + h and the address of its q_input row: from the launch parameters alone (no
-// tensor is read), so the kernel computes them before griddepcontrol.wait.
+// Row r = b * H + h and the address of its q_input row: from the launch parameters (and the
+// divisor constants the host computed from them) alone (no tensor is read), so the kernel
+// computes them before griddepcontrol.wait.
 struct RowIndex {
   std::uint64_t b, h;
   const char* qrow;
 };
 template <int DT>
-__device__ __forceinline__ RowIndex row_index(const Problem& p, std::uint64_t row) {
+__device__ __forceinline__ RowIndex row_index(const Problem& p, RowDivisor hd, std::uint64_t row) {
   RowIndex ix;
-  ix.b = batch_of(row, std::uint32_t(p.H));
+  ix.b = batch_of(row, std::uint32_t(p.H), hd);
   ix.h = row - ix.b * std::uint64_t(p.H);
   ix.qrow = static_cast<const char*>(p.q_input) + row * (kHeadDim * (DT == kF32 ? 4 : 2));
   return ix;
@@ -277,18 +286,13 @@ __device__ __forceinline__ bool chunk_rotated(int c, int l) {
   return i0 >= R::kRopeOffset && i0 < R::kRopeOffset + kRopeDim;
 }
 
-// Steps 8, 9 for one chunk of FP8 products (already y * inv): 8 codes, FNUZ re-encoded. The
-// gfx942 form (Quantizer::kSglang224) clamps every product to [-224, 224] here (NaN -> +224).
+// Steps 8, 9 for one chunk of FP8 products (already y * inv, clamped where the row needs it):
+// 8 codes, FNUZ re-encoded.
 template <class R>
 __device__ __forceinline__ uint2 quantize_fp8(const float* v) {
   uint2 o;
-  if (R::kQuant == Quantizer::kSglang224) {
-    o.x = quantize4_e4m3_224(v[0], v[1], v[2], v[3]);
-    o.y = quantize4_e4m3_224(v[4], v[5], v[6], v[7]);
-  } else {
-    o.x = quantize4_e4m3_sat(v[0], v[1], v[2], v[3]);
-    o.y = quantize4_e4m3_sat(v[4], v[5], v[6], v[7]);
-  }
+  o.x = quantize4_e4m3_sat(v[0], v[1], v[2], v[3]);
+  o.y = quantize4_e4m3_sat(v[4], v[5], v[6], v[7]);
   if (R::kFnuz) {
     o.x = fnuz_from_fn4(o.x);
     o.y = fnuz_from_fn4(o.y);
@@ -356,31 +360,35 @@ __device__ __forceinline__ void issue_freq_loads(const Problem& p, std::int64_t 
   }
 }
 
+// max.NaN.f32: the maximum, NaN if either input is NaN (equal to fmaxf where neither is).
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
 // The maximum over an FP4 block of 32 dims, for each chunk c of the thread: the block's KB
 // chunks of this thread (chunks c with the same c / KB), then its LB lanes (xor shuffles).
-template <int C, int KB, int LB>
+// kNaN: NaN-propagating (max.NaN), else NaN-ignoring (fmaxf).
+template <int C, int KB, int LB, bool kNaN = false>
 __device__ __forceinline__ void block_max(float (&m)[C]) {
 #pragma unroll
   for (int s = 1; s < KB; s <<= 1) {
     float t[C];
 #pragma unroll
-    for (int c = 0; c < C; ++c) t[c] = fmaxf(m[c], m[c ^ s]);
+    for (int c = 0; c < C; ++c) t[c] = kNaN ? fmax_nan(m[c], m[c ^ s]) : fmaxf(m[c], m[c ^ s]);
 #pragma unroll
     for (int c = 0; c < C; ++c) m[c] = t[c];
   }
 #pragma unroll
   for (int s = 1; s < LB; s <<= 1)
 #pragma unroll
-    for (int c = 0; c < C; c += KB) m[c] = fmaxf(m[c], __shfl_xor_sync(0xffffffffu, m[c], s));
+    for (int c = 0; c < C; c += KB) {
+      const float o = __shfl_xor_sync(0xffffffffu, m[c], s);
+      m[c] = kNaN ? fmax_nan(m[c], o) : fmaxf(m[c], o);
+    }
 #pragma unroll
   for (int c = 0; c < C; ++c) m[c] = m[c - c % KB];  // the block's other chunks
-}
-
-// max.NaN.f32: the maximum, NaN if either input is NaN (equal to fmaxf where neither is).
-__device__ __forceinline__ float fmax_nan(float a, float b) {
-  float d;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
 }
 
 // The row's maximum magnitude with NaN ignored (row.h's amax_step from 0), across the row's
@@ -533,36 +541,114 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     // A block of 32 dims is chunk c of 4 consecutive lanes (LANES >= 4), or chunks
     // c, c ^ 1 of both lanes (LANES = 2): KB chunks of a thread, LB lanes.
     constexpr int KB = LANES >= 4 ? 1 : 4 / LANES, LB = LANES >= 4 ? 4 : LANES;
+    constexpr bool kTwoStage = R::kQuant == Quantizer::kFp4TwoStage;
     float amax[C];
+    // SGLang's quantizer with bf16 after the Hadamard (v4_fp4): the bf16 values stay packed in
+    // pairs, (0, 4), (2, 6), (1, 5), (3, 7) of each chunk (e2m1_code8_bf16's order); the block
+    // maximum and the codes are taken from the pairs.
+    constexpr bool kPackedBf16 = R::kBf16AfterHadamard && R::kQuant == Quantizer::kSglang && !R::kVllm;
+    std::uint32_t pk[C][4];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
 #pragma unroll
       for (int k = 0; k < 8; ++k)
         if (R::kHadamard) x[c][k] = __fmul_rn(x[c][k], kHadamardScale);
+      if (kPackedBf16) {
+        pk[c][0] = bf16x2_rn(x[c][0], x[c][4]);
+        pk[c][1] = bf16x2_rn(x[c][2], x[c][6]);
+        pk[c][2] = bf16x2_rn(x[c][1], x[c][5]);
+        pk[c][3] = bf16x2_rn(x[c][3], x[c][7]);
+        // NaN-propagating first (see below)
+        const std::uint32_t m =
+            bf16x2_max_abs<true>(bf16x2_max_abs<true>(pk[c][0], pk[c][1]), bf16x2_max_abs<true>(pk[c][2], pk[c][3]));
+        amax[c] = fmax_nan(__uint_as_float(m << 16), __uint_as_float(m & 0xffff0000u));
+        continue;
+      }
       if (R::kBf16AfterHadamard)
 #pragma unroll
         for (int k = 0; k < 8; k += 2) round_bf16_pair(x[c][k], x[c][k + 1]);
       // (a NaN amax - every value NaN - gives the same exponent as 0: fmax(1e-4, NaN) = 1e-4)
+      // The two-stage quantizer takes the NaN-propagating maximum first (below).
       amax[c] = fabsf(x[c][0]);
 #pragma unroll
-      for (int k = 1; k < 8; ++k) amax[c] = fmaxf(amax[c], fabsf(x[c][k]));
+      for (int k = 1; k < 8; ++k)
+        amax[c] = kTwoStage ? fmax_nan(amax[c], fabsf(x[c][k])) : fmaxf(amax[c], fabsf(x[c][k]));
     }
-    block_max<C, KB, LB>(amax);
+    block_max<C, KB, LB, kTwoStage || kPackedBf16>(amax);
+    // The two-stage quantizer and the packed bf16 path: the maxima with NaN propagated say whether
+    // every value of this thread's blocks is finite (stage 1 then skips its clamp:
+    // stage1_value_fast<false>; the packed codes theirs: e2m1_code8_bf16<true>); a warp holding a
+    // NaN takes the NaN-ignoring maxima again (warp-uniform: every shuffle has the whole warp).
+    bool finite = false;
+    if (kTwoStage || kPackedBf16) {
+      bool nan = false;
+      finite = true;
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        finite = finite && amax[c] <= 3.40282347e38f;
+        nan = nan || amax[c] != amax[c];
+      }
+      if (__any_sync(0xffffffffu, nan)) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          if (kPackedBf16) {
+            const std::uint32_t m =
+                bf16x2_max_abs(bf16x2_max_abs(pk[c][0], pk[c][1]), bf16x2_max_abs(pk[c][2], pk[c][3]));
+            amax[c] = fmaxf(__uint_as_float(m << 16), __uint_as_float(m & 0xffff0000u));  // (NaN as fmaxf)
+          } else {
+            amax[c] = fabsf(x[c][0]);
+#pragma unroll
+            for (int k = 1; k < 8; ++k) amax[c] = fmaxf(amax[c], fabsf(x[c][k]));
+          }
+        }
+        block_max<C, KB, LB>(amax);
+      }
+    }
     std::uint32_t e[C];
+    std::uint32_t pcodes[C];  // the packed bf16 path's codes (a branch around all chunks)
+    if (kPackedBf16) {
+      if (finite) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          e[c] = ue8m0_of_amax_fast(amax[c]);
+          pcodes[c] = e2m1_code8_bf16<true>(pk[c], e2m1_scale2_bf16x2(e[c]));
+        }
+      } else {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          e[c] = ue8m0_of_amax_fast(amax[c]);
+          pcodes[c] = e2m1_code8_bf16(pk[c], e2m1_scale2_bf16x2(e[c]));
+        }
+      }
+    }
     float q2[C][8];  // the two-stage quantizer's stage-1 values
-    if (R::kQuant == Quantizer::kFp4TwoStage) {
+    if (kTwoStage) {
       // Stage 1 (fake quantization of the block: row.h's stage1_exponent / stage1_value), then
       // the block maximum of its values (the same lanes and chunks as the first one).
       float amax2[C];
+      if (finite) {
 #pragma unroll
-      for (int c = 0; c < C; ++c) {
-        const std::uint32_t e1 = stage1_exponent(amax[c]);
-        const float sc = __uint_as_float(e1 << 23), inv1 = cute_inverse(e1);
-        amax2[c] = 0.0f;
+        for (int c = 0; c < C; ++c) {
+          const std::uint32_t e1 = stage1_exponent(amax[c]);
+          const float sc = __uint_as_float(e1 << 23), inv1 = cute_inverse(e1);
+          amax2[c] = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          q2[c][k] = stage1_value(x[c][k], inv1, sc);
-          amax2[c] = fmaxf(amax2[c], fabsf(q2[c][k]));  // NaN ignored, as amax_step
+          for (int k = 0; k < 8; ++k) {
+            q2[c][k] = stage1_value_fast<false>(x[c][k], inv1, sc);
+            amax2[c] = fmaxf(amax2[c], fabsf(q2[c][k]));
+          }
+        }
+      } else {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          const std::uint32_t e1 = stage1_exponent(amax[c]);
+          const float sc = __uint_as_float(e1 << 23), inv1 = cute_inverse(e1);
+          amax2[c] = 0.0f;
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            q2[c][k] = stage1_value_fast(x[c][k], inv1, sc);  // (+0 for stage1_value's -0: same codes)
+            amax2[c] = fmaxf(amax2[c], fabsf(q2[c][k]));  // NaN ignored, as amax_step
+          }
         }
       }
       block_max<C, KB, LB>(amax2);
@@ -577,31 +663,27 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
         // to [1, 254]; inv = 2^(127 - e) (e = 254: the subnormal 2^-127; the kernels are built
         // without flush-to-zero); codes with ties to even, sign on nonzero codes. A NaN amax
         // (every value of the block NaN) gives the exponent of 0, as amax_step's 0 does.
-        e[c] = rne_ue8m0_of_amax(amax[c]);
-        const float inv = rne_inverse(e[c]);
-        codes = 0;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) codes |= std::uint32_t(e2m1_encode_rne(__fmul_rn(x[c][k], inv))) << (4 * k);
+        e[c] = rne_ue8m0_of_amax_fast(amax[c]);
+        // (bf16 / fp16 inputs: every product has at most 11 significant bits, the half2 form)
+        codes = DT == kF32 ? rne_e2m1_code8(x[c], rne_inverse(e[c])) : rne_e2m1_code8_h2(x[c], rne_inverse(e[c]));
       } else if (R::kQuant == Quantizer::kFp4TwoStage) {
         // the packer on the stage-1 values with inv2 = bits((254 - e2) << 23) (0 at e2 = 254,
         // as the engine's packer).
-        e[c] = rne_ue8m0_of_amax(amax[c]);
-        const float inv2 = __uint_as_float((254u - e[c]) << 23);
-        codes = 0;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) codes |= std::uint32_t(e2m1_encode_rne(__fmul_rn(q2[c][k], inv2))) << (4 * k);
+        e[c] = rne_ue8m0_of_amax_fast(amax[c]);
+        codes = rne_e2m1_code8_h2(q2[c], __uint_as_float((254u - e[c]) << 23));  // q2: E2M1 values x 2^k
       } else {
         // vLLM: floor 6 * 2^-126, times fl(1/6), e = 254 for an infinite amax (inverse 0);
         // vLLM's CuTe MXFP4 (kVllmCute): the same without the clamp, e = 255 (inverse -Inf);
         // SGLang: floor 1e-4, / 6, e = 255 for an infinite amax (inverse -Inf).
         constexpr bool kCute = R::kQuant == Quantizer::kVllmCute;
-        e[c] = kCute     ? stage1_exponent(amax[c])
-               : R::kVllm ? std::uint32_t(mx_ue8m0_of_amax(amax[c]))
-                          : ue8m0_of_amax_fast(amax[c]);
+        if (!kPackedBf16)
+          e[c] = kCute     ? stage1_exponent(amax[c])
+                 : R::kVllm ? std::uint32_t(mx_ue8m0_of_amax(amax[c]))
+                            : ue8m0_of_amax_fast(amax[c]);
         if (R::kVllm || kCute) {
           codes = mx_e2m1_code8(x[c], __uint_as_float((254u - e[c]) << 23));  // ue8m0_inverse
         } else if (R::kBf16AfterHadamard) {
-          codes = e2m1_code8(x[c], e2m1_inv2_of(e[c]));  // x is bf16-exact here
+          codes = pcodes[c];  // (kPackedBf16: e[c] and the codes above)
         } else {
           const float inv = __uint_as_float((254u - e[c]) << 23);
           codes = 0;
@@ -785,9 +867,15 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   // Step 8's fmin(., 448) matters only for NaN products (the conversion saturates everything
   // else exactly like the clamp). A product y * inv is NaN only if some y is NaN or inv = 0
   // (amax = Inf): never on a row whose values are all finite (row_amax's `finite`, uniform
-  // across the lanes of a row), so only the other rows take the clamp. The gfx942 form
-  // (Quantizer::kSglang224) clamps every product to [-224, 224] in quantize_fp8 instead.
-  const bool need_clamp = R::kQuant != Quantizer::kSglang224 && !finite;
+  // across the lanes of a row), so only the other rows take the clamp.
+  // The gfx942 form (Quantizer::kSglang224) clamps to [-224, 224] (quantize4_e4m3_224's clamp,
+  // NaN -> +224), also only on rows that are not finite: on a finite row |y * inv| <=
+  // RN(amax * inv) < 232 (at most 224 (1 + 3 2^-24) from the three roundings of scale, inv and
+  // the product, below 224 under the 1e-4 floor; the largest over every finite amax is
+  // 224.000015, docs/PERFORMANCE.md "Issue 20, fewer instructions a row"), and every value of
+  // (224, 232) rounds to 224 in e4m3 (the next value is 240): the conversion alone gives the
+  // clamp's bytes.
+  const bool need_clamp = !finite;
 #pragma unroll
   for (int c = 0; c < C; ++c)
 #pragma unroll
@@ -796,7 +884,9 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
 #pragma unroll
     for (int c = 0; c < C; ++c)
 #pragma unroll
-      for (int k = 0; k < 8; ++k) x[c][k] = fminf(x[c][k], kFp8Max);  // NaN -> +448
+      for (int k = 0; k < 8; ++k)
+        x[c][k] = R::kQuant == Quantizer::kSglang224 ? fmaxf(fminf(x[c][k], 224.0f), -224.0f)  // NaN -> +224
+                                                     : fminf(x[c][k], kFp8Max);                 // NaN -> +448
   }
   if (!active) return;
   std::uint8_t* orow = p.q_out + row * kHeadDim;
@@ -828,7 +918,7 @@ constexpr int kSideInputsReady = 4;
 // the wait, q_input after it. Warps past the last row read and write nothing: they exit without
 // waiting (an exit counts as the trigger).
 template <class R, int LANES, int GR, int DT, bool POS64>
-__global__ void __launch_bounds__(256) rowgroup_kernel(const Problem p, int flags) {
+__global__ void __launch_bounds__(256) rowgroup_kernel(const Problem p, int flags, const RowDivisor hd) {
   constexpr int G = 32 / LANES;  // groups of lanes per warp
   const int trigger = flags & kTriggerMask;
   const std::uint64_t rows = std::uint64_t(p.B) * std::uint64_t(p.H);
@@ -843,7 +933,7 @@ __global__ void __launch_bounds__(256) rowgroup_kernel(const Problem p, int flag
 #pragma unroll
   for (int j = 0; j < GR; ++j) {
     row[j] = warp_row0 + std::uint64_t(j * G + g);
-    ix[j] = row_index<DT>(p, row[j] < rows ? row[j] : rows - 1);
+    ix[j] = row_index<DT>(p, hd, row[j] < rows ? row[j] : rows - 1);
   }
   RowLoad<LANES, DT> cur[GR];
   FreqLoad<LANES> fq[GR];
@@ -938,11 +1028,12 @@ cudaError_t launch_recipe(const Problem& p, const Launch& L) {
   const int tr = L.v.trigger;
   if (L.v.lanes == 0) return launch(scalar_kernel<R, DT, POS64>, (rows + 127) / 128, 128, L.stream, L.pdl, p, tr);
   const int flags = tr | (L.side_inputs_ready ? kSideInputsReady : 0);
+  const RowDivisor hd = row_divisor(std::uint32_t(p.H));  // (p.H <= 2^31 - 1: cuda_run_variant)
 #define IQ_CUDA_SHAPE(LANES, GR, BLOCK, UP_TO, TRIGGER, RECIPES)                                      \
   if (L.v.lanes == LANES && L.v.group_rows == GR) {                                                 \
     const std::uint64_t warps = (rows + (32 / LANES) * GR - 1) / ((32 / LANES) * GR);               \
     return launch(rowgroup_kernel<R, LANES, GR, DT, POS64>, (warps * 32 + block - 1) / block, block, \
-                  L.stream, L.pdl, p, flags);                                                       \
+                  L.stream, L.pdl, p, flags, hd);                                                   \
   }
 #include "cuda/launch_shapes.inc"
 #undef IQ_CUDA_SHAPE

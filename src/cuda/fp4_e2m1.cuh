@@ -100,46 +100,199 @@ __device__ __forceinline__ std::uint32_t mx_e2m1_code8(const float* x, float inv
 }
 
 // SGLang's e2m1 codes (row.h's e2m1_encode of y[k] * ue8m0_inverse(e)) of 8 bf16-exact values
-// y[k] of one block, packed as the kernels store them (nibble k = code of value k), given
-// inv2 = e2m1_inv2_of(e). Only for that domain (y bf16-exact, e any byte): checked against
-// e2m1_encode for every (bf16 y, e) pair in every position by tests/test_cuda.cu.
+// y[k] of one block, packed as the kernels store them (nibble k = code of value k), taken from
+// the bf16 pairs themselves (two values an instruction, no fp32 unpacking).
 //
 // Why it holds. With v = y * inv (inv = 2^(127-e) a power of two, or 0 for e = 254, -Inf for
 // e = 255), v is exact whenever it is a normal float32, so |v| has at most 8 significant bits;
-// the code thresholds (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) have at most 3, so a |v| that is
-// not a threshold is at least one bf16 ulp of itself away from every threshold. Ties to the
-// smaller magnitude are then round-to-nearest of any value strictly between |v| and
-// |v| minus one bf16 ulp. inv2 = 2 inv (1 - 2^-24) (exact: the float just below 2^(128-e)), and
-// the product rounded toward zero is a2 = the float32 just below 2|v| in magnitude (for normal
-// results; a subnormal or zero |v| < 2^-126 gives code 0 either way, and so does a2 there).
-// Then vLLM's three magic lines (see mx_e2m1_code8) on a2 = 2|v|, clamped at 12 (NaN -> 12),
-// never see a tie:  L1 = rne(a2), L2 = 2 + rne(a2 / 2), L3 = 4 + rne(a2 / 4), code = min.
-// e = 254 (inv 0): inv2 = 0, products +-0 (code 0) or NaN (Inf * 0, code 7) as v is;
-// e = 255 (inv -Inf): inv2 = -Inf, the products are v's infinities and NaNs.
-// Sign: the sign bit of the product (a NaN product is the positive canonical NaN on the GPU),
-// kept only on nonzero codes (nibble code + 7 has bit 3 set exactly when code != 0).
-__host__ __device__ __forceinline__ float e2m1_inv2_of(std::uint32_t e) {
-  return e < 254u ? f32_from_bits(((255u - e) << 23) - 1u) : (e == 254u ? 0.0f : f32_from_bits(0xff800000u));
+// the code thresholds (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5) have at most 3. On a2 = 2|v| (in
+// bf16: v2 = y * 2^(128-e), one fma with -0 added, exact; an underflow gives a value below 0.5,
+// code 0 either way, an overflow +-Inf, code 7 as in the reference, whose v saturates), clamped
+// at 12 (NaN -> 12), the code is min(L1, L2, L3) of vLLM's three lines (see mx_e2m1_code8) with
+// ties to the smaller code: L1 = round(a2), L2 = 2 + round(a2 / 2), L3 = 4 + round(a2 / 4).
+// Ties go down by a multiplier just below one: L1 = RN(a2 (1 - 2^-8) + 128), L2 = RN(a2 / 2
+// (1 - 2^-8) + 130), L3 = RN(a2 / 4 (1 - 2^-8) + 132), each one bf16 fma (ulp 1 on [128, 256)).
+// A tie t + 1/2 of a2 / 2^j moves below it by (a2 / 2^j) 2^-8 < 1/2; any other a2 / 2^j (8
+// significant bits) lies at least one ulp of itself, more than (a2 / 2^j) 2^-8, from every tie,
+// and stays on its side. The code is the low nibble of each half of the minimum (0x4300 + code).
+// Sign: bit 15 / 31 of min(v2, 12) (a NaN gives +12), kept where the code is nonzero
+// ((0x4300 + code) + 0x3cff has bit 15 set exactly then).
+// Argument order: p[0] = (y0, y4), p[1] = (y2, y6), p[2] = (y1, y5), p[3] = (y3, y7) as (low,
+// high) bf16 halves, so that two shifted adds put nibble k = code of y_k. m2 =
+// e2m1_scale2_bf16x2(e): 2^(128-e) in both halves for e = 1..253, 0 for e = 254
+// (ue8m0_inverse's 0), -Inf for e = 255; e = 0 (inverse 2^127: 2v past bf16's range) is outside
+// the domain (the kernels' e is at least 114, the 1e-4 floor). Checked against e2m1_encode for
+// every (bf16 y, e = 1..255) pair in every position by tests/test_cuda.cu.
+__host__ __device__ __forceinline__ std::uint32_t e2m1_scale2_bf16x2(std::uint32_t e) {
+  return e < 254u ? ((255u - e) << 7) * 0x00010001u : (e == 254u ? 0u : 0xff80ff80u);
 }
-__device__ __forceinline__ std::uint32_t e2m1_code8(const float* y, float inv2) {
+// Two floats rounded to bf16 (cvt.rn.bf16x2.f32, as round_bf16_pair), packed: lo in bits 0..15.
+__device__ __forceinline__ std::uint32_t bf16x2_rn(float lo, float hi) {
+  std::uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+// The larger magnitude of each half of two bf16 pairs: max.bf16x2 of the absolute values, a NaN
+// ignored unless both are NaN (as fmaxf), or with kNaN any NaN propagated (max.NaN.bf16x2).
+template <bool kNaN = false>
+__device__ __forceinline__ std::uint32_t bf16x2_max_abs(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t d;
+  if (kNaN)
+    asm("{\n\t.reg .b32 x, y;\n\tabs.bf16x2 x, %1;\n\tabs.bf16x2 y, %2;\n\tmax.NaN.bf16x2 %0, x, y;\n\t}"
+        : "=r"(d)
+        : "r"(a), "r"(b));
+  else
+    asm("{\n\t.reg .b32 x, y;\n\tabs.bf16x2 x, %1;\n\tabs.bf16x2 y, %2;\n\tmax.bf16x2 %0, x, y;\n\t}"
+        : "=r"(d)
+        : "r"(a), "r"(b));
+  return d;
+}
+// kFinite: for a block whose values are all finite (the kernels know it from the NaN-propagating
+// block maximum), with e its own exponent (at most 253 for a finite maximum): then |2v| <= 2 amax
+// 2^(127-e) <= 12 (1 + 2^-23), so at most 12 in bf16, and 2v is never NaN: the clamp and the
+// NaN-safe sign source are skipped.
+template <bool kFinite = false>
+__device__ __forceinline__ std::uint32_t e2m1_code8_bf16(const std::uint32_t (&p)[4], std::uint32_t m2) {
+  std::uint32_t z[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    std::uint32_t w, sv;
+    if (kFinite)
+      asm("{\n\t.reg .b32 a, l1, l2, l3;\n\t"
+          "fma.rn.bf16x2 %1, %2, %3, %4;\n\t"  // y * 2^(128-e) + -0
+          "abs.bf16x2 a, %1;\n\t"
+          "fma.rn.bf16x2 l1, a, %6, %7;\n\t"
+          "fma.rn.bf16x2 l2, a, %8, %9;\n\t"
+          "fma.rn.bf16x2 l3, a, %10, %11;\n\t"
+          "min.bf16x2 l1, l1, l2;\n\t"
+          "min.bf16x2 %0, l1, l3;\n\t}"
+          : "=r"(w), "=r"(sv)
+          : "r"(p[j]), "r"(m2), "r"(0x80008000u), "r"(0x41404140u), "r"(0x3f7f3f7fu), "r"(0x43004300u),
+            "r"(0x3eff3effu), "r"(0x43024302u), "r"(0x3e7f3e7fu), "r"(0x43044304u));
+    else
+      asm("{\n\t.reg .b32 v, a, l1, l2, l3;\n\t"
+          "fma.rn.bf16x2 v, %2, %3, %4;\n\t"    // y * 2^(128-e) + -0
+          "abs.bf16x2 a, v;\n\t"
+          "min.bf16x2 a, a, %5;\n\t"             // 12
+          "min.bf16x2 %1, v, %5;\n\t"            // the sign source (NaN -> +12)
+          "fma.rn.bf16x2 l1, a, %6, %7;\n\t"    // a (1 - 2^-8) + 128
+          "fma.rn.bf16x2 l2, a, %8, %9;\n\t"    // a / 2 (1 - 2^-8) + 130
+          "fma.rn.bf16x2 l3, a, %10, %11;\n\t"  // a / 4 (1 - 2^-8) + 132
+          "min.bf16x2 l1, l1, l2;\n\t"
+          "min.bf16x2 %0, l1, l3;\n\t}"
+          : "=r"(w), "=r"(sv)
+          : "r"(p[j]), "r"(m2), "r"(0x80008000u), "r"(0x41404140u), "r"(0x3f7f3f7fu), "r"(0x43004300u),
+            "r"(0x3eff3effu), "r"(0x43024302u), "r"(0x3e7f3e7fu), "r"(0x43044304u));
+    const std::uint32_t sg = sv & (w + 0x3cff3cffu) & 0x80008000u;  // sign bits of nonzero codes
+    z[j] = (w - 0x43004300u) + (sg >> 12);  // code | sign << 3 at bits 0..3 and 16..19
+  }
+  const std::uint32_t a = z[0] + (z[1] << 8), b = z[2] + (z[3] << 8);  // nibbles 0, 2, 4, 6
+  return a + (b << 4);
+}
+
+// SGLang V4.1's packer exponent (row.h's rne_ue8m0_of_amax: fmax(amax / 6, 1e-4), its exponent
+// rounded up, clamped to [1, 254]) without the division, for any amax >= 0 or NaN. As in
+// ue8m0_of_amax_fast, RN(a / 6) for a normal a = m 2^E is the power of two 2^(E-2) only for
+// m = 1.5, else its exponent is E-2 (m > 1.5) or E-3 (m < 1.5) with a nonzero mantissa, so the
+// byte is field(a) - 2 + (mantissa(a) > 0.5). The floor: the byte of fmax(s, 1e-4) is the
+// larger of the two bytes (rounding the exponent up is monotone), and 1e-4's is 114, which is
+// also the byte of every a <= 6 * 2^-13 = 0x1.8p-11 and of that value itself: flooring a at it
+// gives the same bytes (a NaN amax too: fmax(NaN / 6, 1e-4) = 1e-4). Only an infinite amax
+// reaches the clamp (255 -> 254). Checked against rne_ue8m0_of_amax for every non-negative
+// float and NaN by tests/test_cuda.cu.
+__host__ __device__ __forceinline__ std::uint32_t rne_ue8m0_of_amax_fast(float amax) {
+  const std::uint32_t b = f32_bits(::fmaxf(amax, 0x1.8p-11f));
+  if (b >= 0x7f800000u) return 254u;  // Inf
+  return (b >> 23) - 2u + ((b & 0x7fffffu) > 0x400000u ? 1u : 0u);
+}
+
+// SGLang V4.1's packer codes (row.h's e2m1_encode_rne) of the 8 products x[k] * inv, packed as
+// the kernels store them (nibble k = code of value k). The magnitude rule is vLLM's (ties to
+// even, saturating at 6, NaN -> 7: e2m1_magnitude_rne is mx_e2m1_encode's), so it is
+// mx_e2m1_code8's three magic lines; only the sign differs: bit 3 of a nonzero code of a
+// negative v. The sign bits are those of fmin(v, 6) (a NaN gives +6), kept on nonzero codes
+// only (nibble code + 7 has bit 3 set exactly when code != 0). Checked against e2m1_encode_rne
+// for every float32 in every position by tests/test_cuda.cu.
+__device__ __forceinline__ std::uint32_t rne_e2m1_code8(const float* x, float inv) {
   constexpr float kMagic = 8388608.0f;  // 2^23
   std::uint32_t mag = 0u - 0xfb000000u;  // minus (bits(2^23) + bits(2^23) << 4) mod 2^32
   std::uint32_t sb[8];
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-    const float v = __fmul_rz(y[k], inv2);
-    const float a = fminf(fabsf(v), 12.0f);
-    const float l1 = __fadd_rn(a, kMagic);
-    const float l2 = __fmaf_rn(a, 0.5f, kMagic + 2.0f);
-    const float l3 = __fmaf_rn(a, 0.25f, kMagic + 4.0f);
+    const float v = __fmul_rn(x[k], inv);
+    const float a = fminf(fabsf(v), kFp4Max);
+    const float l1 = __fmaf_rn(a, 2.0f, kMagic);
+    const float l2 = __fadd_rn(a, kMagic + 2.0f);
+    const float l3 = __fmaf_rn(a, 0.5f, kMagic + 4.0f);
     const float m = fminf(fminf(l1, l2), l3);
     mag += __float_as_uint(m) << (4 * k);
-    sb[k] = __float_as_uint(v);
+    sb[k] = __float_as_uint(fminf(v, kFp4Max));
   }
   const std::uint32_t ev = prmt(prmt(sb[0], sb[2], 0xfbu), prmt(sb[4], sb[6], 0xfbu), 0x5410u);
   const std::uint32_t od = prmt(prmt(sb[1], sb[3], 0xfbu), prmt(sb[5], sb[7], 0xfbu), 0x5410u);
   const std::uint32_t sg = (ev & 0x0f0f0f0fu) | (od & 0xf0f0f0f0u);
   return mag | (sg & (mag + 0x77777777u) & 0x88888888u);
+}
+
+// rne_e2m1_code8 on half2 pairs, for products x[k] * inv of at most 11 significant bits: x
+// bf16- or fp16-exact and inv a power of two (or 0, or -Inf), as SGLang V4.1's packer meets them
+// on bf16 / fp16 inputs (x read unchanged; inv = rne_inverse(e)), and its stage 2 on the stage-1
+// values (E2M1 values times a power of two) always. Such a product converts to fp16 exactly
+// (cvt.rn.f16x2.f32) wherever |v| >= 2^-14; below, it rounds to an fp16 below 2^-14 of the same
+// sign (code 0 either way); past 65504 it becomes +-65504 or +-Inf (code 7, the sign kept); a
+// NaN stays NaN. Then the same three lines in fp16 (1024 + rne(2a), 1026 + rne(a),
+// 1028 + rne(a / 2) for a = min(|v|, 6), NaN -> 6: each exact up to its one rounding, ulp 1 on
+// [1024, 2048)) and the same sign rule (bit 15 / 31 of the pair, kept on nonzero codes; a NaN
+// product is the positive canonical NaN on the GPU). Checked against e2m1_encode_rne for every
+// bf16 and every fp16 x at every inverse by tests/test_cuda.cu.
+__device__ __forceinline__ std::uint32_t rne_e2m1_code8_h2(const float* x, float inv) {
+  std::uint32_t byte[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    std::uint32_t h, w;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(__fmul_rn(x[2 * j + 1], inv)), "f"(__fmul_rn(x[2 * j], inv)));
+    asm("{\n\t.reg .b32 a, l1, l2, l3;\n\t"
+        "abs.f16x2 a, %1;\n\t"
+        "min.f16x2 a, a, %2;\n\t"          // 6
+        "fma.rn.f16x2 l1, a, %3, %4;\n\t"  // a * 2 + 1024
+        "add.rn.f16x2 l2, a, %5;\n\t"      // 1026
+        "fma.rn.f16x2 l3, a, %6, %7;\n\t"  // a * 0.5 + 1028
+        "min.f16x2 l1, l1, l2;\n\t"
+        "min.f16x2 %0, l1, l3;\n\t}"
+        : "=r"(w)
+        : "r"(h), "r"(0x46004600u), "r"(0x40004000u), "r"(0x64006400u), "r"(0x64026402u), "r"(0x38003800u),
+          "r"(0x64046404u));
+    const std::uint32_t sg = (h >> 12) & (w + 0x00070007u) & 0x00080008u;
+    const std::uint32_t z = w - 0x64006400u + sg;
+    byte[j] = z + (z >> 12);
+  }
+  return prmt(prmt(byte[0], byte[1], 0x0040u), prmt(byte[2], byte[3], 0x0040u), 0x5410u);
+}
+
+// Stage 1 of SGLang V4.1's rope-pack quantizer (row.h's stage1_value(x, inv, sc): u = x * inv,
+// its E2M1 value with ties to even, saturating at 6, NaN -> +6, with u's sign, times sc) by
+// rounding u itself onto the grid: the E2M1 values are the multiples of 0.5 on [0, 2], of 1 on
+// [2, 4] and of 2 on [4, 6], and on each of those ranges a multiple k s of the step s is the
+// code of the same parity as k, so ties to the even code are ties to the even multiple. With
+// w = clamp(u, -6, 6) (NaN -> 6) and p = 2^floor(log2 max(|w|, 1)) in {1, 2, 4} (the step is
+// p / 2), M = 1.5 * 2^22 * p rounds w to a multiple of p / 2, ties to even, in w + M (exact
+// product in the fma, one rounding) and gives it back exactly in (w + M) - M.
+// Equal to stage1_value for every input up to the sign of a zero result (a negative u that
+// rounds to 0 gives +0 here, -0 there): the result only feeds the block maximum (of |.|) and the
+// packer, whose code of +-0 is 0 either way. u = x * inv rather than fma(x, inv, +0): they differ
+// only in the sign of a zero. Checked against stage1_value by tests/test_cuda.cu for every
+// float32 x at several (inv, sc).
+// kClamp = false skips the clamp of u to [-6, 6], for finite x and an inverse of the block's
+// stage-1 exponent (the kernels' rows whose values are all finite): then |u| <= amax * inv <=
+// 6 (1 + 2^-23) (inv = 2^-k with 2^k >= RN(amax * fl(1/6)) and fl(1/6) > 1/6), which rounds to
+// +-6 on the step-2 grid as the clamp's +-6 does, and u is never NaN.
+template <bool kClamp = true>
+__device__ __forceinline__ float stage1_value_fast(float x, float inv, float sc) {
+  const float u = __fmul_rn(x, inv);
+  const float w = kClamp ? fmaxf(fminf(u, kFp4Max), -kFp4Max) : u;
+  const float p = __uint_as_float(__float_as_uint(fmaxf(fabsf(w), 1.0f)) & 0x7f800000u);
+  const float t = __fmaf_rn(p, 6291456.0f, w);  // 1.5 * 2^22
+  return __fmul_rn(__fmaf_rn(-p, 6291456.0f, t), sc);
 }
 
 // Four e4m3fn codes -> their e4m3fnuz codes: byte 0x80 (-0) becomes 0x00, every other byte is
