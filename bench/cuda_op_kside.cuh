@@ -15,15 +15,11 @@
 // The slots are distinct, so the duplicate-slot rule (docs/KSIDE.md) costs only its method: the
 // scan inside the store kernel up to detail::kKsideScanMaxTokens tokens, the two claim kernels
 // above, nothing at 1 token. --dup scan,claim also times the automatic shape with each method forced
-// (rows ours-l<L>-b<B>-scan / -claim; the scan only up to 16384 tokens: its work grows as N^2);
-// --dup block the block's scan (KDup::kBlock) at the automatic shape and at block 256 (-block
-// rows, up to 16384 tokens), which shows where the thresholds should be. --form legacy,split,nc
-// times the automatic shape in each form of the store kernel (detail::KForm; rows
-// ours-l<L>-b<B>-<form>), old against new in one run; --trigger first the automatic shape with
-// every kernel letting dependents launch at its first instruction (detail::KTrigger::kFirst; rows
-// ours-l<L>-b<B>-first, and -<form>-first for the --form forms but legacy).
+// (rows ours-l<L>-b<B>-scan / -claim; the scan only up to 16384 tokens: its work grows as N^2),
+// which shows where the threshold should be.
 // Options of this op only (parse_option below; a next key-side variant to A/B adds one there and
-// its rows in cases()): --shapes, --dup scan,claim,block, --form legacy,split,nc, --trigger first.
+// its rows in cases(), and leaves with the variant if it loses: bench/HISTORY.md): --shapes,
+// --dup scan,claim.
 // Columns (unchanged since the key side's own benchmark, indexer_q_cuda_kside_bench):
 //   csv,tokens,dtype,recipe,impl,pdl,bytes,us,gbps,copy_us,copy_gbps,ratio_to_copy,ratio_to_baseline,bytes_equal
 // pdl 0 / 1; ratio_to_baseline: the baseline's time over this row's (same recipe, size and PDL mode).
@@ -195,32 +191,11 @@ class KsideOp : public CudaOp {
       for (const std::string& x : split(value)) {
         if (x == "scan") dup_scan_ = true;
         else if (x == "claim") dup_claim_ = true;
-        else if (x == "block") dup_block_ = true;
         else {
-          std::fprintf(stderr, "--dup: expected scan, claim and / or block, got %s\n", x.c_str());
+          std::fprintf(stderr, "--dup: expected scan and / or claim, got %s\n", x.c_str());
           return -1;
         }
       }
-      return 2;
-    }
-    if (opt == "--form" && value) {
-      for (const std::string& x : split(value)) {
-        if (x == "legacy") forms_.emplace_back(x, detail::KForm::kLegacy);
-        else if (x == "split") forms_.emplace_back(x, detail::KForm::kSplit);
-        else if (x == "nc") forms_.emplace_back(x, detail::KForm::kSplitNc);
-        else {
-          std::fprintf(stderr, "--form: expected legacy, split and / or nc, got %s\n", x.c_str());
-          return -1;
-        }
-      }
-      return 2;
-    }
-    if (opt == "--trigger" && value) {
-      if (std::string(value) != "first") {
-        std::fprintf(stderr, "--trigger: expected first, got %s\n", value);
-        return -1;
-      }
-      trigger_first_ = true;
       return 2;
     }
     return 0;
@@ -229,9 +204,7 @@ class KsideOp : public CudaOp {
     return "  --tokens    default 1,8,64,512,1024,4096,16384,65536; no --heads; --dtype default fp32\n"
            "  --recipes   key recipes (default all)\n"
            "  --shapes    also every fixed shape (lanes 4..32 x block 64..256)\n"
-           "  --dup scan,claim,block  also the automatic shape with each duplicate-slot method forced\n"
-           "  --form legacy,split,nc  also the automatic shape in each form of the store kernel\n"
-           "  --trigger first  also the automatic shape (and each --form) letting dependents launch first\n";
+           "  --dup scan,claim  also the automatic shape with each duplicate-slot method forced\n";
   }
   std::string describe(DType dt) const override {
     return std::string(dtype_name(dt)) + " input, int64 positions, page_size 64, max_pos 4096";
@@ -343,31 +316,13 @@ class KsideOp : public CudaOp {
         o.enable_pdl = pdl;
         ck(run(a_, o), "run");
       });
-      for (const detail::KDup dup : {detail::KDup::kScan, detail::KDup::kClaim, detail::KDup::kBlock}) {
-        const bool scan = dup == detail::KDup::kScan, block = dup == detail::KDup::kBlock;
-        if (!(scan ? dup_scan_ && T <= 16384 : block ? dup_block_ && T <= 16384 : dup_claim_)) continue;
-        for (const int b : block ? std::vector<int>{av.block, 256} : std::vector<int>{av.block}) {
-          if (block && b == 256 && av.block == 256) continue;
-          const detail::KVariant x{av.lanes, b, dup};
-          add("ours-l" + std::to_string(av.lanes) + "-b" + std::to_string(b) +
-                  (scan ? "-scan" : block ? "-block" : "-claim"),
-              pdl, [this, x, pdl] { ck(detail::kside_cuda_run_variant(p_, s_, pdl, x), "variant"); });
-        }
+      for (const detail::KDup dup : {detail::KDup::kScan, detail::KDup::kClaim}) {
+        const bool scan = dup == detail::KDup::kScan;
+        if (!(scan ? dup_scan_ && T <= 16384 : dup_claim_)) continue;
+        const detail::KVariant x{av.lanes, av.block, dup};
+        add("ours-l" + std::to_string(av.lanes) + "-b" + std::to_string(av.block) + (scan ? "-scan" : "-claim"), pdl,
+            [this, x, pdl] { ck(detail::kside_cuda_run_variant(p_, s_, pdl, x), "variant"); });
       }
-      // --form rows, then with --trigger first the same with kFirst (the automatic form's too; not
-      // the legacy form's, whose store kernel has no kFirst)
-      std::vector<std::pair<std::string, detail::KForm>> rows = forms_;
-      if (trigger_first_) rows.emplace_back("", detail::KForm::kAuto);
-      for (int first = 0; first <= int(trigger_first_); ++first)
-        for (const auto& f : rows) {
-          if ((f.first.empty() && !first) || (first && f.second == detail::KForm::kLegacy)) continue;
-          detail::KVariant x{av.lanes, av.block};
-          x.form = f.second;
-          if (first) x.trigger = detail::KTrigger::kFirst;
-          add("ours-l" + std::to_string(av.lanes) + "-b" + std::to_string(av.block) +
-                  (f.first.empty() ? "" : "-" + f.first) + (first ? "-first" : ""),
-              pdl, [this, x, pdl] { ck(detail::kside_cuda_run_variant(p_, s_, pdl, x), "variant"); });
-        }
       if (shapes_)
         for (int lanes : {4, 8, 16, 32})
           for (int block : {64, 128, 256}) {
@@ -389,8 +344,7 @@ class KsideOp : public CudaOp {
  private:
   static constexpr std::int64_t kMaxPos = 4096, kPageSize = 64;
   std::vector<KRecipeId> recipes_ = all_krecipes();
-  bool shapes_ = false, dup_scan_ = false, dup_claim_ = false, dup_block_ = false, trigger_first_ = false;
-  std::vector<std::pair<std::string, detail::KForm>> forms_;  // --form
+  bool shapes_ = false, dup_scan_ = false, dup_claim_ = false;
   std::int64_t T_ = 0, pages_ = 0;
   DType dt_ = DType::kFloat32;
   cudaStream_t s_ = nullptr;

@@ -171,47 +171,18 @@ struct DeviceK {
   }
 };
 
-// The store kernel's forms other than the default (detail::KForm; built for 8 and 16 lanes).
-std::vector<detail::KForm> other_forms() {
-  std::vector<detail::KForm> f;
-  for (detail::KForm x : {detail::KForm::kLegacy, detail::KForm::kSplit, detail::KForm::kSplitNc})
-    if (x != detail::kKsideDefaultForm) f.push_back(x);
-  return f;
-}
-// A shape in another form.
-detail::KVariant in_form(int lanes, int block, detail::KForm form) {
-  detail::KVariant v{lanes, block};
-  v.form = form;
-  return v;
-}
-// A shape whose kernels let dependents launch at their first instruction (KTrigger::kFirst).
-detail::KVariant trigger_first(int lanes, int block) {
-  detail::KVariant v{lanes, block};
-  v.trigger = detail::KTrigger::kFirst;
-  return v;
-}
-
 std::vector<detail::KVariant> all_shapes() {
   std::vector<detail::KVariant> v;
   v.push_back(detail::KVariant{});  // automatic
   v.push_back(detail::KVariant{0, 0});
   for (int lanes : {4, 8, 16, 32})
     for (int block : {32, 128, 256}) v.push_back(detail::KVariant{lanes, block});
-  for (detail::KForm form : other_forms())  // the automatic shapes in the other forms
-    for (int lanes : {8, 16}) v.push_back(in_form(lanes, lanes == 8 ? 64 : 128, form));
-  v.push_back(trigger_first(-1, 0));
-  v.push_back(trigger_first(0, 0));
   return v;
 }
 std::string shape_name(const detail::KVariant& v) {
-  const char* form = v.form == detail::KForm::kLegacy    ? "-legacy"
-                     : v.form == detail::KForm::kSplit   ? "-split"
-                     : v.form == detail::KForm::kSplitNc ? "-nc"
-                                                         : "";
-  const char* trig = v.trigger == detail::KTrigger::kFirst ? "-first" : "";
-  if (v.lanes < 0) return std::string("auto") + form + trig;
-  if (v.lanes == 0) return std::string("scalar") + trig;
-  return "l" + std::to_string(v.lanes) + "-b" + std::to_string(v.block) + form + trig;
+  if (v.lanes < 0) return "auto";
+  if (v.lanes == 0) return "scalar";
+  return "l" + std::to_string(v.lanes) + "-b" + std::to_string(v.block);
 }
 
 // First differing byte, described by page / row / field.
@@ -447,39 +418,24 @@ DupStats dup_stats(const KCase& c) {
 }
 
 const char* dup_name(detail::KDup d) {
-  return d == detail::KDup::kAuto    ? "auto"
-         : d == detail::KDup::kScan  ? "scan"
-         : d == detail::KDup::kBlock ? "block"
-                                     : "claim";
+  return d == detail::KDup::kAuto ? "auto" : d == detail::KDup::kScan ? "scan" : "claim";
 }
 
 // The shapes of the duplicate tests: the automatic one, the one-thread-per-token kernel and each
-// lane count (the scan shares the later slots out over a token's lanes), the block sizes rotated.
-// Then the automatic shapes in the store kernel's other forms, and the automatic shape letting
-// dependents launch at the kernels' first instruction.
+// lane count (the scan shares the later slots out over a token's lanes), the block sizes rotated,
+// and the automatic shapes of both size ranges (8 and 16 lanes).
 std::vector<detail::KVariant> duplicate_shapes() {
-  std::vector<detail::KVariant> v = {detail::KVariant{},       detail::KVariant{0, 0},    detail::KVariant{4, 32},
-                                     detail::KVariant{8, 128}, detail::KVariant{16, 256}, detail::KVariant{32, 128}};
-  for (detail::KForm form : other_forms()) {
-    v.push_back(in_form(8, 64, form));
-    v.push_back(in_form(16, 128, form));
-  }
-  v.push_back(trigger_first(-1, 0));
-  return v;
+  return {detail::KVariant{},       detail::KVariant{0, 0},    detail::KVariant{4, 32}, detail::KVariant{8, 128},
+          detail::KVariant{16, 256}, detail::KVariant{32, 128}, detail::KVariant{8, 64}, detail::KVariant{16, 128}};
 }
 
-// Every duplicate method a shape runs: the block's scan (KDup::kBlock) is built in the default form
-// only.
-std::vector<detail::KDup> dup_methods(const detail::KVariant& v) {
-  std::vector<detail::KDup> d = {detail::KDup::kAuto, detail::KDup::kScan, detail::KDup::kClaim};
-  if (v.form == detail::KForm::kAuto || v.form == detail::kKsideDefaultForm) d.push_back(detail::KDup::kBlock);
-  return d;
-}
+// Every duplicate method, each forced at every shape (also at the automatic one: lanes = -1 keeps
+// the forced method).
+constexpr detail::KDup kDupMethods[] = {detail::KDup::kAuto, detail::KDup::kScan, detail::KDup::kClaim};
 
 // The cache starts as random bytes, then all 0xff (a fill that looks like FP8 claim bytes). Every
 // shape, every method (automatic: `auto_reps` calls; the claim kernels forced: 2 calls, as their
-// atomics may run in any order; the scan or the block's scan forced: 1 call, their result does not
-// depend on the order of the threads): every call must give
+// atomics may run in any order; the scan forced: 1 call, it has no atomics): every call must give
 // the reference's cache (one token after the other: the last stored token of a slot wins), every
 // byte of it.
 void check_duplicates(KRecipeId rid, std::int64_t N, DupPattern pat, std::size_t input_offset, std::uint32_t seed,
@@ -498,7 +454,7 @@ void check_duplicates(KRecipeId rid, std::int64_t N, DupPattern pat, std::size_t
     DeviceK d;
     ASSERT_TRUE(d.upload(c, input_offset));
     for (detail::KVariant v : shapes)
-      for (detail::KDup dup : dup_methods(v)) {
+      for (detail::KDup dup : kDupMethods) {
         v.dup = dup;
         const int reps = dup == detail::KDup::kAuto ? auto_reps : dup == detail::KDup::kClaim ? 2 : 1;
         int wrong = 0;
@@ -786,12 +742,8 @@ TEST(CudaKside, PdlProducerWritesSlotsPositionsAndInputExactly) {
       cp.n[2] = c.slots.size() * 8;
       cudaStream_t s = nullptr;
       CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-      std::vector<detail::KVariant> shapes = {detail::KVariant{}, detail::KVariant{0, 0}};
-      for (detail::KForm form : other_forms()) shapes.push_back(in_form(-1, 0, form));  // automatic shape
-      shapes.push_back(trigger_first(-1, 0));
-      shapes.push_back(trigger_first(0, 0));
-      for (detail::KVariant v : shapes)
-        for (detail::KDup dup : dup_methods(v)) {
+      for (detail::KVariant v : {detail::KVariant{}, detail::KVariant{0, 0}})
+        for (detail::KDup dup : kDupMethods) {
           v.dup = dup;
           SCOPED_TRACE(c.describe() + " shape " + shape_name(v) + " " + dup_name(dup));
           cudaGraph_t g = nullptr;
@@ -818,6 +770,34 @@ TEST(CudaKside, PdlProducerWritesSlotsPositionsAndInputExactly) {
         }
       cudaStreamDestroy(s);
     }
+}
+
+// A method forced at the automatic shape (lanes = -1) is the one that runs: the claim kernels are
+// two more launches, so a captured call has 3 kernel nodes with them and 1 without, on both sides
+// of kKsideScanMaxTokens (the byte tests cannot tell: every method gives the same bytes).
+TEST(CudaKside, ForcedMethodAtTheAutomaticShapeIsTheOneLaunched) {
+  SKIP_WITHOUT_DEVICE();
+  const std::int64_t m = detail::kKsideScanMaxTokens;
+  for (std::int64_t N : {std::int64_t(7), m + 1}) {
+    KCase c = duplicate_case(KRecipeId::kV4KFp8, N, DupPattern::kPool, 6100);
+    DeviceK d;
+    ASSERT_TRUE(d.upload(c));
+    cudaStream_t s = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (detail::KDup dup : kDupMethods) {
+      cudaGraph_t g = nullptr;
+      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      const Status st = detail::kside_cuda_run_variant(d.prob, s, false, detail::KVariant{-1, 0, dup});
+      CUDA_OK(cudaStreamEndCapture(s, &g));
+      ASSERT_TRUE(st.ok()) << st.message();
+      std::size_t nodes = 0;
+      CUDA_OK(cudaGraphGetNodes(g, nullptr, &nodes));
+      cudaGraphDestroy(g);
+      const bool claim = dup == detail::KDup::kClaim || (dup == detail::KDup::kAuto && N > m);
+      EXPECT_EQ(nodes, claim ? 3u : 1u) << N << " tokens, " << dup_name(dup);
+    }
+    cudaStreamDestroy(s);
+  }
 }
 
 TEST(CudaKside, HostMemoryIsRefusedNamingTheArgument) {

@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# The key side's store-kernel variants on a CUDA machine (issue 20; the team's H200 through the device
-# tool), one call, on the tree with branch cudaperf merged into main (main's harness,
-# `indexer_q_cuda_bench --op kside`): build (library, C++ tests, CUDA bench; this GPU only, no
-# torch), the SASS order test (kside_sass_order), the CUDA key-side tests (every variant
-# byte-checked against the reference, the PDL producer tests of both sides), then the A/B timings:
-#   - bench_forms_{1,2}.txt (the same run twice, for the noise): --form legacy,split,nc --trigger
-#     first: legacy = the session-5 store kernel (scan compiled in, 80 registers at 8 lanes),
-#     split = the scan only in the kernel that runs it (the new default), nc = split with
-#     read-only loads after the wait; -first: every kernel lets dependents launch at its first
-#     instruction;
-#   - bench_dup.txt: the per-token scan, the block's scan (KDup::kBlock) and the claim kernels from
-#     64 to 8192 tokens (where the automatic thresholds should be).
-# The bench options (--form, --trigger, --dup block) are KsideOp's, bench/cuda_op_kside.cuh.
+# The key side's store kernel on a CUDA machine (issue 20; the team's H200 through the device tool),
+# one call: build (library, C++ tests, CUDA bench; this GPU only, no torch), the SASS order test
+# (kside_sass_order), the CUDA key-side tests (every shape and duplicate method byte-checked against
+# the reference, the PDL producer tests of both sides), then timings of what the library has:
+#   - bench_pdl_{1,2}.txt (the same run twice, for the noise): the automatic shape with PDL off and
+#     on, beside the SGLang-design baseline and a copy, 1 to 65536 tokens;
+#   - bench_dup.txt: the two duplicate-slot methods forced (--dup scan,claim) from 64 to 8192
+#     tokens, across the automatic threshold (detail::kKsideScanMaxTokens).
+# Its first run (2026-12-02 07:00 UTC) was the A/B of the store kernel's variants, recorded in
+# bench/cuda_results/2026-12-02-h200-kside-ab/: the variants that lost there (the old kernel with the
+# scan in every store kernel, read-only loads, launching dependents at the first instruction, the
+# block-wide scan) and their bench options are gone (bench/HISTORY.md).
 #
 #   BUILD_DIR=dir (default build-ab)   GTEST_SRC=dir (default .dev/googletest: a copy of
 #   /usr/src/googletest carried along, as for all_gpu.sh, where the machine has no GoogleTest)
@@ -59,16 +58,15 @@ if has bench; then
   KB="$B/bench/indexer_q_cuda_bench --op kside --dtype fp32 --iters $ITERS"
   for r in 1 2; do
     # shellcheck disable=SC2086
-    timeout 200 $KB --pdl off,on --tokens 1,8,64,4096,16384,65536 --form legacy,split,nc --trigger first \
-      >"$OUT/bench_forms_$r.txt" 2>&1
-    say "bench forms run $r rc=$? ($(el))"
+    timeout 200 $KB --pdl off,on --tokens 1,8,64,4096,16384,65536 >"$OUT/bench_pdl_$r.txt" 2>&1
+    say "bench pdl off,on run $r rc=$? ($(el))"
   done
   # shellcheck disable=SC2086
-  timeout 150 $KB --pdl on --tokens 64,256,512,1024,2048,4096,8192 --dup scan,claim,block >"$OUT/bench_dup.txt" 2>&1
+  timeout 150 $KB --pdl on --tokens 64,256,512,1024,2048,4096,8192 --dup scan,claim >"$OUT/bench_dup.txt" 2>&1
   say "bench dup rc=$? ($(el))"
   say "bytes: $(cat "$OUT"/bench_*.txt | grep -c '^csv,.*,NO$') rows differ (want 0); $(grep -h 'all bytes equal' "$OUT"/bench_*.txt | sort | uniq -c | tr '\n' ' ')"
   # PDL on, from the csv lines: tokens recipe impl us ratio_to_copy ratio_to_baseline
-  for f in "$OUT"/bench_forms_1.txt "$OUT"/bench_forms_2.txt "$OUT"/bench_dup.txt; do
+  for f in "$OUT"/bench_pdl_1.txt "$OUT"/bench_pdl_2.txt "$OUT"/bench_dup.txt; do
     say "-- $(basename "$f") (pdl on): tokens recipe impl us of-copy of-baseline"
     awk -F, '$1=="csv" && $6==1 {printf "%6s %-9s %-28s %8s %6s %6s\n", $2, $4, $5, $8, $12, $13}' "$f" | tee -a "$SUM"
   done

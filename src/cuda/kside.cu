@@ -63,20 +63,17 @@
 //    hold). So a loser reads either the winner's claim or the winner's bytes and never its own
 //    claim, before or after the winner's store. Each claim kernel waits for the previous grid
 //    (pdl_wait) before touching memory.
-//  - forced only (KDup::kBlock, until timed): the block's scan, in the store kernel, one launch:
-//    the threads of a block share out the later slots of all the block's tokens (kBlockFilterWords).
-// All give the same bytes (tests/test_cuda_kside.cu forces each at every size it tests). The scan
-// is compiled only into the kernels that run it (template argument SCANM), so the kernels of the
-// other methods keep their registers (KForm::kLegacy, kept for A/B timing, has it in every one).
+// Both give the same bytes (tests/test_cuda_kside.cu forces each at every size it tests). The scan
+// is compiled only into the kernels that run it (kside_kernel's SCAN), so the others keep their
+// registers.
 //
 // Everything is enqueued on the caller's stream: no allocation, no host synchronization (CUDA
 // graphs capture it). With enable_pdl on an sm_90+ device the kernels are launched with
 // programmatic stream serialization: each waits (griddepcontrol.wait) before its first global
 // load, the slots included, and the store kernel lets dependents launch after its input loads
-// (before the scan's later rounds). Every load is a plain ld.global, except in KForm::kSplitNc,
-// whose row, weight and freqs loads are ld.global.nc at addresses computed from the position's
-// value (see the loads below); tests/check_kside_sass_order.py (CTest kside_sass_order) checks in
-// the SASS that no memory instruction of any key-side kernel comes before the wait.
+// (before the scan's later rounds). Every load is a plain ld.global (no ld.global.nc: see the loads
+// below); tests/check_kside_sass_order.py (CTest kside_sass_order) checks in the SASS that no
+// memory instruction of any key-side kernel comes before the wait and none is a read-only load.
 //
 // Misaligned pointers (input rows / weight not aligned to a chunk load, freqs not 16-byte
 // aligned, kvcache not 4-byte aligned) take a one-thread-per-token kernel running kside_row<KR>
@@ -104,10 +101,12 @@ namespace {
 
 // ---- loads, in program order (asm volatile keeps them in the order written: the index and
 // input loads are all in flight before the position-dependent freqs loads are issued) ----
-// With PDL every input may be written by the previous kernel while this one already runs (until
-// griddepcontrol.wait), so no input is read-only for the kernel's whole lifetime, and ptxas may
-// move .nc loads above griddepcontrol.wait (seen on the query side, src/cuda/cuda_backend.cu).
-// Plain loads stay behind the wait; the .nc loads of KForm::kSplitNc depend on one.
+// None of them is ld.global.nc: with PDL every input may be written by the previous kernel while
+// this one already runs (until griddepcontrol.wait), so no input is read-only for the kernel's
+// whole lifetime, and ptxas may move .nc loads above griddepcontrol.wait (seen on the query
+// side, src/cuda/cuda_backend.cu). Plain loads stay behind the wait (tests/check_kside_sass_order.py
+// checks the SASS). (Read-only loads placed after the wait by a data dependence were timed on the
+// H200 and gained nothing: bench/HISTORY.md.)
 __device__ __forceinline__ std::int64_t ld_s64(const std::int64_t* p) {
   long long v;
   asm volatile("ld.global.s64 %0, [%1];" : "=l"(v) : "l"(p));
@@ -121,41 +120,30 @@ __device__ __forceinline__ std::int64_t ld_pos(const void* pos, std::uint64_t t)
   return std::int64_t(v);
 }
 // One chunk (4 values) of a row: 4 words (fp32) or 2 words (bf16 / fp16). STREAM: read once,
-// no L1 allocation (the inputs); otherwise cached (the weight, shared by every token). NC: the
-// non-coherent (read-only) path, ld.global.nc, only in the KForm::kSplitNc kernels and only at
-// addresses computed from a plain load's value (see kside_kernel), so ptxas cannot issue it before
-// griddepcontrol.wait (tests/check_kside_sass_order.py checks the SASS).
-// IQ_KSIDE_LD(NC, "<rest of the instruction>", operands): the load as ld.global.nc<rest> when NC,
-// else ld.global<rest>.
-#define IQ_KSIDE_LD(NC, REST, ...)                    \
-  do {                                                \
-    if constexpr (NC)                                 \
-      asm volatile("ld.global.nc" REST : __VA_ARGS__); \
-    else                                              \
-      asm volatile("ld.global" REST : __VA_ARGS__);    \
-  } while (0)
-template <int DT, bool STREAM, bool NC = false>
+// no L1 allocation (the inputs); otherwise cached (the weight, shared by every token).
+template <int DT, bool STREAM>
 __device__ __forceinline__ void ld_chunk(const void* p, std::uint32_t* w) {
   if (DT == kF32) {
     if (STREAM)
-      IQ_KSIDE_LD(NC, ".L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];",
-                  "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
+      asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
     else
-      IQ_KSIDE_LD(NC, ".v4.u32 {%0, %1, %2, %3}, [%4];", "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
+      asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
   } else {
     if (STREAM)
-      IQ_KSIDE_LD(NC, ".L1::no_allocate.v2.u32 {%0, %1}, [%2];", "=r"(w[0]), "=r"(w[1]) : "l"(p));
+      asm volatile("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
     else
-      IQ_KSIDE_LD(NC, ".v2.u32 {%0, %1}, [%2];", "=r"(w[0]), "=r"(w[1]) : "l"(p));
+      asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
   }
 }
-template <bool NC = false>
 __device__ __forceinline__ float4 ld_f4(const float* p) {
   float4 r;
-  IQ_KSIDE_LD(NC, ".v4.f32 {%0, %1, %2, %3}, [%4];", "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p));
+  asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
+               : "l"(p));
   return r;
 }
-#undef IQ_KSIDE_LD
 // The 4 values of a loaded chunk (exact conversions).
 template <int DT>
 __device__ __forceinline__ void decode_chunk(const std::uint32_t* w, float* v) {
@@ -187,18 +175,7 @@ struct Elem {
 // ---- duplicate slots (see the top of the file) ----
 // How a call finds the last token of each slot: the host's choice (kside_dup_mode), a kernel
 // argument. kDupScan: in the store kernel; kDupClaim: the claim words set by kside_claim_kernel.
-enum : int { kDupNone = 0, kDupScan = 1, kDupClaim = 2, kDupBlock = 3 };
-// The kernels' `dup` argument: the method in the low byte, or'ed with kTriggerFirst when the kernel
-// lets dependents launch at its first instruction (KTrigger::kFirst) instead of after its loads.
-constexpr int kDupMask = 0xff, kTriggerFirst = 0x100;
-// pdl_launch_dependents where the kernel lets dependents launch: at its first instruction (before
-// the wait) when `first`, else at the point of call.
-__device__ __forceinline__ void trigger_at_first(bool first) {
-  if (first) pdl_launch_dependents();
-}
-__device__ __forceinline__ void trigger_here(bool first) {
-  if (!first) pdl_launch_dependents();
-}
+enum : int { kDupNone = 0, kDupScan = 1, kDupClaim = 2 };
 // kDupScan: later slots a lane requests at once (one round); LANES * kScanRound later tokens
 // per round and token.
 constexpr int kScanRound = 8;
@@ -233,10 +210,8 @@ __device__ __forceinline__ bool kside_token_stored(const KProblem& p, std::int64
 // One thread per token: SET: write kClaimMark into the claim word of every stored token's row;
 // else atomicMax it with kClaimMark | (t + 1).
 template <class KR, bool SET>
-__global__ void __launch_bounds__(256) kside_claim_kernel(const KProblem p, const int dup) {
+__global__ void __launch_bounds__(256) kside_claim_kernel(const KProblem p) {
   const std::uint64_t t = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool first = (dup & kTriggerFirst) != 0;
-  trigger_at_first(first);
   pdl_wait();
   if (t < std::uint64_t(p.N)) {
     const std::int64_t slot = p.slots[t];
@@ -247,7 +222,7 @@ __global__ void __launch_bounds__(256) kside_claim_kernel(const KProblem p, cons
       else atomicMax(w, claim_mark<KR>() | (t + 1));
     }
   }
-  trigger_here(first);
+  pdl_launch_dependents();
 }
 
 // Does chunk c of lane l hold rotated dims (groups 16..31)? Compile-time for LANES <= 16.
@@ -257,29 +232,13 @@ __device__ __forceinline__ bool chunk_rotated(int c, int l) {
   return l >= 16;
 }
 
-// The store kernel's forms (KForm of kside_cuda.h): SCANM, whether the duplicate scan is compiled
-// in: -1 decided at run time by `dup` (KForm::kLegacy: the scan's code and registers are in every
-// kernel), 0 no scan (`dup` is kDupNone or kDupClaim), 1 the scan (`dup` is kDupScan), 2 the
-// block's scan (`dup` is kDupBlock); NC, the row, weight and freqs loads through the read-only path.
-enum : int { kScanRuntime = -1, kScanOff = 0, kScanOn = 1, kScanBlock = 2 };
-
-// kDupBlock: the block's scan. The B threads of a block (TPB = B / LANES tokens T0 .. T0 + TPB - 1)
-// share out the later slots: thread i takes tokens T0 + 1 + i + B k (k = 0, 1, ..), kScanRound
-// loads in flight at a time (the first round issued with the token's own loads), so a call of N
-// tokens needs (N - T0 - 1) / (B kScanRound) rounds, B / LANES times fewer than the per-token
-// scan. A loaded slot is looked up in a 1024-bit filter of the block's stored tokens' slots
-// (shared memory); only on a hit is it compared with each of them, and a match with a token t <
-// u whose later token u is stored (its position) marks t lost (shared memory). Three barriers:
-// the filter cleared, the block's slots entered, the marks made.
-constexpr int kBlockFilterWords = 32;
-__device__ __forceinline__ unsigned block_filter_bit(std::int64_t slot) {
-  const std::uint64_t v = std::uint64_t(slot);
-  return ((unsigned(v) ^ unsigned(v >> 32)) * 0x9E3779B1u) >> 22;  // 10 bits
-}
-
-// One token per LANES-thread group.
-template <class KR, int LANES, int DT, bool POS64, int SCANM, bool NC>
-__global__ void __launch_bounds__(256) kside_kernel(const KProblem p, const int dup_arg) {
+// One token per LANES-thread group. SCAN: the duplicate scan (`dup` is kDupScan) is compiled in;
+// without it `dup` is kDupNone or kDupClaim. (The scan's code and registers only in the kernels
+// that run it: at 8 lanes, fp32, 54-56 registers in the kernels without it, against 80 when every
+// store kernel carried it, which cost 8.03 us against 6.97 at 16384 tokens on the H200;
+// bench/HISTORY.md.)
+template <class KR, int LANES, int DT, bool POS64, bool SCAN>
+__global__ void __launch_bounds__(256) kside_kernel(const KProblem p, const int dup) {
   static_assert(LANES == 4 || LANES == 8 || LANES == 16 || LANES == 32, "4, 8, 16 or 32 lanes per token");
   constexpr int C = 32 / LANES;                // chunks of 4 dims per lane
   constexpr int WW = DT == kF32 ? 4 : 2;       // 32-bit words per chunk
@@ -288,22 +247,15 @@ __global__ void __launch_bounds__(256) kside_kernel(const KProblem p, const int 
   const std::uint64_t gt = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int l = int(threadIdx.x % LANES);
   const std::uint64_t tok = gt / LANES;
-  // (KForm::kLegacy: the argument is the method alone, and dependents launch after the loads, as
-  // in the session-5 kernel.)
-  const int dup = SCANM == kScanRuntime ? dup_arg : dup_arg & kDupMask;
-  const bool first = SCANM != kScanRuntime && (dup_arg & kTriggerFirst) != 0;
-  trigger_at_first(first);
   pdl_wait();
-  // The warp's first token is past the end: nothing to do (but in the block's scan, where every
-  // thread of the block takes part in the barriers).
-  if (SCANM != kScanBlock && (gt & ~std::uint64_t(31)) / LANES >= N) {
-    trigger_here(first);
+  // The warp's first token is past the end: nothing to do.
+  if ((gt & ~std::uint64_t(31)) / LANES >= N) {
+    pdl_launch_dependents();
     return;
   }
   const bool in_range = tok < N;
   const std::uint64_t t = in_range ? tok : N - 1;
-  const bool scan = SCANM == kScanRuntime ? dup == kDupScan : SCANM == kScanOn;
-  const bool claim = SCANM == kScanOn || SCANM == kScanBlock ? false : dup == kDupClaim;
+  const bool claim = !SCAN && dup == kDupClaim;
 
   // ---- loads: indices, input row, weight, then the position's freqs ----
   const std::int64_t slot = ld_s64(p.slots + t);
@@ -311,25 +263,16 @@ __global__ void __launch_bounds__(256) kside_kernel(const KProblem p, const int 
   const bool pos_ok = pos >= 0 && pos < p.max_pos;
   const char* xrow = static_cast<const char*>(p.input) + t * std::uint64_t(p.input_stride) * Elem<DT>::kBytes;
   const char* wrow = static_cast<const char*>(p.weight);
-  if (NC) {
-    // The .nc loads' addresses come from the position's value (a plain load, so after the wait):
-    // ptxas cannot issue them earlier. A token whose position is out of range stores nothing and
-    // reads its row and the weight swapped (both 128 values of the input dtype, both aligned as
-    // a chunk load needs: kside_cuda_run_variant's fast_ok).
-    const char* a = pos_ok ? xrow : wrow;
-    wrow = pos_ok ? wrow : xrow;
-    xrow = a;
-  }
   std::uint32_t xw[C][WW], ww[C][WW];
 #pragma unroll
-  for (int c = 0; c < C; ++c) ld_chunk<DT, true, NC>(xrow + (l + LANES * c) * CB, xw[c]);
+  for (int c = 0; c < C; ++c) ld_chunk<DT, true>(xrow + (l + LANES * c) * CB, xw[c]);
 #pragma unroll
-  for (int c = 0; c < C; ++c) ld_chunk<DT, false, NC>(wrow + (l + LANES * c) * CB, ww[c]);
+  for (int c = 0; c < C; ++c) ld_chunk<DT, false>(wrow + (l + LANES * c) * CB, ww[c]);
   const float* frow = p.freqs + (pos_ok ? pos : 0) * kFreqsDim;  // row 0 always exists
   float4 f[C];
 #pragma unroll
   for (int c = 0; c < C; ++c)
-    if (chunk_rotated<LANES>(c, l)) f[c] = ld_f4<NC>(frow + 4 * (l + LANES * c) - kRopeDim);
+    if (chunk_rotated<LANES>(c, l)) f[c] = ld_f4(frow + 4 * (l + LANES * c) - kRopeDim);
   // Duplicate slots, kDupScan: this lane compares the slots of the later tokens t + 1 + l +
   // LANES k (k = 0, 1, ..); the first round of them is requested here, with the freqs
   // loads. An index past the last token reads slot N - 1 and is never compared; a k that no
@@ -337,20 +280,10 @@ __global__ void __launch_bounds__(256) kside_kernel(const KProblem p, const int 
   // 32-bit indices: kDupScan is for N < 2^31 (kside_cuda_run_variant).
   const unsigned n32 = unsigned(N), u0 = unsigned(t) + 1u + unsigned(l);
   std::int64_t later[kScanRound];
-  if (scan) {
+  if (SCAN) {
 #pragma unroll
     for (int k = 0; k < kScanRound; ++k)
       if (1u + unsigned(LANES * k) < n32) later[k] = ld_s64(p.slots + min(u0 + unsigned(LANES * k), n32 - 1u));
-  }
-  // kDupBlock: the first round of the block's share of the later slots (see kBlockFilterWords).
-  const std::uint64_t T0 = std::uint64_t(blockIdx.x) * (blockDim.x / LANES);
-  std::int64_t blater[kScanRound];
-  if (SCANM == kScanBlock) {
-#pragma unroll
-    for (int k = 0; k < kScanRound; ++k) {
-      const std::uint64_t u = T0 + 1 + threadIdx.x + std::uint64_t(blockDim.x) * k;
-      if (1 + std::uint64_t(blockDim.x) * k < N - min(T0, N)) blater[k] = ld_s64(p.slots + (u < N ? u : N - 1));
-    }
   }
   const bool stored = in_range && pos_ok && slot >= 0 && slot < p.num_pages * p.page_size;
   // Duplicate slots: does a later stored token have this token's slot (then this one writes
@@ -359,50 +292,8 @@ __global__ void __launch_bounds__(256) kside_kernel(const KProblem p, const int 
   // token; see the top of the file).
   bool lost = claim && stored && l == 0 &&
               ld_claim(kside_claim_word<KR>(p, slot)) != (claim_mark<KR>() | (t + 1));
-  trigger_here(first);  // every input of this thread has been requested (but later rounds of the scan)
-  if constexpr (SCANM == kScanBlock) {
-    __shared__ unsigned filter[kBlockFilterWords];
-    __shared__ long long bslot[256 / 4];  // the block's tokens' slots (stored ones; else -1)
-    __shared__ int blost[256 / 4];
-    const unsigned j = threadIdx.x / LANES;  // this thread's token in the block
-    if (threadIdx.x < kBlockFilterWords) filter[threadIdx.x] = 0u;
-    __syncthreads();
-    if (l == 0) {
-      bslot[j] = stored ? slot : -1;  // a stored slot is >= 0
-      blost[j] = 0;
-      if (stored) {
-        const unsigned b = block_filter_bit(slot);
-        atomicOr(&filter[b >> 5], 1u << (b & 31));
-      }
-    }
-    __syncthreads();
-    const unsigned tpb = blockDim.x / LANES;
-    const std::uint64_t nT0 = N - min(T0, N);  // tokens from T0 on
-    for (std::uint64_t r = 0; 1 + std::uint64_t(blockDim.x) * kScanRound * r < nT0; ++r) {
-      if (r > 0) {
-#pragma unroll
-        for (int k = 0; k < kScanRound; ++k) {
-          const std::uint64_t u = T0 + 1 + threadIdx.x + std::uint64_t(blockDim.x) * (kScanRound * r + k);
-          if (u < N) blater[k] = ld_s64(p.slots + u);
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < kScanRound; ++k) {
-        const std::uint64_t u = T0 + 1 + threadIdx.x + std::uint64_t(blockDim.x) * (kScanRound * r + k);
-        if (u < N) {
-          const unsigned b = block_filter_bit(blater[k]);
-          if (filter[b >> 5] & (1u << (b & 31))) {  // maybe a slot of the block's: compare
-            for (unsigned i = 0; i < tpb && T0 + i < u; ++i)
-              if (bslot[i] == blater[k] && later_token_stored<POS64>(p, u))
-                atomicOr(&blost[i], 1);  // (an atomic: several threads may mark one token)
-          }
-        }
-      }
-    }
-    __syncthreads();
-    lost = blost[j] != 0;
-  }
-  if (scan && stored) {
+  pdl_launch_dependents();  // every input of this thread has been requested (but later rounds of the scan)
+  if (SCAN && stored) {
 #pragma unroll
     for (int k = 0; k < kScanRound; ++k) {
       const unsigned u = u0 + unsigned(LANES * k);
@@ -570,14 +461,11 @@ __global__ void __launch_bounds__(256) kside_kernel(const KProblem p, const int 
 
 // Fallback for misaligned pointers: one thread per token, kside_row<KR> of kside_row.h.
 template <class KR>
-__global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p, const int dup_arg) {
+__global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p, const int dup) {
   const std::uint64_t t = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int dup = dup_arg & kDupMask;
-  const bool first = (dup_arg & kTriggerFirst) != 0;
-  trigger_at_first(first);
   pdl_wait();
   if (t >= std::uint64_t(p.N)) {
-    trigger_here(first);
+    pdl_launch_dependents();
     return;
   }
   const std::int64_t slot = p.slots[t];
@@ -585,7 +473,7 @@ __global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p, con
   // Stored, and the last stored token of its slot (see the top of the file).
   bool valid = kside_token_stored(p, slot, pos);
   if (valid && dup == kDupClaim) valid = ld_claim(kside_claim_word<KR>(p, slot)) == (claim_mark<KR>() | (t + 1));
-  if (valid && (dup == kDupScan || dup == kDupBlock))  // one thread per token: the block's scan is the scan
+  if (valid && dup == kDupScan)
     for (std::int64_t u = std::int64_t(t) + 1; u < p.N; ++u)
       if (p.slots[u] == slot) {
         const std::int64_t q = kside_position(p.positions, p.pos_dtype, u);
@@ -595,7 +483,7 @@ __global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p, con
         }
       }
   if (!valid) {
-    trigger_here(first);
+    pdl_launch_dependents();
     return;
   }
   float x[kHeadDim], w[kHeadDim], f[kFreqsDim];
@@ -604,7 +492,7 @@ __global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p, con
     w[i] = kside_load(p.weight, p.dtype, i);
   }
   for (int i = 0; i < kFreqsDim; ++i) f[i] = p.freqs[pos * kFreqsDim + i];
-  trigger_here(first);
+  pdl_launch_dependents();
   std::uint8_t codes[KR::kCodeBytes], sb[4];
   kside_row<KR>(x, w, p.eps, f, codes, sb, RsqHw{});
   std::uint8_t *oc, *os;
@@ -618,67 +506,36 @@ __global__ void __launch_bounds__(128) kside_scalar_kernel(const KProblem p, con
 
 constexpr char kBackendName[] = "cuda backend (key side)";  // in error messages
 
-// The store kernel of one shape in form F for `dup` (the kernels' argument: method and trigger
-// bit): the default form (kKsideDefaultForm) at every
-// LANES, the others (A/B timing) at 8 and 16 lanes only (the automatic shapes); elsewhere
-// cudaErrorInvalidValue.
-template <KForm F, class KR, int LANES, int DT, bool POS64>
-cudaError_t launch_form(const KProblem& p, int dup, unsigned block, cudaStream_t s, bool pdl) {
-  const std::uint64_t grid = (std::uint64_t(p.N) * LANES + block - 1) / block;
-  if constexpr (F == kKsideDefaultForm || LANES == 8 || LANES == 16) {
-    constexpr bool nc = F == KForm::kSplitNc;
-    if ((dup & kDupMask) == kDupBlock) {
-      if constexpr (F == kKsideDefaultForm && F != KForm::kLegacy)
-        return launch(kside_kernel<KR, LANES, DT, POS64, kScanBlock, nc>, grid, block, s, pdl, p, dup);
-      return cudaErrorInvalidValue;  // the block's scan: the default form only
-    }
-    if constexpr (F == KForm::kLegacy)  // the method alone: this form has no KTrigger::kFirst
-      return launch(kside_kernel<KR, LANES, DT, POS64, kScanRuntime, false>, grid, block, s, pdl, p, dup & kDupMask);
-    else
-      return (dup & kDupMask) == kDupScan
-                 ? launch(kside_kernel<KR, LANES, DT, POS64, kScanOn, nc>, grid, block, s, pdl, p, dup)
-                 : launch(kside_kernel<KR, LANES, DT, POS64, kScanOff, nc>, grid, block, s, pdl, p, dup);
-  }
-  return cudaErrorInvalidValue;
-}
+// The store kernel of one shape for `dup`: the one with the scan compiled in for kDupScan, the one
+// without it otherwise.
 template <class KR, int LANES, int DT, bool POS64>
-cudaError_t launch_lanes(const KProblem& p, KForm form, int dup, unsigned block, cudaStream_t s, bool pdl) {
-  switch (form) {
-    case KForm::kLegacy: return launch_form<KForm::kLegacy, KR, LANES, DT, POS64>(p, dup, block, s, pdl);
-    case KForm::kSplit: return launch_form<KForm::kSplit, KR, LANES, DT, POS64>(p, dup, block, s, pdl);
-    case KForm::kSplitNc: return launch_form<KForm::kSplitNc, KR, LANES, DT, POS64>(p, dup, block, s, pdl);
-    default: return cudaErrorInvalidValue;
-  }
+cudaError_t launch_lanes(const KProblem& p, int dup, unsigned block, cudaStream_t s, bool pdl) {
+  const std::uint64_t grid = (std::uint64_t(p.N) * LANES + block - 1) / block;
+  return dup == kDupScan ? launch(kside_kernel<KR, LANES, DT, POS64, true>, grid, block, s, pdl, p, dup)
+                         : launch(kside_kernel<KR, LANES, DT, POS64, false>, grid, block, s, pdl, p, dup);
 }
 
 template <class KR, int DT, bool POS64>
 cudaError_t launch_shape(const KProblem& p, KVariant v, int dup, cudaStream_t s, bool pdl) {
   const std::uint64_t n = std::uint64_t(p.N);
   const unsigned block = unsigned(v.block);
-  const KForm form = v.form == KForm::kAuto ? kKsideDefaultForm : v.form;
   switch (v.lanes) {
     case 0: return launch(kside_scalar_kernel<KR>, (n + 127) / 128, 128, s, pdl, p, dup);
-    case 4: return launch_lanes<KR, 4, DT, POS64>(p, form, dup, block, s, pdl);
-    case 8: return launch_lanes<KR, 8, DT, POS64>(p, form, dup, block, s, pdl);
-    case 16: return launch_lanes<KR, 16, DT, POS64>(p, form, dup, block, s, pdl);
-    case 32: return launch_lanes<KR, 32, DT, POS64>(p, form, dup, block, s, pdl);
+    case 4: return launch_lanes<KR, 4, DT, POS64>(p, dup, block, s, pdl);
+    case 8: return launch_lanes<KR, 8, DT, POS64>(p, dup, block, s, pdl);
+    case 16: return launch_lanes<KR, 16, DT, POS64>(p, dup, block, s, pdl);
+    case 32: return launch_lanes<KR, 32, DT, POS64>(p, dup, block, s, pdl);
     default: return cudaErrorInvalidValue;
   }
 }
 
 // Duplicate slots: kDupNone at 1 token (no duplicate possible), kDupScan up to
-// kKsideScanMaxTokens tokens, kDupBlock up to kKsideBlockScanMaxTokens, kDupClaim above; or what
-// the variant forces. -1: not a KDup.
+// kKsideScanMaxTokens tokens, kDupClaim above; or what the variant forces. -1: not a KDup.
 int kside_dup_mode(std::int64_t N, KDup d) {
   switch (d) {
-    case KDup::kAuto:
-      return N <= 1                          ? kDupNone
-             : N <= kKsideScanMaxTokens      ? kDupScan
-             : N <= kKsideBlockScanMaxTokens ? kDupBlock
-                                             : kDupClaim;
+    case KDup::kAuto: return N <= 1 ? kDupNone : N <= kKsideScanMaxTokens ? kDupScan : kDupClaim;
     case KDup::kScan: return kDupScan;
     case KDup::kClaim: return kDupClaim;
-    case KDup::kBlock: return kDupBlock;
   }
   return -1;
 }
@@ -730,7 +587,7 @@ Status kside_cuda_run_variant(const KProblem& p, void* stream, bool enable_pdl, 
     const std::int64_t es = p.dtype == DType::kFloat32 ? 4 : 2;
     const bool fast_ok = aligned(p.input, chunk) && (p.input_stride * es) % std::int64_t(chunk) == 0 &&
                          aligned(p.weight, chunk) && aligned(p.freqs, 16) && aligned(p.cache, 4);
-    if (v.lanes < 0) {  // the automatic shape; the duplicate method and the form stay as asked
+    if (v.lanes < 0) {  // the automatic shape; the duplicate method stays as asked
       const KVariant a = kside_choose_variant(p.N);
       v.lanes = a.lanes;
       v.block = a.block;
@@ -740,18 +597,16 @@ Status kside_cuda_run_variant(const KProblem& p, void* stream, bool enable_pdl, 
     const bool pdl = enable_pdl && pdl_supported(dev);
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
     const int dup = kside_dup_mode(p.N, v.dup);
-    if (dup < 0 || ((dup == kDupScan || dup == kDupBlock) && p.N >= (std::int64_t(1) << 31))) return cudaErrorInvalidValue;
-    const bool first = (v.trigger == KTrigger::kAuto ? kKsideDefaultTrigger : v.trigger) == KTrigger::kFirst;
-    const int arg = dup | (first ? kTriggerFirst : 0);  // the kernels' `dup` argument
+    if (dup < 0 || (dup == kDupScan && p.N >= (std::int64_t(1) << 31))) return cudaErrorInvalidValue;
     return with_krecipe(p.recipe, [&](auto kr) {
       using KR = decltype(kr);
       cudaError_t e = cudaSuccess;
       if (dup == kDupClaim) {  // the claim words first (see the top of the file)
         const std::uint64_t grid = (std::uint64_t(p.N) + 255) / 256;
-        e = launch(kside_claim_kernel<KR, true>, grid, 256, s, pdl, p, arg);
-        if (e == cudaSuccess) e = launch(kside_claim_kernel<KR, false>, grid, 256, s, pdl, p, arg);
+        e = launch(kside_claim_kernel<KR, true>, grid, 256, s, pdl, p);
+        if (e == cudaSuccess) e = launch(kside_claim_kernel<KR, false>, grid, 256, s, pdl, p);
       }
-      return e == cudaSuccess ? launch_dtypes<KR>(p, v, arg, s, pdl) : e;
+      return e == cudaSuccess ? launch_dtypes<KR>(p, v, dup, s, pdl) : e;
     });
   });
 }
