@@ -84,14 +84,7 @@ TEST(Golden, DirectoryHoldsCases) {
   EXPECT_FALSE(files.empty()) << "no *.safetensors in " << INDEXER_Q_TEST_DATA_DIR << "/golden";
 }
 
-// The recipes no engine kernel could be run for (AMD gfx942 and vLLM's CuTe MXFP4 kernel, sm_100:
-// no such GPU here; docs/RECIPES.md steps 14, 15 say what is assumed): they are checked against the
-// reference and the independent model only (the CuTe MXFP4 form also against the vllm_v4_mxfp4
-// files, below), until golden files made on MI300 / sm_100 exist.
-bool source_only(RecipeId r) {
-  const std::string n = recipe_name(r);
-  return n == "sglang_v4_fp8_gfx942" || n == "vllm_v4_fp8_fnuz224" || n == "vllm_v4_mxfp4_cute";
-}
+using iqtest::source_only;
 
 // Every recipe of the list has golden data: a file of its own, or (FNUZ) one derived from a file.
 TEST(Golden, EveryRecipeHasCases) {
