@@ -53,7 +53,7 @@ run_asan() {
   t0=$(date +%s)
   note "asan: configure + build ($B, -fsanitize=address,undefined)"
   cmake -S . -B $B "${GEN[@]}" "${COMMON[@]}" -DINDEXER_Q_SANITIZE=address,undefined >/dev/null
-  cmake --build $B -j"$JOBS" --target indexer_q_tests indexer_q_alloc_tests indexer-q st_set_metadata
+  cmake --build $B -j"$JOBS" --target indexer_q_tests indexer_q_alloc_tests indexer-q st_set_metadata indexer_q_cpu_bench
   local tb
   tb=$(date +%s)
   note "asan: ctest (the whole C++ suite)"
