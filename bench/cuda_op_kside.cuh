@@ -180,6 +180,10 @@ class KsideOp : public CudaOp {
   DType default_dtype() const override { return DType::kFloat32; }  // SGLang's production dtype
   bool has_heads() const override { return false; }
   bool parse_recipes(const char* list) override {
+    if (std::string(list) == "all") {
+      recipes_ = all_krecipes();
+      return true;
+    }
     return parse_recipe_list(list, parse_krecipe, "unknown key recipe", &recipes_);
   }
   int parse_option(const std::string& opt, const char* value) override {
@@ -202,7 +206,7 @@ class KsideOp : public CudaOp {
   }
   std::string usage() const override {
     return "  --tokens    default 1,8,64,512,1024,4096,16384,65536; no --heads; --dtype default fp32\n"
-           "  --recipes   key recipes (default all)\n"
+           "  --recipes   key recipes, or all (the default)\n"
            "  --shapes    also every fixed shape (lanes 4..32 x block 64..256)\n"
            "  --dup scan,claim  also the automatic shape with each duplicate-slot method forced\n";
   }

@@ -111,6 +111,10 @@ class QueryOp : public CudaOp {
   bool has_heads() const override { return true; }
   bool repeat_first_recipe() const override { return true; }
   bool parse_recipes(const char* list) override {
+    if (std::string(list) == "all") {
+      recipes_ = all_recipes();
+      return true;
+    }
     return parse_recipe_list(list, parse_recipe, "unknown recipe", &recipes_);
   }
   int parse_option(const std::string& opt, const char*) override {
@@ -122,7 +126,7 @@ class QueryOp : public CudaOp {
   }
   std::string usage() const override {
     return "  --tokens    default 1,8,64,256,1024,4096,16384,65536; --heads default 64; --dtype default bf16\n"
-           "  --recipes   query recipes (default all)\n"
+           "  --recipes   query recipes, or all (the default)\n"
            "  --shapes    also every launch shape of src/cuda/launch_shapes.inc, the baseline's late trigger\n"
            "              and two floors at decode sizes\n";
   }
