@@ -207,12 +207,14 @@ def python_overhead(run):
     path = os.path.join(run, "python_overhead.txt")
     if not os.path.exists(path):
         return "(no python_overhead.txt in this run)\n"
-    out = ["| entry point | op alone us | wrapper us | added us |", "|---|---|---|---|"]
+    out = ["| entry point | op alone us | wrapper us | added us | allocating op us | wrapper - allocating op us |",
+           "|---|---|---|---|---|---|"]
     num = r"(-?\d+\.\d+)"
     for ln in open(path):
         m = re.match(rf"^(\S.*?)\s+{num}\s+{num}\s+{num}(\s+{num}\s+{num})?\s*$", ln)
         if m:
-            out.append(f"| `{m.group(1)}` | {m.group(2)} | {m.group(3)} | {m.group(4)} |")
+            alloc = (m.group(6), m.group(7)) if m.group(5) else ("", "")
+            out.append(f"| `{m.group(1)}` | {m.group(2)} | {m.group(3)} | {m.group(4)} | {alloc[0]} | {alloc[1]} |")
     return "\n".join(out) + "\n"
 
 
