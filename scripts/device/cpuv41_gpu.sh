@@ -4,9 +4,8 @@
 #   OUT=/tmp/out bash scripts/device/cpuv41_gpu.sh
 # Steps: build this tree's indexer_q_tests + indexer_q_cpu_bench + indexer_q_cpu_icount and (when
 # git can export it) the base tree's indexer_q_cpu_bench + indexer_q_cpu_icount, in parallel; the
-# CPU / golden / reference tests under INDEXER_Q_CPU_ISA=avx512, avx2 and scalar (each run also
-# sweeps every supported ISA in the CpuIsa* tests, the new V41Fp4StepsEveryFloatMatchRowH
-# included); instructions per row (exact, ptrace) before/after on both ISAs; the 1-thread timing
+# CPU / golden / reference tests under INDEXER_Q_CPU_ISA=avx512, avx2 and scalar (the CpuIsa*
+# tests sweep every supported ISA, the new V41Fp4StepsEveryFloatMatchRowH included); instructions per row (exact, ptrace) before/after on both ISAs; the 1-thread timing
 # of the changed recipes, 4096 tokens x 64 heads bf16, pinned to one core, base and this tree
 # alternated 3 times. Logs under $OUT; a short summary on stdout.
 set -u
@@ -15,7 +14,7 @@ mkdir -p "$OUT"
 JOBS=$(nproc)
 GTEST=${INDEXER_Q_GTEST_SOURCE_DIR:-$PWD/.dev/googletest}
 BASE=f68d676
-RECIPES=sgl_v41_fp4_rope_pack,sgl_v41_fp4_quant_rne,v4_fp4,vllm_v4_mxfp4,vllm_v4_mxfp4_cute
+RECIPES=sgl_v41_fp4_rope_pack,sgl_v41_fp4_quant_rne,v4_fp4  # v4_fp4: unchanged code, a control
 B=build-cpuv41
 BB=/tmp/cpuv41-base
 say() { echo "$*" | tee -a "$OUT/summary.txt"; }
@@ -47,22 +46,33 @@ say "build: this tree rc $rc_new, base $BASE rc $rc_base ($(( $(date +%s) - t0 )
 [ $rc_new = 0 ] || { grep -E "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
 [ -x "$BB/build/bench/indexer_q_cpu_bench" ] || have_base=0
 
-# ---- tests (every ISA) ----
+# ---- tests (every ISA, the three runs in parallel) and instructions per row (exact, ptrace) ----
+# The CpuIsa* tests sweep every supported ISA whatever INDEXER_Q_CPU_ISA says (the new
+# V41Fp4StepsEveryFloatMatchRowH too, on all cores: run once, in the avx512 run); the golden and
+# reference tests use the active ISA.
 t1=$(date +%s)
+INDEXER_Q_CPU_ISA=avx512 timeout 100 $B/tests/indexer_q_tests --gtest_filter='*Cpu*:*Golden*:*Reference*' \
+    > "$OUT/tests_avx512.log" 2>&1 &
+p1=$!
+INDEXER_Q_CPU_ISA=avx2 timeout 100 $B/tests/indexer_q_tests --gtest_filter='*Cpu*:*Golden*:*Reference*:-*V41Fp4Steps*' \
+    > "$OUT/tests_avx2.log" 2>&1 &
+p2=$!
+INDEXER_Q_CPU_ISA=scalar timeout 100 $B/tests/indexer_q_tests --gtest_filter='*Golden*:*Reference*' \
+    > "$OUT/tests_scalar.log" 2>&1 &
+p3=$!
+( timeout 60 $B/bench/indexer_q_cpu_icount --recipe $RECIPES --isa avx512,avx2 --tokens 1 > "$OUT/icount_after.csv" 2>&1
+  if [ $have_base = 1 ]; then
+    timeout 60 "$BB/build/bench/indexer_q_cpu_icount" --recipe $RECIPES --isa avx512,avx2 --tokens 1 > "$OUT/icount_before.csv" 2>&1
+  fi ) &
+p4=$!
 for isa in avx512 avx2 scalar; do
-  INDEXER_Q_CPU_ISA=$isa timeout 60 $B/tests/indexer_q_tests --gtest_filter='*Cpu*:*Golden*:*Reference*' \
-      > "$OUT/tests_$isa.log" 2>&1
-  rc=$?
-  say "tests INDEXER_Q_CPU_ISA=$isa: rc $rc; $(grep -E '^\[  PASSED  \]' "$OUT/tests_$isa.log" | head -1)$(grep -cE '^\[  FAILED  \]' "$OUT/tests_$isa.log" | sed 's/^/ failed lines: /')"
-  grep -E '^\[  FAILED  \]' "$OUT/tests_$isa.log" | head -5
+  case $isa in avx512) wait $p1; rc=$?;; avx2) wait $p2; rc=$?;; scalar) wait $p3; rc=$?;; esac
+  say "tests INDEXER_Q_CPU_ISA=$isa: rc $rc; $(grep -E '^\[  PASSED  \]' "$OUT/tests_$isa.log" | head -1); failed: $(grep -cE '^\[  FAILED  \] [A-Za-z]' "$OUT/tests_$isa.log")"
+  grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/tests_$isa.log" | head -5
 done
-say "  V41Fp4StepsEveryFloatMatchRowH (avx512 run): $(grep -E 'V41Fp4StepsEveryFloatMatchRowH \(' "$OUT/tests_avx512.log" | head -1)"
-
-# ---- instructions per row (exact) ----
-timeout 40 $B/bench/indexer_q_cpu_icount --recipe $RECIPES --isa avx512,avx2 --tokens 1 > "$OUT/icount_after.csv" 2>&1
-if [ $have_base = 1 ]; then
-  timeout 40 "$BB/build/bench/indexer_q_cpu_icount" --recipe $RECIPES --isa avx512,avx2 --tokens 1 > "$OUT/icount_before.csv" 2>&1
-fi
+say "  $(grep -E 'V41Fp4StepsEveryFloatMatchRowH \(' "$OUT/tests_avx512.log" | head -1)"
+wait $p4
+say "tests + icount: $(( $(date +%s) - t1 )) s"
 say "instructions per row (bf16, 64 heads; before -> after):"
 python3 - "$OUT" $have_base <<'EOF' | tee -a "$OUT/summary.txt"
 import csv, sys, os
@@ -84,7 +94,7 @@ core=$(( $(nproc) > 3 ? 2 : 0 ))
 for round in 1 2 3; do
   for tree in base new; do
     if [ $tree = base ]; then [ $have_base = 1 ] || continue; exe="$BB/build/bench/indexer_q_cpu_bench"; else exe=$B/bench/indexer_q_cpu_bench; fi
-    timeout 25 taskset -c $core "$exe" --isa avx512,avx2 --threads 1 --tokens 4096 --heads 64 --recipe $RECIPES --iters 10 \
+    timeout 20 taskset -c $core "$exe" --isa avx512,avx2 --threads 1 --tokens 4096 --heads 64 --recipe $RECIPES --iters 10 --format csv \
         2>&1 | grep -v '^#' | sed "s/^/$tree,$round,/" >> "$OUT/timing.csv"
   done
 done
