@@ -5,9 +5,9 @@
 # Steps: build this tree's indexer_q_tests + indexer_q_cpu_bench + indexer_q_cpu_icount and (when
 # git can export it) the base tree's indexer_q_cpu_bench + indexer_q_cpu_icount, in parallel; the
 # CPU / golden / reference tests under INDEXER_Q_CPU_ISA=avx512, avx2 and scalar (the CpuIsa*
-# tests sweep every supported ISA, the new V41Fp4StepsEveryFloatMatchRowH included); instructions per row (exact, ptrace) before/after on both ISAs; the 1-thread timing
-# of the changed recipes, 4096 tokens x 64 heads bf16, pinned to one core, base and this tree
-# alternated 3 times. Logs under $OUT; a short summary on stdout.
+# tests sweep every supported ISA, the new V41Fp4StepsEveryFloatMatchRowH included); instructions
+# per row (exact, ptrace) before/after on both ISAs; the 1-thread timing of the changed recipes, 4096 tokens x 64 heads bf16, pinned to one core, base and this tree
+# alternated twice. Logs under $OUT; a short summary on stdout.
 set -u
 OUT=${OUT:-$PWD/cpuv41-out}
 mkdir -p "$OUT"
@@ -51,13 +51,13 @@ say "build: this tree rc $rc_new, base $BASE rc $rc_base ($(( $(date +%s) - t0 )
 # V41Fp4StepsEveryFloatMatchRowH too, on all cores: run once, in the avx512 run); the golden and
 # reference tests use the active ISA.
 t1=$(date +%s)
-INDEXER_Q_CPU_ISA=avx512 timeout 100 $B/tests/indexer_q_tests --gtest_filter='*Cpu*:*Golden*:*Reference*' \
+INDEXER_Q_CPU_ISA=avx512 timeout 80 $B/tests/indexer_q_tests --gtest_filter='*Cpu*:*Golden*:*Reference*' \
     > "$OUT/tests_avx512.log" 2>&1 &
 p1=$!
-INDEXER_Q_CPU_ISA=avx2 timeout 100 $B/tests/indexer_q_tests --gtest_filter='*Cpu*:*Golden*:*Reference*:-*V41Fp4Steps*' \
+INDEXER_Q_CPU_ISA=avx2 timeout 80 $B/tests/indexer_q_tests --gtest_filter='*Cpu*:*Golden*:*Reference*:-*V41Fp4Steps*' \
     > "$OUT/tests_avx2.log" 2>&1 &
 p2=$!
-INDEXER_Q_CPU_ISA=scalar timeout 100 $B/tests/indexer_q_tests --gtest_filter='*Golden*:*Reference*' \
+INDEXER_Q_CPU_ISA=scalar timeout 80 $B/tests/indexer_q_tests --gtest_filter='*Golden*:*Reference*' \
     > "$OUT/tests_scalar.log" 2>&1 &
 p3=$!
 ( timeout 60 $B/bench/indexer_q_cpu_icount --recipe $RECIPES --isa avx512,avx2 --tokens 1 > "$OUT/icount_after.csv" 2>&1
@@ -91,17 +91,17 @@ EOF
 # ---- timings: 1 thread pinned, base and this tree alternated ----
 core=$(( $(nproc) > 3 ? 2 : 0 ))
 : > "$OUT/timing.csv"
-for round in 1 2 3; do
+for round in 1 2; do
   for tree in base new; do
     if [ $tree = base ]; then [ $have_base = 1 ] || continue; exe="$BB/build/bench/indexer_q_cpu_bench"; else exe=$B/bench/indexer_q_cpu_bench; fi
-    timeout 20 taskset -c $core "$exe" --isa avx512,avx2 --threads 1 --tokens 4096 --heads 64 --recipe $RECIPES --iters 10 --format csv \
+    timeout 15 taskset -c $core "$exe" --isa avx512,avx2 --threads 1 --tokens 4096 --heads 64 --recipe $RECIPES --iters 10 --format csv \
         2>&1 | grep -v '^#' | sed "s/^/$tree,$round,/" >> "$OUT/timing.csv"
   done
 done
 # Without git here, the base column is this morning's main run (same host kind, not pinned).
 MORNING=bench/cuda_results/2026-12-02-h200-session7-main/cpu_1t.csv
 [ $have_base = 1 ] && label="base $BASE, same run" || label="main's run of this morning ($MORNING)"
-say "ns per row (1 thread on core $core, 4096 x 64 bf16, min over 3 rounds; $label -> this tree):"
+say "ns per row (1 thread on core $core, 4096 x 64 bf16, min over 2 rounds; $label -> this tree):"
 python3 - "$OUT/timing.csv" $have_base $MORNING <<'EOF' | tee -a "$OUT/summary.txt"
 import sys
 best, exact = {}, {}
