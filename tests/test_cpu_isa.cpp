@@ -594,6 +594,84 @@ TEST(CpuIsaRecipes, Fp4EncoderSweepMatchesRowH) {
   }
 }
 
+// SGLang V4.1's FP4 steps (Quantizer::kFp4Rne, kFp4TwoStage) by every ISA's kernel code against
+// row.h, on every float32 input of each step: the packer's E2M1 code of every float v
+// (e2m1_encode_rne), stage 1's value of every float x at inv1 = sc = 1 (stage1_value: the same
+// bits, but a zero may have either sign and a NaN any payload: neither matters downstream), and the
+// packer's UE8M0 byte and inverse of every float amax (rne_ue8m0_of_amax, rne_inverse: a negative
+// amax is floored like a small one). The chunks of the 2^32 bit patterns are shared among threads.
+// Then both steps at the scales the kernels meet, on every bf16 value and a strided float sweep.
+TEST(CpuIsaRecipes, V41Fp4StepsEveryFloatMatchRowH) {
+  const std::vector<CpuIsa> isas = supported_cpu_isas();
+  constexpr std::int64_t kChunk = 1 << 16;
+  constexpr std::uint64_t kChunks = (1ull << 32) / kChunk;
+  auto stage1_same = [](float g, float w) {
+    return bits(g) == bits(w) || (g == 0.0f && w == 0.0f) || (g != g && w != w);
+  };
+  std::atomic<std::uint64_t> next{0};
+  std::atomic<std::int64_t> bad_code{0}, bad_stage1{0}, bad_e{0};
+  std::atomic<std::uint32_t> first_code{0}, first_stage1{0}, first_e{0};
+  auto work = [&] {
+    std::vector<float> x(kChunk), gf(kChunk), wf(kChunk), ginv(kChunk), winv(kChunk);
+    std::vector<std::uint8_t> g(kChunk), w(kChunk), ge(kChunk), we(kChunk);
+    for (std::uint64_t ch = next++; ch < kChunks; ch = next++) {
+      const std::uint64_t base = ch * kChunk;
+      for (std::int64_t i = 0; i < kChunk; ++i) {
+        x[i] = from_bits(std::uint32_t(base + i));
+        w[i] = detail::e2m1_encode_rne(x[i]);
+        wf[i] = detail::stage1_value(x[i], 1.0f, 1.0f);
+        const std::uint32_t e = detail::rne_ue8m0_of_amax(x[i]);
+        we[i] = std::uint8_t(e);
+        winv[i] = detail::rne_inverse(e);
+      }
+      for (CpuIsa isa : isas) {
+        detail::cpu::encode_rne_fp4_for(isa)(x.data(), 1.0f, g.data(), kChunk);
+        detail::cpu::stage1_fp4_for(isa)(x.data(), 1.0f, 1.0f, gf.data(), kChunk);
+        detail::cpu::rne_ue8m0_for(isa)(x.data(), ge.data(), ginv.data(), kChunk);
+        for (std::int64_t i = 0; i < kChunk; ++i) {
+          if (g[i] != w[i] && bad_code++ == 0) first_code = bits(x[i]);
+          if (!stage1_same(gf[i], wf[i]) && bad_stage1++ == 0) first_stage1 = bits(x[i]);
+          if ((ge[i] != we[i] || bits(ginv[i]) != bits(winv[i])) && bad_e++ == 0) first_e = bits(x[i]);
+        }
+      }
+    }
+  };
+  const unsigned n_threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> team;
+  for (unsigned t = 0; t < n_threads; ++t) team.emplace_back(work);
+  for (std::thread& t : team) t.join();
+  EXPECT_EQ(bad_code.load(), 0) << "e2m1_encode_rne, first x bits 0x" << std::hex << first_code.load();
+  EXPECT_EQ(bad_stage1.load(), 0) << "stage1_value, first x bits 0x" << std::hex << first_stage1.load();
+  EXPECT_EQ(bad_e.load(), 0) << "rne_ue8m0_of_amax, first amax bits 0x" << std::hex << first_e.load();
+
+  std::vector<float> vals;
+  for (std::uint32_t h = 0; h < 0x10000u; ++h) vals.push_back(from_bits(h << 16));
+  for (std::uint64_t u = 0; u < (1ull << 32); u += 4099) vals.push_back(from_bits(std::uint32_t(u)));
+  while (vals.size() % 16) vals.push_back(0.0f);
+  // The packer's inverses (rne_inverse: 2^(127 - e), the subnormal 2^-127 at 254; stage 2's
+  // ue8m0_inverse: 0 at 254) times every value.
+  for (int e : {1, 100, 114, 127, 140, 200, 253, 254}) {
+    for (float inv : {detail::rne_inverse(std::uint32_t(e)), detail::ue8m0_inverse(std::uint8_t(e))})
+      expect_encoder_matches(
+          detail::cpu::encode_rne_fp4_for, vals, inv, [inv](float v) { return detail::e2m1_encode_rne(v * inv); },
+          "e=" + std::to_string(e));
+  }
+  // Stage 1 at the block exponents e1 (stage1_exponent: 1..254, 255 for an infinite amax):
+  // inv1 = cute_inverse(e1) (0 at 254, -Inf at 255), sc = 2^(e1 - 127) (+Inf at 255).
+  std::vector<float> got(vals.size());
+  for (std::uint32_t e1 : {1u, 2u, 100u, 126u, 127u, 128u, 200u, 253u, 254u, 255u}) {
+    const float inv1 = detail::cute_inverse(e1), sc = from_bits(e1 << 23);
+    for (CpuIsa isa : isas) {
+      detail::cpu::stage1_fp4_for(isa)(vals.data(), inv1, sc, got.data(), std::int64_t(vals.size()));
+      std::int64_t bad = 0;
+      std::size_t first = 0;
+      for (std::size_t i = 0; i < vals.size(); ++i)
+        if (!stage1_same(got[i], detail::stage1_value(vals[i], inv1, sc)) && bad++ == 0) first = i;
+      EXPECT_EQ(bad, 0) << cpu_isa_name(isa) << " e1=" << e1 << " first x bits 0x" << std::hex << bits(vals[first]);
+    }
+  }
+}
+
 // ---- vLLM's quantizer (Quantizer::kVllm, docs/RECIPES.md) ----
 
 // Edge rows of the vLLM forms, every ISA (scalar included) byte for byte against the reference,

@@ -150,12 +150,14 @@ namespace {
 struct VariantEntry {
   CpuIsa isa;
   KernelFn kernel;
-  QuantizeFn quantize, encode_fp4, quantize_vllm, encode_mxfp4;
+  QuantizeFn quantize, encode_fp4, quantize_vllm, encode_mxfp4, encode_rne_fp4;
+  Stage1Fn stage1_fp4;
+  RneUe8m0Fn rne_ue8m0;
 };
 const VariantEntry kVariants[] = {
 #define IQ_CPU_VARIANT(Enum, suffix, check)                                                       \
   {CpuIsa::Enum, &kernel_##suffix, &quantize_##suffix, &encode_fp4_##suffix, &quantize_vllm_##suffix, \
-   &encode_mxfp4_##suffix},
+   &encode_mxfp4_##suffix, &encode_rne_fp4_##suffix, &stage1_fp4_##suffix, &rne_ue8m0_##suffix},
 #include "cpu/isa_list.inc"
 #undef IQ_CPU_VARIANT
 };
@@ -171,6 +173,9 @@ QuantizeFn quantize_for(CpuIsa isa) { return variant_of(isa) ? variant_of(isa)->
 QuantizeFn encode_fp4_for(CpuIsa isa) { return variant_of(isa) ? variant_of(isa)->encode_fp4 : nullptr; }
 QuantizeFn quantize_vllm_for(CpuIsa isa) { return variant_of(isa) ? variant_of(isa)->quantize_vllm : nullptr; }
 QuantizeFn encode_mxfp4_for(CpuIsa isa) { return variant_of(isa) ? variant_of(isa)->encode_mxfp4 : nullptr; }
+QuantizeFn encode_rne_fp4_for(CpuIsa isa) { return variant_of(isa) ? variant_of(isa)->encode_rne_fp4 : nullptr; }
+Stage1Fn stage1_fp4_for(CpuIsa isa) { return variant_of(isa) ? variant_of(isa)->stage1_fp4 : nullptr; }
+RneUe8m0Fn rne_ue8m0_for(CpuIsa isa) { return variant_of(isa) ? variant_of(isa)->rne_ue8m0 : nullptr; }
 
 Status isa_from_env_value(const char* value, CpuIsa* out) {
   if (value == nullptr || value[0] == '\0') {

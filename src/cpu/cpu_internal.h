@@ -28,12 +28,20 @@ using KernelFn = void (*)(const Problem& p, std::int64_t row_begin, std::int64_t
 // in [2^-22, 2^120] or +Inf, inv = 0); n a multiple of 16.
 // encode_mxfp4_<suffix> (Quantizer::kVllm, E2M1): row.h's mx_e2m1_encode(y[i] * inv), one code per
 // byte (0..15), for any float y and any inv; n a multiple of 16.
-#define IQ_CPU_VARIANT(Enum, suffix, check)                                                   \
-  void kernel_##suffix(const Problem& p, std::int64_t row_begin, std::int64_t row_end);      \
-  void quantize_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);      \
-  void encode_fp4_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);    \
-  void quantize_vllm_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n); \
-  void encode_mxfp4_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);
+// SGLang V4.1's FP4 steps (Quantizer::kFp4Rne, kFp4TwoStage), by the kernel's code, n a multiple
+// of 16: encode_rne_fp4_<suffix>: row.h's e2m1_encode_rne(y[i] * inv) for any float y and inv;
+// stage1_fp4_<suffix>: row.h's stage1_value(x[i], inv1, sc) (the kernels may give +0 for its -0);
+// rne_ue8m0_<suffix>: row.h's rne_ue8m0_of_amax(amax[i]) and rne_inverse of it, for amax >= 0 or
+// NaN.
+#define IQ_CPU_VARIANT(Enum, suffix, check)                                                        \
+  void kernel_##suffix(const Problem& p, std::int64_t row_begin, std::int64_t row_end);           \
+  void quantize_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);           \
+  void encode_fp4_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);         \
+  void quantize_vllm_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);      \
+  void encode_mxfp4_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);       \
+  void encode_rne_fp4_##suffix(const float* y, float inv, std::uint8_t* out, std::int64_t n);     \
+  void stage1_fp4_##suffix(const float* x, float inv1, float sc, float* out, std::int64_t n);     \
+  void rne_ue8m0_##suffix(const float* amax, std::uint8_t* e, float* inv, std::int64_t n);
 #include "cpu/isa_list.inc"
 #undef IQ_CPU_VARIANT
 
@@ -51,6 +59,11 @@ QuantizeFn quantize_for(CpuIsa isa);
 QuantizeFn encode_fp4_for(CpuIsa isa);
 QuantizeFn quantize_vllm_for(CpuIsa isa);
 QuantizeFn encode_mxfp4_for(CpuIsa isa);
+QuantizeFn encode_rne_fp4_for(CpuIsa isa);
+using Stage1Fn = void (*)(const float* x, float inv1, float sc, float* out, std::int64_t n);
+Stage1Fn stage1_fp4_for(CpuIsa isa);
+using RneUe8m0Fn = void (*)(const float* amax, std::uint8_t* e, float* inv, std::int64_t n);
+RneUe8m0Fn rne_ue8m0_for(CpuIsa isa);
 // The AVX-512 kernel's FP8 encoder of rows known to hold no NaN or Inf (the kernel's fast path):
 // the e4m3fn code of y[i] * inv for finite products of magnitude below 464 (no clamp needed there:
 // they all round to at most 448), n a multiple of 32. nullptr where that variant is not compiled in.

@@ -97,6 +97,7 @@ struct Consts {
   __m256i ns0, nd0, ns1, nd1;  // FP8 output interleave: S/D registers of slices k, k + 1
   __m256i x7fff, one, hi16;    // bf16 rounding
   __m256 c6, c2m10, c2p22, cm025, one_f;
+  __m256 cm6, c15p22;          // stage 1 (stage1_values)
   __m256i c4pos, c4neg;        // FP4 code offsets
   __m256i p4a, p4b;            // FP4 output interleave: two blocks
   __m256i c80;
@@ -134,9 +135,11 @@ struct Consts {
     hi16 = _mm256_set1_epi32(int(0xffff0000u));
     c6 = _mm256_set1_ps(kFp4MaxK);
     c2m10 = _mm256_set1_ps(0x1p-10f);
-    c2p22 = _mm256_set1_ps(0x1p22f);
     cm025 = _mm256_set1_ps(-0.25f);
     one_f = _mm256_set1_ps(1.0f);
+    c2p22 = _mm256_set1_ps(0x1p22f);
+    cm6 = _mm256_set1_ps(-kFp4MaxK);
+    c15p22 = _mm256_set1_ps(0x1.8p22f);
     c4pos = _mm256_set1_epi32(-(22 << 23) - 254);
     c4neg = _mm256_set1_epi32(-(22 << 23) - 254 + 8);
     // Block bytes (see back(), FP4): in each half, bytes 4d + i of the packed block.
@@ -266,19 +269,46 @@ inline __m256i rne_e2m1_encode(__m256 v, const Consts& c) {
                                                                     _mm256_castsi256_ps(c.c4neg), neg)));
 }
 
-// Stage 1 of Quantizer::kFp4TwoStage on 8 values (row.h's stage1_value): u = fma(x, inv1, +0), g =
-// the E2M1 value of u (nearest, ties to even, saturating at 6, NaN -> +6) with the sign of u < 0,
-// times sc. g is rounded as in mx_e2m1_encode: t = fma(m, 2^22, a) is a on the grid plus
-// m * 2^22, which the subtraction takes off exactly.
+// Stage 1 of Quantizer::kFp4TwoStage on 8 values (row.h's stage1_value(x, inv1, sc): u = fma(x,
+// inv1, +0), its E2M1 value with ties to even, saturating at 6, NaN -> +6, with u's sign, times sc)
+// by rounding u itself onto the grid (the CUDA kernel's stage1_value_fast): the E2M1 values are
+// the multiples of 1/2 on [0, 2], of 1 on [2, 4], of 2 on [4, 6], and on each range a multiple
+// k * s of the step s has the code of k's parity, so ties to the even code are ties to the even
+// multiple. w = clamp(u, -6, 6) (minps returns its 2nd operand: NaN -> 6), p = 2^floor(log2
+// max(|w|, 1)) in {1, 2, 4} (the step is p / 2), i.e. max(the exponent bits of w alone, 1) (a
+// positive power of two, or +0 for a zero or subnormal w): t = fma(p, 1.5 * 2^22, w) rounds w to a multiple
+// of p / 2 with ties to even (ulp(t) = p / 2), and fma(-p, 1.5 * 2^22, t) gives it back exactly.
+// The same floats as stage1_value but for the sign of a zero (u = x * inv1 and a negative u that
+// rounds to 0 give +0 where stage1_value may give -0): the result only feeds the block maximum of
+// |.| and the packer, whose code of +-0 is 0 either way (and +-0 * sc is NaN alike at sc = Inf).
+// 8 operations (12 before).
+// kClamp = false skips the clamp of u (6 operations), for a row whose values are all finite (see
+// front_body): then the block's inverse is 2^-k with 2^k >= RN(amax * fl(1/6)), fl(1/6) > 1/6, so
+// |u| <= amax * 2^-k <= 6 (1 + 2^-23), which the step-2 grid rounds to +-6 as the clamp's +-6, and
+// u is never NaN.
+template <bool kClamp = true>
 inline __m256 stage1_values(__m256 x, __m256 inv1, __m256 sc, const Consts& c) {
-  const __m256 u = _mm256_fmadd_ps(x, inv1, _mm256_setzero_ps());
-  const __m256 a = _mm256_min_ps(_mm256_and_ps(u, c.absmask), c.c6);
-  const __m256i m = _mm256_max_epi32(_mm256_castps_si256(_mm256_and_ps(a, c.expmask)), _mm256_castps_si256(c.one_f));
-  const __m256 t = _mm256_fmadd_ps(_mm256_castsi256_ps(m), c.c2p22, a);
-  const __m256 g = _mm256_sub_ps(t, _mm256_castsi256_ps(_mm256_add_epi32(m, _mm256_set1_epi32(22 << 23))));
-  const __m256 neg = _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_LT_OQ);
-  const __m256 sg = _mm256_xor_ps(g, _mm256_andnot_ps(c.absmask, neg));
-  return _mm256_mul_ps(sg, sc);
+  const __m256 u = _mm256_mul_ps(x, inv1);
+  const __m256 w = kClamp ? _mm256_max_ps(_mm256_min_ps(u, c.c6), c.cm6) : u;
+  const __m256 p = _mm256_max_ps(_mm256_and_ps(w, c.expmask), c.one_f);
+  const __m256 t = _mm256_fmadd_ps(p, c.c15p22, w);
+  return _mm256_mul_ps(_mm256_fnmadd_ps(p, c.c15p22, t), sc);
+}
+
+// Stage 1 on a row in buf: its values replaced by their stage-1 values, mb[b] = the lanes' maxima of
+// their magnitudes in block b (NaN ignored: maxps returns its 2nd operand, the running max).
+template <bool kClamp>
+__attribute__((always_inline)) inline void stage1_row(float* row, const __m256 (&vinv)[4], const __m256 (&vsc)[4],
+                                                      __m256 (&mb)[4], const Consts& c) {
+#pragma GCC unroll 2
+  for (int half = 0; half < 2; ++half)
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      float* q = row + 64 * half + 8 * k;
+      const __m256 v = stage1_values<kClamp>(_mm256_load_ps(q), vinv[k >> 1], vsc[k >> 1], c);
+      mb[k >> 1] = _mm256_max_ps(_mm256_and_ps(v, c.absmask), mb[k >> 1]);
+      _mm256_store_ps(q, v);
+    }
 }
 
 template <class R>
@@ -376,10 +406,25 @@ struct Avx2 {
                                                              const Consts& c, float (*buf)[128]) {
     constexpr Layout kL = layout_of<kDt>();
     constexpr int kRope0 = R::kRopeOffset / 16;  // first slice of the rotated dims
+    // FP4 recipes that rewrite nothing in phase 2 (no Hadamard, no rounding after it) take the
+    // block maxima here, from the registers (slices 2b, 2b + 1 = block b), not from buf.
+    constexpr bool kAmaxInPhase1 = R::kFp4 && !(R::kHadamard || R::kBf16AfterHadamard);
+    __m256 mb1[kRows][4];
+    // The two-stage quantizer: fin1[n] = fma(e, o, fin1[n]) over the row's registers is finite only
+    // if no NaN or infinity is among the row's values (one leaves it NaN or infinite for good:
+    // NaN * x, Inf * 0, Inf - Inf are NaN, Inf * x and Inf + x infinite); an overflowing product
+    // or sum of finite values only sends a finite row down the clamping path. A row with a finite
+    // fin1 takes stage 1 without the clamp (stage1_values<false>).
+    constexpr bool kFin = R::kQuant == Quantizer::kFp4TwoStage && kAmaxInPhase1;
+    __m256 fin1[kRows];
     // Phase 1, per 16-element slice k: even/odd split, RoPE, butterfly stride 1, then
     // strides 2, 4, 8 (see the top of the file).
 #pragma GCC unroll 2
     for (int n = 0; n < kRows; ++n) {
+      if (kAmaxInPhase1)
+#pragma GCC unroll 4
+        for (int blk = 0; blk < 4; ++blk) mb1[n][blk] = _mm256_setzero_ps();
+      if (kFin) fin1[n] = _mm256_setzero_ps();
       __m256 E[8], O[8];
       load_row<kDt>(p.q_input, r0 + n, E, O);
       if constexpr (R::kRope && R::kNeox) {
@@ -407,6 +452,10 @@ struct Avx2 {
             o = round_bf16<kDt>(o, c);
           }
         }
+        if (kAmaxInPhase1)  // (maxps returns its 2nd operand, the running max, for a NaN)
+          mb1[n][k >> 1] = _mm256_max_ps(_mm256_and_ps(o, c.absmask),
+                                         _mm256_max_ps(_mm256_and_ps(e, c.absmask), mb1[n][k >> 1]));
+        if (kFin) fin1[n] = _mm256_fmadd_ps(e, o, fin1[n]);
         __m256 sum, dif;
         if (R::kHadamard) {
           // Step 3: stride 1, then 2, 4, 8.
@@ -454,8 +503,11 @@ struct Avx2 {
     for (int n = 0; n < kRows; ++n) {
       __m256 m = _mm256_setzero_ps();
       __m256 mb[4] = {m, m, m, m};
+      if (kAmaxInPhase1)
+#pragma GCC unroll 4
+        for (int blk = 0; blk < 4; ++blk) mb[blk] = mb1[n][blk];
 #pragma GCC unroll 2
-      for (int half = 0; half < 2; ++half) {
+      for (int half = 0; half < 2 && !kAmaxInPhase1; ++half) {
         float* hb = buf[n] + 64 * half;
         __m256 v[8];
 #pragma GCC unroll 8
@@ -493,15 +545,12 @@ struct Avx2 {
             vsc[blk] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(sc), _mm256_set1_epi32(blk));
             mb[blk] = _mm256_setzero_ps();
           }
-#pragma GCC unroll 2
-          for (int half = 0; half < 2; ++half)
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; ++k) {
-              float* q = buf[n] + 64 * half + 8 * k;
-              const __m256 v = stage1_values(_mm256_load_ps(q), vinv[k >> 1], vsc[k >> 1], c);
-              mb[k >> 1] = _mm256_max_ps(_mm256_and_ps(v, c.absmask), mb[k >> 1]);
-              _mm256_store_ps(q, v);
-            }
+          // fin1 - fin1 is 0 in every lane exactly when fin1 is finite.
+          const __m256 z = _mm256_sub_ps(fin1[n], fin1[n]);
+          if (__builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(z, z, _CMP_UNORD_Q)) == 0, 1))
+            stage1_row<false>(buf[n], vinv, vsc, mb, c);
+          else
+            stage1_row<true>(buf[n], vinv, vsc, mb, c);
           amax[n] = max4x8(mb[0], mb[1], mb[2], mb[3]);
         }
       } else {
@@ -632,6 +681,26 @@ void quantize_vllm_avx2(const float* y, float inv, std::uint8_t* out, std::int64
 }
 void encode_mxfp4_avx2(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
   encode_hook(y, inv, out, n, [](__m256 v, const Consts& c) { return mx_e2m1_encode(v, c); });
+}
+void encode_rne_fp4_avx2(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  encode_hook(y, inv, out, n, [](__m256 v, const Consts& c) { return rne_e2m1_encode(v, c); });
+}
+void stage1_fp4_avx2(const float* x, float inv1, float sc, float* out, std::int64_t n) {
+  const Consts c;
+  const __m256 vinv = _mm256_set1_ps(inv1), vsc = _mm256_set1_ps(sc);
+  for (std::int64_t i = 0; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, stage1_values(_mm256_loadu_ps(x + i), vinv, vsc, c));
+}
+void rne_ue8m0_avx2(const float* amax, std::uint8_t* e, float* inv, std::int64_t n) {
+  for (std::int64_t i = 0; i + 8 <= n; i += 8) {
+    __m256 vinv;
+    __m256i ve;
+    rne_scales<false>(_mm256_loadu_ps(amax + i), vinv, ve);  // (the kernels' scale step, kFp4Rne)
+    alignas(32) std::int32_t ei[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(ei), ve);
+    _mm256_storeu_ps(inv + i, vinv);
+    for (int j = 0; j < 8; ++j) e[i + j] = std::uint8_t(ei[j]);
+  }
 }
 
 }  // namespace cpu

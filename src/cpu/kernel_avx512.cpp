@@ -38,6 +38,7 @@ struct Consts {
   __m512i lane0_8;                  // lanes 0, 8 to lanes 0, 1
   __m512i c7f_32, cffff, qperm, dperm, c80_8, c7f_8;  // the codes' packing (back_row)
   __m512 c2p22;                     // vLLM E2M1 encoder
+  __m512 cm6, c15p22, one_f;        // stage 1 (stage1_values)
   __m512i one_bits, mx_off, c1;
   __m512 c224, cm224;  // gfx942: Quantizer::kSglang224's clamp
   Consts() {
@@ -70,6 +71,9 @@ struct Consts {
     c8000 = _mm512_set1_epi32(0x8000);
     c80_32 = _mm512_set1_epi32(0x80);
     c2p22 = _mm512_set1_ps(0x1p22f);
+    cm6 = _mm512_set1_ps(-kFp4MaxK);
+    c15p22 = _mm512_set1_ps(0x1.8p22f);
+    one_f = _mm512_set1_ps(1.0f);
     one_bits = _mm512_set1_epi32(0x3f800000);  // bits(1.0f)
     mx_off = _mm512_set1_epi32(-(22 << 23) - 254);
     c1 = _mm512_set1_epi32(1);
@@ -244,18 +248,19 @@ inline __m512i rne_e2m1_encode(__m512 v, const Consts& c) {
   return _mm512_mask_or_epi32(mag, _mm512_cmp_ps_mask(v, c.cm025, _CMP_LT_OQ), mag, c.c8);
 }
 
-// Stage 1 of Quantizer::kFp4TwoStage on 16 values (row.h's stage1_value; see kernel_avx2.cpp's
-// stage1_values): u = fma(x, inv1, +0), its E2M1 value g (ties to even, NaN -> +6) with the sign
-// of u < 0, times sc.
+// Stage 1 of Quantizer::kFp4TwoStage on 16 values (row.h's stage1_value), by rounding u = x * inv1
+// onto the E2M1 grid with one magic fma and taking it back with another (see kernel_avx2.cpp's
+// stage1_values: the same operations, the same floats up to the sign of a zero): w = clamp(u, -6,
+// 6) (NaN -> 6), p = 2^floor(log2 max(|w|, 1)) = max(the exponent bits of w alone, 1), t = fma(p,
+// 1.5 * 2^22, w), then fma(-p, 1.5 * 2^22, t) * sc. 8 operations (11 before); kClamp = false (6):
+// rows whose values are all finite (kernel_avx2.cpp's stage1_values says why the clamp is moot).
+template <bool kClamp = true>
 inline __m512 stage1_values(__m512 x, __m512 inv1, __m512 sc, const Consts& c) {
-  const __m512 u = _mm512_fmadd_ps(x, inv1, _mm512_setzero_ps());
-  const __m512 a = _mm512_min_ps(abs_ps(u, c), c.c6);
-  const __m512i m = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), c.expmask), c.one_bits);
-  const __m512 t = _mm512_fmadd_ps(_mm512_castsi512_ps(m), c.c2p22, a);
-  const __m512 g = _mm512_sub_ps(t, _mm512_castsi512_ps(_mm512_add_epi32(m, _mm512_set1_epi32(22 << 23))));
-  const __m512 sg = _mm512_mask_sub_ps(g, _mm512_cmp_ps_mask(u, _mm512_setzero_ps(), _CMP_LT_OQ),
-                                       _mm512_setzero_ps(), g);  // -g where u < 0 (0 - g: -0 at g = 0 is not kept, harmless)
-  return _mm512_mul_ps(sg, sc);
+  const __m512 u = _mm512_mul_ps(x, inv1);
+  const __m512 w = kClamp ? _mm512_max_ps(_mm512_min_ps(u, c.c6), c.cm6) : u;
+  const __m512 p = _mm512_max_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(w), c.expmask)), c.one_f);
+  const __m512 t = _mm512_fmadd_ps(p, c.c15p22, w);
+  return _mm512_mul_ps(_mm512_fnmadd_ps(p, c.c15p22, t), sc);
 }
 
 template <class R, bool kFast>
@@ -287,6 +292,24 @@ inline __m512i fp8_encode(__m512 q, const Consts& c) {
 // Max of a 16-lane vector into 8 lanes (max is exact, order free; no NaN reaches here).
 inline __m256 half_max(__m512 m) {
   return _mm256_max_ps(_mm512_castps512_ps256(m), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1)));
+}
+
+// Stage 1 on a row in buf (block k = buf[32k .. 32k + 31]): its values replaced by their stage-1
+// values, mb[k] = the maxima of their magnitudes in block k, 8 lanes (NaN ignored: maxps returns
+// its 2nd operand).
+template <bool kClamp>
+__attribute__((always_inline)) inline void stage1_row(float* row, __m512 inv16, __m512 sc16, __m256 (&mb)[4],
+                                                      const Consts& c) {
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m512i lane = _mm512_set1_epi32(k);
+    const __m512 vinv = _mm512_permutexvar_ps(lane, inv16), vsc = _mm512_permutexvar_ps(lane, sc16);
+    const __m512 e = stage1_values<kClamp>(_mm512_load_ps(row + 32 * k), vinv, vsc, c);
+    const __m512 o = stage1_values<kClamp>(_mm512_load_ps(row + 32 * k + 16), vinv, vsc, c);
+    mb[k] = half_max(_mm512_max_ps(abs_ps(e, c), _mm512_max_ps(abs_ps(o, c), _mm512_setzero_ps())));
+    _mm512_store_ps(row + 32 * k, e);
+    _mm512_store_ps(row + 32 * k + 16, o);
+  }
 }
 
 // The amax by vrangeps (max of the magnitudes, sign cleared: |a| or |b|, one instruction for
@@ -447,7 +470,8 @@ struct Avx512 {
           e = round_bf16<kDt>(e, c);
           o = round_bf16<kDt>(o, c);
         }
-        if (kRangeAmax<R>) fin = _mm512_fmadd_ps(e, o, fin);
+        // (the two-stage quantizer: for its stage 1, see there)
+        if (kRangeAmax<R> || R::kQuant == Quantizer::kFp4TwoStage) fin = _mm512_fmadd_ps(e, o, fin);
         if (R::kFp4 && kRangeAmax<R>) {
           mb[k] = half_range_max(range_max(e, o));
         } else if (kRangeAmax<R>) {
@@ -472,19 +496,15 @@ struct Avx512 {
         if constexpr (R::kQuant == Quantizer::kFp4TwoStage) {
           // Stage 1 of the two-stage quantizer: the fake-quantized values replace the row in buf,
           // and their block amax (NaN ignored) is what the packer's scales see.
+          // fin (kRangeAmax's test, here over the rows so far) finite: no NaN or infinity among
+          // this row's values, whose stage 1 then skips its clamp (stage1_values<false>).
           __m128 inv1, sc;
           stage1_scales(amax[n], inv1, sc);
           const __m512 inv16 = _mm512_castps128_ps512(inv1), sc16 = _mm512_castps128_ps512(sc);
-#pragma GCC unroll 4
-          for (int k = 0; k < 4; ++k) {
-            const __m512i lane = _mm512_set1_epi32(k);
-            const __m512 vinv = _mm512_permutexvar_ps(lane, inv16), vsc = _mm512_permutexvar_ps(lane, sc16);
-            const __m512 e = stage1_values(_mm512_load_ps(buf[n] + 32 * k), vinv, vsc, c);
-            const __m512 o = stage1_values(_mm512_load_ps(buf[n] + 32 * k + 16), vinv, vsc, c);
-            mb[k] = half_max(_mm512_max_ps(abs_ps(e, c), _mm512_max_ps(abs_ps(o, c), _mm512_setzero_ps())));
-            _mm512_store_ps(buf[n] + 32 * k, e);
-            _mm512_store_ps(buf[n] + 32 * k + 16, o);
-          }
+          if (__builtin_expect(_mm512_fpclass_ps_mask(fin, 0x99) == 0, 1))
+            stage1_row<false>(buf[n], inv16, sc16, mb, c);
+          else
+            stage1_row<true>(buf[n], inv16, sc16, mb, c);
           amax[n] = max4x8(mb[0], mb[1], mb[2], mb[3]);
         }
       } else if (kRangeAmax<R>) {
@@ -634,6 +654,25 @@ void quantize_vllm_avx512(const float* y, float inv, std::uint8_t* out, std::int
 }
 void encode_mxfp4_avx512(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
   encode_hook(y, inv, out, n, [](__m512 v, const Consts& c) { return mx_e2m1_encode(v, c); });
+}
+// (the back phase's exact encoder)
+void encode_rne_fp4_avx512(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  encode_hook(y, inv, out, n, [](__m512 v, const Consts& c) { return rne_e2m1_encode(v, c); });
+}
+void stage1_fp4_avx512(const float* x, float inv1, float sc, float* out, std::int64_t n) {
+  const Consts c;
+  const __m512 vinv = _mm512_set1_ps(inv1), vsc = _mm512_set1_ps(sc);
+  for (std::int64_t i = 0; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, stage1_values(_mm512_loadu_ps(x + i), vinv, vsc, c));
+}
+void rne_ue8m0_avx512(const float* amax, std::uint8_t* e, float* inv, std::int64_t n) {
+  for (std::int64_t i = 0; i + 8 <= n; i += 8) {
+    __m256 vinv;
+    __m256i ve;
+    rne_scales<false>(_mm256_loadu_ps(amax + i), vinv, ve);  // (kernel_common.h, compiled here)
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(e + i), _mm256_cvtepi32_epi8(ve));
+    _mm256_storeu_ps(inv + i, vinv);
+  }
 }
 
 namespace {

@@ -193,18 +193,23 @@ inline void gfx942_fp8_scales(__m128 am, __m128& scale, __m128& inv) {
 }
 
 // SGLang V4.1's FP4 packer (Quantizer::kFp4Rne, and stage 2 of kFp4TwoStage), up to 8 blocks:
-// sf = fmax(amax / 6, 1e-4) (IEEE division; amax is never NaN), e = its exponent rounded up,
-// clamped to 254 (sf >= 1e-4 keeps it above 1; an infinite amax gives 255 -> 254). inv:
+// e = the exponent of sf = fmax(amax / 6, 1e-4) rounded up, clamped to 254 (row.h's
+// rne_ue8m0_of_amax), from the bits of amax, without the division (the CUDA kernel's
+// rne_ue8m0_of_amax_fast): for a normal a = m 2^E, RN(a / 6) is the power of two 2^(E-2) only for
+// m = 1.5, else its exponent is E-2 (m > 1.5) or E-3 (m < 1.5) with a nonzero mantissa, so e =
+// field(a) - 2 + (mantissa(a) > 0.5) = (bits(a) + 0x3fffff - (2 << 23)) >> 23. The floor: 1e-4's
+// byte, 114, is also that of every a <= 6 * 2^-13 = 0x1.8p-11 and of that value itself, so a is
+// floored at it (maxps: amax is never NaN). A finite amax gives at most 253; an infinite one 253
+// by the formula, plus one from the compare (row.h: 255 clamped to 254). inv:
 // kFp4Rne: 2^(127 - e) exactly, the subnormal 2^-127 (bits 0x00400000) at e = 254;
 // kFp4TwoStage: bits (254 - e) << 23, i.e. 0 at e = 254 (the engine's packer).
 template <bool kTwoStage>
 inline void rne_scales(__m256 am, __m256& inv, __m256i& e) {
-  const __m256 s = _mm256_max_ps(_mm256_div_ps(am, _mm256_set1_ps(kFp4MaxK)), _mm256_set1_ps(kScaleFloorK));
-  e = _mm256_min_epu32(_mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(s), _mm256_set1_epi32(0x7fffff)), 23),
-                       _mm256_set1_epi32(254));
+  const __m256i b = _mm256_castps_si256(_mm256_max_ps(am, _mm256_set1_ps(0x1.8p-11f)));
+  const __m256i inf = _mm256_cmpeq_epi32(b, _mm256_set1_epi32(0x7f800000));
+  e = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x3fffff - (2 << 23))), 23), inf);
   __m256i ib = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23);
-  if (!kTwoStage)
-    ib = _mm256_blendv_epi8(ib, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(e, _mm256_set1_epi32(254)));
+  if (!kTwoStage) ib = _mm256_blendv_epi8(ib, _mm256_set1_epi32(0x00400000), inf);
   inv = _mm256_castsi256_ps(ib);
 }
 

@@ -78,6 +78,20 @@ void encode_mxfp4_scalar(const float* y, float inv, std::uint8_t* out, std::int6
   for (std::int64_t i = 0; i < n; ++i) out[i] = mx_e2m1_encode(y[i] * inv);
 }
 
+void encode_rne_fp4_scalar(const float* y, float inv, std::uint8_t* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = e2m1_encode_rne(y[i] * inv);
+}
+void stage1_fp4_scalar(const float* x, float inv1, float sc, float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = stage1_value(x[i], inv1, sc);
+}
+void rne_ue8m0_scalar(const float* amax, std::uint8_t* e, float* inv, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint32_t x = rne_ue8m0_of_amax(amax[i]);
+    e[i] = std::uint8_t(x);
+    inv[i] = rne_inverse(x);
+  }
+}
+
 #if !defined(IQ_CPU_HAVE_AVX512)
 QuantizeFn fp8_fast_encoder_avx512() { return nullptr; }
 #endif
