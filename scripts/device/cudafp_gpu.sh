@@ -56,7 +56,7 @@ if [ "${TESTS:-1}" != 0 ]; then
   S=6
   pids=()
   for i in $(seq 0 $((S - 1))); do
-    GTEST_TOTAL_SHARDS=$S GTEST_SHARD_INDEX=$i timeout 110 build-fp-new/tests/indexer_q_tests --gtest_filter='Cuda*' \
+    GTEST_TOTAL_SHARDS=$S GTEST_SHARD_INDEX=$i timeout 120 build-fp-new/tests/indexer_q_tests --gtest_filter='Cuda*' \
       >"$OUT/tests_$i.txt" 2>&1 & pids+=($!)
   done
   rc=0

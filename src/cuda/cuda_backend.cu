@@ -554,6 +554,11 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint32_t row,
     // maximum and the codes are taken from the pairs.
     constexpr bool kPackedBf16 = R::kBf16AfterHadamard && R::kQuant == Quantizer::kSglang && !R::kVllm;
     std::uint32_t pk[C][4], apk[C][4];  // (apk: |pk|, for the block maximum and the fast codes)
+    // Blocks of one chunk a thread, two chunks: their two bf16 maxima packed in one word for the
+    // shuffles (max.NaN.bf16x2 gives the NaN-propagating maximum of each half, bit-equal to the
+    // float maximum of the same bf16 values), half the shuffles and maxima.
+    constexpr bool kPackedMax = kPackedBf16 && KB == 1 && C % 2 == 0;
+    std::uint32_t pmax[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
 #pragma unroll
@@ -569,7 +574,10 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint32_t row,
         for (int j = 0; j < 4; ++j) apk[c][j] = bf16x2_abs(pk[c][j]);
         const std::uint32_t m =
             bf16x2_max_nan(bf16x2_max_nan(apk[c][0], apk[c][1]), bf16x2_max_nan(apk[c][2], apk[c][3]));
-        amax[c] = fmax_nan(__uint_as_float(m << 16), __uint_as_float(m & 0xffff0000u));
+        if (kPackedMax)
+          pmax[c] = m;
+        else
+          amax[c] = fmax_nan(__uint_as_float(m << 16), __uint_as_float(m & 0xffff0000u));
         continue;
       }
       if (R::kBf16AfterHadamard)
@@ -582,7 +590,19 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint32_t row,
       for (int k = 1; k < 8; ++k)
         amax[c] = kTwoStage ? fmax_nan(amax[c], fabsf(x[c][k])) : fmaxf(amax[c], fabsf(x[c][k]));
     }
-    block_max<C, KB, LB, kTwoStage || kPackedBf16>(amax);
+    if (kPackedMax) {
+#pragma unroll
+      for (int c = 0; c < C; c += 2) {
+        // chunk c's maximum in the low half, chunk c + 1's in the high half
+        std::uint32_t r = bf16x2_max_nan(prmt(pmax[c], pmax[c + 1], 0x5410u), prmt(pmax[c], pmax[c + 1], 0x7632u));
+#pragma unroll
+        for (int s = 1; s < LB; s <<= 1) r = bf16x2_max_nan(r, __shfl_xor_sync(0xffffffffu, r, s));
+        amax[c] = __uint_as_float(r << 16);
+        amax[c + 1] = __uint_as_float(r & 0xffff0000u);
+      }
+    } else {
+      block_max<C, KB, LB, kTwoStage || kPackedBf16>(amax);
+    }
     // The two-stage quantizer and the packed bf16 path: the maxima with NaN propagated say whether
     // every value of this thread's blocks is finite (stage 1 then skips its clamp:
     // stage1_value_fast<false>; the packed codes theirs: e2m1_code8_bf16_small); a warp holding a
