@@ -11,6 +11,7 @@
 #                 include src bench tools tests` unpacked there, carried to the device machine)
 #   RECIPES=list  default: the recipes whose kernels changed, and vllm_v4_fp8 (no Hadamard)
 #   TOKENS=list   default 16384,65536    HEADS=n default 64    ROUNDS=n default 2    ITERS=n default 30
+#   GTEST_SRC=dir GoogleTest sources where none is installed (default .dev/googletest)
 #   TESTS=0       skip the tests (default: indexer_q_tests --gtest_filter='Cuda*', 6 shards at once)
 # Output: $OUT/summary.txt (the short form, also on stdout) and the logs (default OUT ./cudafp_out).
 # Success: "tests rc=0" with every shard PASSED and no FAILED line; every bench line "bytes equal"
@@ -27,6 +28,7 @@ SUM=$OUT/summary.txt
 : >"$SUM"
 say() { echo "$*" | tee -a "$SUM"; }
 J=$(nproc)
+GTEST_SRC=${GTEST_SRC:-$PWD/.dev/googletest}  # used where no GTest is installed (carry .dev/googletest)
 if [ ! -f "$BASE/CMakeLists.txt" ]; then echo "cudafp_gpu: BASE=$BASE is not a source tree" >&2; exit 2; fi
 say "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); base $BASE"
 
@@ -34,7 +36,8 @@ build() {  # build <src> <dir> <targets...>: sm_90, Release
   local src=$1 dir=$2
   shift 2
   cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINDEXER_Q_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
-    -DINDEXER_Q_CUDA_ARCHS=90-real -DINDEXER_Q_BUILD_TORCH=OFF >"$OUT/build_$(basename "$dir").log" 2>&1 &&
+    -DINDEXER_Q_CUDA_ARCHS=90-real -DINDEXER_Q_BUILD_TORCH=OFF -DINDEXER_Q_GTEST_SOURCE_DIR="$GTEST_SRC" \
+    >"$OUT/build_$(basename "$dir").log" 2>&1 &&
     cmake --build "$dir" -j"$J" --target "$@" >>"$OUT/build_$(basename "$dir").log" 2>&1
 }
 t0=$(date +%s)
