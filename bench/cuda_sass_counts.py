@@ -7,8 +7,11 @@ one instantiation per recipe below (bf16 input, int64 positions, the automatic s
 per kernel, the static instruction count, the registers and an estimate of the warp
 instructions a row on the hot path: a walk of the SASS that takes the finite-row path (slow
 paths behind a CALL skipped, the NaN re-maximum after VOTE skipped, the copies holding the
-clamps for rows with a NaN or an infinity skipped, inputs read after the wait, a lane other
-than 0). The walk of main at 30488bb gives 86.5 (v4_fp8) and 129.1 (v4_fp4) warp instructions
+clamps for rows with a NaN or an infinity skipped, the NaN probes and NaN-byte fix-ups (branch
+regions testing FSETP.NAN twice or more) skipped, inputs read after the wait, a lane other
+than 0). The FSETP.NAN rule (2026-12-02 session 7) changed only the vLLM FP8 kernels' figures
+(vllm_v4_fp8 86.2 -> 73.8 at main db79534, where Nsight Compute had counted 74.8 on the
+code of session 6) and sgl_v32_unfused_neox_hadamard_ue8m0's (104.2 -> 91.2). The walk of main at 30488bb gives 86.5 (v4_fp8) and 129.1 (v4_fp4) warp instructions
 a row, where Nsight Compute counted 88.0 and 130.6 (docs/PERFORMANCE.md).
 
   python3 bench/cuda_sass_counts.py [--src DIR] [--base DIR]   (DIR: a source tree, default .)
@@ -84,6 +87,7 @@ def walk(ins):
             before = " ".join(x for _, x in ins[max(0, i - 12):i])
             take = (any("CALL" in x for x in region) or "VOTE" in " ".join(x for _, x in ins[max(0, i - 4):i])
                     or sum(1 for x in region if COLD.search(x)) >= 8
+                    or sum(1 for x in region if "FSETP.NAN" in x) >= 2
                     or (re.search(r"LOP3.LUT P\d, RZ, R\d+, 0x4, RZ", before) and "!P" in op[0])
                     or (len(region) < 40 and any("LDG" in x for x in region)
                         and any("0x2" in x or "ISETP.NE" in x for x in region)))

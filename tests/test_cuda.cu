@@ -264,7 +264,9 @@ __global__ void encoder_sweep_kernel(unsigned long long* mismatches, unsigned in
     // e2m1 code
     b[2] = detail::e2m1_code(v) != detail::e2m1_encode(v);
     // UE8M0 exponent (amax is never negative nor NaN)
-    b[3] = !isnan(v) && !signbit(v) && detail::ue8m0_of_amax_fast(v) != detail::ue8m0_of_amax(v);
+    b[3] = !isnan(v) && !signbit(v) &&
+           (detail::ue8m0_of_amax_fast(v) != detail::ue8m0_of_amax(v) ||
+            (v <= 0x1p120f && detail::ue8m0_of_amax_small(v) != detail::ue8m0_of_amax(v)));
     for (int k = 0; k < 4; ++k) {
       if (b[k]) {
         ++bad[k];
@@ -294,12 +296,59 @@ TEST(Cuda, EncodersMatchScalarForEveryFloat) {
     EXPECT_EQ(mismatches[k], 0ull) << names[k] << ": first differing input bits 0x" << std::hex << first[k];
 }
 
+// SGLang's FP8 row scale and inverse of the kernels (sglang_scale_inverse, no division
+// sequence): for every non-negative amax bit pattern up to +Inf (row_amax's range), for 448 and
+// 224, both results bit-equal to the IEEE quotients scale = fmax(1e-4, amax) / kMax and
+// inv = 1 / scale (__fdiv_rn). mismatches[0]: 448, [1]: 224.
+__global__ void sglang_scale_sweep_kernel(unsigned long long* mismatches, unsigned int* first_bad) {
+  const std::uint64_t n = 0x7f800001ull;  // 0 .. +Inf
+  const std::uint64_t stride = std::uint64_t(gridDim.x) * blockDim.x;
+  unsigned long long bad[2] = {0, 0};
+  for (std::uint64_t u = std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n; u += stride) {
+    const float amax = __uint_as_float(std::uint32_t(u));
+    float s448, i448, s224, i224;
+    detail::sglang_scale_inverse<448>(amax, s448, i448);
+    detail::sglang_scale_inverse<224>(amax, s224, i224);
+    const float w448 = __fdiv_rn(fmaxf(detail::kScaleFloor, amax), 448.0f);
+    const float w224 = __fdiv_rn(fmaxf(detail::kScaleFloor, amax), 224.0f);
+    const bool b[2] = {
+        __float_as_uint(s448) != __float_as_uint(w448) || __float_as_uint(i448) != __float_as_uint(__fdiv_rn(1.0f, w448)),
+        __float_as_uint(s224) != __float_as_uint(w224) || __float_as_uint(i224) != __float_as_uint(__fdiv_rn(1.0f, w224))};
+    for (int k = 0; k < 2; ++k) {
+      if (b[k]) {
+        ++bad[k];
+        atomicMin(first_bad + k, std::uint32_t(u));
+      }
+    }
+  }
+  for (int k = 0; k < 2; ++k)
+    if (bad[k]) atomicAdd(mismatches + k, bad[k]);
+}
+
+TEST(Cuda, SglangScaleInverseMatchesDivisionForEveryAmax) {
+  SKIP_WITHOUT_DEVICE();
+  DevBuf m, f;
+  ASSERT_TRUE(m.alloc(16) && f.alloc(8));
+  CUDA_OK(cudaMemset(m.p, 0, 16));
+  CUDA_OK(cudaMemset(f.p, 0xff, 8));
+  sglang_scale_sweep_kernel<<<4096, 256>>>(static_cast<unsigned long long*>(m.p), static_cast<unsigned int*>(f.p));
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  unsigned long long mismatches[2] = {};
+  unsigned int first[2] = {};
+  CUDA_OK(cudaMemcpy(mismatches, m.p, 16, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(first, f.p, 8, cudaMemcpyDeviceToHost));
+  const char* names[2] = {"448", "224"};
+  for (int k = 0; k < 2; ++k)
+    EXPECT_EQ(mismatches[k], 0ull) << names[k] << ": first differing amax bits 0x" << std::hex << first[k];
+}
+
 // SGLang's e2m1 encoder of the kernels (e2m1_code8_bf16, on bf16 pairs): every (bf16 y, e)
 // pair, e = 1..255 (its domain: the kernels' e is at least 114), y in each of the 8 positions
 // (position j holds bf16 (y + 8191 j) mod 2^16), against row.h's e2m1_encode(y *
-// ue8m0_inverse(e)) for every nibble; and its finite form (e2m1_code8_bf16<true>) equal to it
-// wherever the 8 values are finite and e is at least their block's UE8M0 byte (and below 254:
-// a finite block's byte is at most 253).
+// ue8m0_inverse(e)) for every nibble; and its fast form (e2m1_code8_bf16_small) equal to it
+// wherever the 8 values are finite and e is at least their block's UE8M0 byte and at most 251
+// (the kernels take it for block maxima up to 2^120, whose byte is at most 245).
 __global__ void e2m1_code8_sweep_kernel(unsigned long long* mismatches, unsigned int* first_bad) {
   const std::uint32_t n = 1u << 24;  // e in the high byte, y bits in the low 16
   const std::uint32_t stride = gridDim.x * blockDim.x;
@@ -325,9 +374,15 @@ __global__ void e2m1_code8_sweep_kernel(unsigned long long* mismatches, unsigned
       finite = finite && isfinite(ys[j]);
       amax = fmaxf(amax, fabsf(ys[j]));
     }
-    const bool fin_ok = finite && e >= detail::ue8m0_of_amax(amax) && e < 254u;
-    const std::uint32_t got_fin = fin_ok ? detail::e2m1_code8_bf16<true>(pairs, detail::e2m1_scale2_bf16x2(e)) : got;
+    const bool fin_ok = finite && e >= detail::ue8m0_of_amax(amax) && e <= 251u;
+    const std::uint32_t abs_pairs[4] = {detail::bf16x2_abs(pairs[0]), detail::bf16x2_abs(pairs[1]),
+                                        detail::bf16x2_abs(pairs[2]), detail::bf16x2_abs(pairs[3])};
+    const std::uint32_t got_fin = fin_ok ? detail::e2m1_code8_bf16_small(pairs, abs_pairs, e) : got;
     bool b = got_fin != got;
+    // its exponent: ue8m0_of_amax_small equals ue8m0_of_amax for every amax up to 2^120 (y's
+    // magnitude at every e: the same 2^16 values each time, a cheap sweep of all bf16 maxima)
+    const float ay = fabsf(ys[0]);
+    if (e == 1u && ay <= 0x1p120f && detail::ue8m0_of_amax_small(ay) != detail::ue8m0_of_amax(ay)) b = true;
     for (int j = 0; j < 8; ++j)
       if (((got >> (4 * j)) & 0xfu) != detail::e2m1_encode(__fmul_rn(ys[j], inv))) b = true;
     if (b) {
@@ -1187,6 +1242,28 @@ TEST(Cuda, NonFiniteRowsMatchReference) {
           for (const auto& e : rows[std::size_t(h)])
             iqtest::store_as(c.q_input, dt, std::size_t((b * H + h) * 128 + e.first), e.second);
       check_variants(c, all_variants());
+    }
+  }
+}
+
+// A call of more rows than one row-group launch covers (2^30 in the library) is launched as
+// several launches of whole tokens, each on its tokens' slice of every tensor: with the bound
+// lowered, every recipe, every input and position dtype, a weight stride other than H and H
+// above the bound (one token a launch) against the reference, through every listed shape.
+TEST(Cuda, CallsSplitIntoLaunchesOfWholeTokensMatchReference) {
+  SKIP_WITHOUT_DEVICE();
+  struct Restore {
+    ~Restore() { detail::set_launch_rows_limit_for_testing(0); }
+  } restore;
+  std::uint64_t seed = 5000;
+  for (std::int64_t limit : {64, 1000}) {
+    detail::set_launch_rows_limit_for_testing(limit);
+    for (RecipeId rid : all_recipes()) {
+      for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+        const DType pt = (++seed % 2) ? DType::kInt64 : DType::kInt32;
+        check_variants(iqtest::random_case(45, 64, dt, pt, 67, seed, rid), all_variants());
+        check_variants(iqtest::random_case(5, 1500, dt, pt, 1500, seed + 7, rid), {V(-1), V(4, 128)});
+      }
     }
   }
 }

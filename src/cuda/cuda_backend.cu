@@ -36,8 +36,8 @@
 // both lanes: block_max), so a block's amax is one in-thread max over 8 values and two shuffles. bf16 rounding points by cvt.rn.bf16x2.f32; the
 // UE8M0 exponent and the e2m1 codes by bit arithmetic (src/cuda/fp4_e2m1.cuh); SGLang's
 // quantizer after a bf16 point (v4_fp4) keeps the bf16 values packed in pairs and takes the block
-// maxima (max.bf16x2) and the codes (e2m1_code8_bf16: bf16 fmas) from the pairs, without the
-// clamp on blocks whose values are all finite. Every device encoder is checked by
+// maxima (max.bf16x2) and the codes (e2m1_code8_bf16: bf16 fmas) from the pairs, on blocks whose
+// maximum is at most 2^120 without the clamp and with the scale folded into the fmas (_small). Every device encoder is checked by
 // tests/test_cuda.cu against the scalar one for all float32 (or all bf16 / fp16) inputs.
 //
 // The steps of the later forms, each a compile-time branch of the same body (the recipes above
@@ -94,6 +94,12 @@
 // otherwise follow this kernel's), after its input loads when it is larger (dependents resident
 // early crowd its own blocks). Warps past the last row exit at once.
 //
+// Row indices are 32-bit in the row-group kernels (one multiply for row / H, 32-bit address
+// offsets): launch_recipe splits a call of 2^30 rows or more into launches of whole tokens, each
+// on its tokens' slice of the tensors (the fallback kernel below keeps 64-bit rows). SGLang's
+// FP8 scale and its inverse come without the division sequences (fp8_e4m3.cuh:
+// sglang_scale_inverse), and an out-of-range row's zero codes from a warp-uniform branch.
+//
 // Misaligned pointers (q_input / freqs not 16-byte aligned, q_out not 8-byte aligned (FP8) or
 // 4-byte aligned (FP4), q_sf (FP4, scale_out) not 4-byte aligned) take a simple
 // one-thread-per-row kernel with the scalar row pipeline of src/common/row.h (process_row<R>):
@@ -112,6 +118,7 @@
 // for the other rows (and only a warp holding a NaN row computes the NaN-ignoring maximum again).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -136,12 +143,12 @@ namespace {
 // griddepcontrol.wait with register inputs: the values passed (indices and addresses computed
 // from the launch parameters alone) are computed before the wait, so their parameter reads and
 // integer math overlap the previous kernel instead of following it.
-__device__ __forceinline__ void pdl_wait_after(std::uint64_t a, std::uint64_t b, const void* c, const void* d,
+__device__ __forceinline__ void pdl_wait_after(std::uint32_t a, std::uint32_t b, const void* c, const void* d,
                                                const void* e) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::"l"(a), "l"(b), "l"(c), "l"(d), "l"(e) : "memory");
+  asm volatile("griddepcontrol.wait;" ::"r"(a), "r"(b), "l"(c), "l"(d), "l"(e) : "memory");
 #else
-  asm volatile("" ::"l"(a), "l"(b), "l"(c), "l"(d), "l"(e) : "memory");
+  asm volatile("" ::"r"(a), "r"(b), "l"(c), "l"(d), "l"(e) : "memory");
 #endif
 }
 
@@ -227,25 +234,24 @@ struct RowLoad {
   std::uint32_t w;
 };
 
-// Row r = b * H + h; a multiply (row_divisor.cuh: hd = row_divisor(H), from the host) while the
-// row index fits in 32 bits.
-__device__ __forceinline__ std::uint64_t batch_of(std::uint64_t row, std::uint32_t H, RowDivisor hd) {
-  return (row >> 32) ? row / H : std::uint64_t(divide_rows(std::uint32_t(row), hd));
-}
+// Row r = b * H + h; a multiply (row_divisor.cuh: hd = row_divisor(H), from the host). The
+// row-group kernels index rows in 32 bits: one launch covers fewer than 2^31 rows
+// (launch_recipe splits a larger call into launches of whole tokens).
+__device__ __forceinline__ std::uint32_t batch_of(std::uint32_t row, RowDivisor hd) { return divide_rows(row, hd); }
 
 // Row r = b * H + h and the address of its q_input row: from the launch parameters (and the
 // divisor constants the host computed from them) alone (no tensor is read), so the kernel
 // computes them before griddepcontrol.wait.
 struct RowIndex {
-  std::uint64_t b, h;
+  std::uint32_t b, h;
   const char* qrow;
 };
 template <int DT>
-__device__ __forceinline__ RowIndex row_index(const Problem& p, RowDivisor hd, std::uint64_t row) {
+__device__ __forceinline__ RowIndex row_index(const Problem& p, RowDivisor hd, std::uint32_t row) {
   RowIndex ix;
-  ix.b = batch_of(row, std::uint32_t(p.H), hd);
-  ix.h = row - ix.b * std::uint64_t(p.H);
-  ix.qrow = static_cast<const char*>(p.q_input) + row * (kHeadDim * (DT == kF32 ? 4 : 2));
+  ix.b = batch_of(row, hd);
+  ix.h = row - ix.b * std::uint32_t(p.H);
+  ix.qrow = static_cast<const char*>(p.q_input) + std::uint64_t(row) * (kHeadDim * (DT == kF32 ? 4 : 2));
   return ix;
 }
 
@@ -423,7 +429,7 @@ __device__ __forceinline__ float row_amax(const float (&x)[C][8], bool& finite) 
 // the lanes of a row past the end (they compute on a clamped row and store nothing), so that
 // every shuffle has the whole warp.
 template <class R, int LANES, int DT>
-__device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row, int l, bool active,
+__device__ __forceinline__ void compute_row(const Problem& p, std::uint32_t row, int l, bool active,
                                             const RowLoad<LANES, DT>& r, const FreqLoad<LANES>& fq) {
   constexpr int C = RowLoad<LANES, DT>::C, W = RowLoad<LANES, DT>::W;
   const bool valid = position_valid<R>(p, r.pos);
@@ -547,7 +553,12 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     // pairs, (0, 4), (2, 6), (1, 5), (3, 7) of each chunk (e2m1_code8_bf16's order); the block
     // maximum and the codes are taken from the pairs.
     constexpr bool kPackedBf16 = R::kBf16AfterHadamard && R::kQuant == Quantizer::kSglang && !R::kVllm;
-    std::uint32_t pk[C][4];
+    std::uint32_t pk[C][4], apk[C][4];  // (apk: |pk|, for the block maximum and the fast codes)
+    // Blocks of one chunk a thread, two chunks: their two bf16 maxima packed in one word for the
+    // shuffles (max.NaN.bf16x2 gives the NaN-propagating maximum of each half, bit-equal to the
+    // float maximum of the same bf16 values), half the shuffles and maxima.
+    constexpr bool kPackedMax = kPackedBf16 && KB == 1 && C % 2 == 0;
+    std::uint32_t pmax[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
 #pragma unroll
@@ -559,9 +570,14 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
         pk[c][2] = bf16x2_rn(x[c][1], x[c][5]);
         pk[c][3] = bf16x2_rn(x[c][3], x[c][7]);
         // NaN-propagating first (see below)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) apk[c][j] = bf16x2_abs(pk[c][j]);
         const std::uint32_t m =
-            bf16x2_max_abs<true>(bf16x2_max_abs<true>(pk[c][0], pk[c][1]), bf16x2_max_abs<true>(pk[c][2], pk[c][3]));
-        amax[c] = fmax_nan(__uint_as_float(m << 16), __uint_as_float(m & 0xffff0000u));
+            bf16x2_max_nan(bf16x2_max_nan(apk[c][0], apk[c][1]), bf16x2_max_nan(apk[c][2], apk[c][3]));
+        if (kPackedMax)
+          pmax[c] = m;
+        else
+          amax[c] = fmax_nan(__uint_as_float(m << 16), __uint_as_float(m & 0xffff0000u));
         continue;
       }
       if (R::kBf16AfterHadamard)
@@ -574,18 +590,31 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       for (int k = 1; k < 8; ++k)
         amax[c] = kTwoStage ? fmax_nan(amax[c], fabsf(x[c][k])) : fmaxf(amax[c], fabsf(x[c][k]));
     }
-    block_max<C, KB, LB, kTwoStage || kPackedBf16>(amax);
+    if (kPackedMax) {
+#pragma unroll
+      for (int c = 0; c < C; c += 2) {
+        // chunk c's maximum in the low half, chunk c + 1's in the high half
+        std::uint32_t r = bf16x2_max_nan(prmt(pmax[c], pmax[c + 1], 0x5410u), prmt(pmax[c], pmax[c + 1], 0x7632u));
+#pragma unroll
+        for (int s = 1; s < LB; s <<= 1) r = bf16x2_max_nan(r, __shfl_xor_sync(0xffffffffu, r, s));
+        amax[c] = __uint_as_float(r << 16);
+        amax[c + 1] = __uint_as_float(r & 0xffff0000u);
+      }
+    } else {
+      block_max<C, KB, LB, kTwoStage || kPackedBf16>(amax);
+    }
     // The two-stage quantizer and the packed bf16 path: the maxima with NaN propagated say whether
     // every value of this thread's blocks is finite (stage 1 then skips its clamp:
-    // stage1_value_fast<false>; the packed codes theirs: e2m1_code8_bf16<true>); a warp holding a
+    // stage1_value_fast<false>; the packed codes theirs: e2m1_code8_bf16_small); a warp holding a
     // NaN takes the NaN-ignoring maxima again (warp-uniform: every shuffle has the whole warp).
+    // (the packed path's fast form wants every block maximum at most 2^120: e2m1_code8_bf16_small)
     bool finite = false;
     if (kTwoStage || kPackedBf16) {
       bool nan = false;
       finite = true;
 #pragma unroll
       for (int c = 0; c < C; ++c) {
-        finite = finite && amax[c] <= 3.40282347e38f;
+        finite = finite && amax[c] <= (kPackedBf16 ? 0x1p120f : 3.40282347e38f);
         nan = nan || amax[c] != amax[c];
       }
       if (__any_sync(0xffffffffu, nan)) {
@@ -610,8 +639,8 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       if (finite) {
 #pragma unroll
         for (int c = 0; c < C; ++c) {
-          e[c] = ue8m0_of_amax_fast(amax[c]);
-          pcodes[c] = e2m1_code8_bf16<true>(pk[c], e2m1_scale2_bf16x2(e[c]));
+          e[c] = ue8m0_of_amax_small(amax[c]);
+          pcodes[c] = e2m1_code8_bf16_small(pk[c], apk[c], e[c]);
         }
       } else {
 #pragma unroll
@@ -693,7 +722,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       }
       if (!valid) codes = 0u;
       if (active)
-        *reinterpret_cast<std::uint32_t*>(p.q_out + row * 64 + (c * LANES + l) * 4) = codes;
+        *reinterpret_cast<std::uint32_t*>(p.q_out + std::uint64_t(row) * 64 + (c * LANES + l) * 4) = codes;
     }
     if (!active) return;
     if (LANES <= 4) {  // lane 0 holds the row's 4 block exponents (block b = chunk b * KB)
@@ -701,11 +730,11 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
         std::uint32_t sf = 0;
 #pragma unroll
         for (int b = 0; b < 4; ++b) sf |= e[b * KB] << (8 * b);
-        *reinterpret_cast<std::uint32_t*>(p.q_sf + row * 4) = valid ? sf : 0u;
+        *reinterpret_cast<std::uint32_t*>(p.q_sf + std::uint64_t(row) * 4) = valid ? sf : 0u;
       }
     } else if ((l & 3) == 0) {
 #pragma unroll
-      for (int c = 0; c < C; ++c) p.q_sf[row * 4 + (c * LANES + l) / 4] = valid ? std::uint8_t(e[c]) : 0;
+      for (int c = 0; c < C; ++c) p.q_sf[std::uint64_t(row) * 4 + (c * LANES + l) / 4] = valid ? std::uint8_t(e[c]) : 0;
     }
     if (R::kWeights && l == 0)
       p.weights_out[row] = valid ? weights_out_of<R>(w, p.weight_scale, p.head_scale, 0.0f) : __uint_as_float(nan_weight_bits<R>());
@@ -766,7 +795,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
         for (int k = 0; k < 8; ++k) x[c][k] = __fmul_rn(x[c][k], inv);
     }
     if (!active) return;
-    std::uint8_t* orow = p.q_out + row * kHeadDim;
+    std::uint8_t* orow = p.q_out + std::uint64_t(row) * kHeadDim;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       uint2 o;
@@ -798,7 +827,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       p.weights_out[row] =
           valid ? weights_out_of<R>(w, p.weight_scale, p.head_scale, q_scale) : __uint_as_float(nan_weight_bits<R>());
     // scale_out: the row scale as an fp32 at q_sf + 4 * row (0 for an out-of-range position).
-    if (R::kScaleOut && l == 0) *reinterpret_cast<float*>(p.q_sf + row * 4) = valid ? q_scale : 0.0f;
+    if (R::kScaleOut && l == 0) *reinterpret_cast<float*>(p.q_sf + std::uint64_t(row) * 4) = valid ? q_scale : 0.0f;
     return;
   }
 
@@ -820,6 +849,12 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
     for (int c = 0; c < C; ++c)
 #pragma unroll
       for (int k = 0; k < 8; ++k) x[c][k] = __fmul_rn(x[c][k], inv);
+    if (__any_sync(0xffffffffu, !valid)) {  // an out-of-range row: +0 products, 0x00 codes
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) x[c][k] = valid ? x[c][k] : 0.0f;
+    }
     bool has_nan = false;
     if (!finite) {
       float probe_all = 0.0f;
@@ -830,7 +865,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
       has_nan = probe_all != probe_all;
     }
     if (!active) return;
-    std::uint8_t* orow = p.q_out + row * kHeadDim;
+    std::uint8_t* orow = p.q_out + std::uint64_t(row) * kHeadDim;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       uint2 o;
@@ -841,7 +876,6 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
         o.x = quantize4_e4m3_sat(x[c][0], x[c][1], x[c][2], x[c][3]);
         o.y = quantize4_e4m3_sat(x[c][4], x[c][5], x[c][6], x[c][7]);
       }
-      if (!valid) o = make_uint2(0u, 0u);
       *reinterpret_cast<uint2*>(orow + (c * LANES + l) * 8) = o;
     }
     if (R::kWeights && l == 0)
@@ -859,9 +893,10 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   }
   bool finite;
   const float amax = row_amax<C, LANES>(x, finite);
-  // (448, or 224 for the gfx942 form: row.h's sglang_fp8_max)
-  const float scale = __fdiv_rn(fmaxf(kScaleFloor, amax), sglang_fp8_max<R>());
-  const float inv = __fdiv_rn(1.0f, scale);
+  // (448, or 224 for the gfx942 form: row.h's sglang_fp8_max) scale = fmax(1e-4, amax) / 448,
+  // inv = 1 / scale, each IEEE-rounded, without the division sequences (fp8_e4m3.cuh)
+  float scale, inv;
+  sglang_scale_inverse<R::kQuant == Quantizer::kSglang224 ? 224 : 448>(amax, scale, inv);
 
   // ---- quantize (steps 8, 9) and store ----
   // Step 8's fmin(., 448) matters only for NaN products (the conversion saturates everything
@@ -875,12 +910,14 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
   // 224.000015, docs/PERFORMANCE.md "Issue 20, fewer instructions a row"), and every value of
   // (224, 232) rounds to 224 in e4m3 (the next value is 240): the conversion alone gives the
   // clamp's bytes.
-  const bool need_clamp = !finite;
+  // A row whose position is out of range (!valid) gets +0 products, whose code is 0x00 in every
+  // format, in a branch that only a warp holding such a row takes (no select per code word on
+  // the other rows; as an if-converted select per value it would cost 32 a thread).
 #pragma unroll
   for (int c = 0; c < C; ++c)
 #pragma unroll
     for (int k = 0; k < 8; ++k) x[c][k] = __fmul_rn(x[c][k], inv);
-  if (need_clamp) {
+  if (!finite) {
 #pragma unroll
     for (int c = 0; c < C; ++c)
 #pragma unroll
@@ -888,14 +925,16 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
         x[c][k] = R::kQuant == Quantizer::kSglang224 ? fmaxf(fminf(x[c][k], 224.0f), -224.0f)  // NaN -> +224
                                                      : fminf(x[c][k], kFp8Max);                 // NaN -> +448
   }
-  if (!active) return;
-  std::uint8_t* orow = p.q_out + row * kHeadDim;
+  if (__any_sync(0xffffffffu, !valid)) {  // warp-uniform: a real branch
 #pragma unroll
-  for (int c = 0; c < C; ++c) {
-    uint2 o = quantize_fp8<R>(x[c]);
-    if (!valid) o = make_uint2(0u, 0u);
-    *reinterpret_cast<uint2*>(orow + (c * LANES + l) * 8) = o;
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) x[c][k] = valid ? x[c][k] : 0.0f;
   }
+  if (!active) return;
+  std::uint8_t* orow = p.q_out + std::uint64_t(row) * kHeadDim;
+#pragma unroll
+  for (int c = 0; c < C; ++c) *reinterpret_cast<uint2*>(orow + (c * LANES + l) * 8) = quantize_fp8<R>(x[c]);
   // ---- step 10 ----
   if (R::kWeights && l == 0) {
     const float wo = weights_out_of<R>(w, p.weight_scale, p.head_scale, scale);
@@ -906,6 +945,18 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint64_t row,
 // The kernel's int argument: the trigger (kTrigger*) in the low bits, kSideInputsReady above.
 constexpr int kTriggerMask = 3;
 constexpr int kSideInputsReady = 4;
+
+// SGLang's FP4 quantizer after a bf16 point (v4_fp4: the packed bf16 path of compute_row) and
+// SGLang V4.1's two-stage FP4 quantizer (sgl_v41_fp4_rope_pack) are held to 5 blocks of 256
+// threads an SM (48 registers, no spill): left alone, ptxas gives them 63-64 registers (4
+// blocks). 0: no minimum (every other recipe, as before).
+template <class R>
+constexpr int rowgroup_min_blocks() {
+  return (R::kFp4 && R::kBf16AfterHadamard && R::kQuant == Quantizer::kSglang && !R::kVllm) ||
+                 R::kQuant == Quantizer::kFp4TwoStage
+             ? 5
+             : 0;
+}
 
 // GR rows per LANES-thread group: a warp takes 32 / LANES * GR consecutive rows, the group of
 // lanes g its rows g, g + 32 / LANES, ... (each pass of the warp over its rows reads whole
@@ -918,21 +969,21 @@ constexpr int kSideInputsReady = 4;
 // the wait, q_input after it. Warps past the last row read and write nothing: they exit without
 // waiting (an exit counts as the trigger).
 template <class R, int LANES, int GR, int DT, bool POS64>
-__global__ void __launch_bounds__(256) rowgroup_kernel(const Problem p, int flags, const RowDivisor hd) {
+__global__ void __launch_bounds__(256, rowgroup_min_blocks<R>()) rowgroup_kernel(const Problem p, int flags, const RowDivisor hd) {
   constexpr int G = 32 / LANES;  // groups of lanes per warp
   const int trigger = flags & kTriggerMask;
-  const std::uint64_t rows = std::uint64_t(p.B) * std::uint64_t(p.H);
-  const std::uint64_t warp = (std::uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const std::uint32_t rows = std::uint32_t(p.B) * std::uint32_t(p.H);  // < 2^31 (launch_recipe)
+  const std::uint32_t warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int l = int(threadIdx.x % LANES);
   const int g = int(threadIdx.x % 32) / LANES;
-  const std::uint64_t warp_row0 = warp * (G * GR);  // first row of this warp
+  const std::uint32_t warp_row0 = warp * (G * GR);  // first row of this warp
   if (trigger == kTriggerAtStart) pdl_launch_dependents();
   if (warp_row0 >= rows) return;
-  std::uint64_t row[GR];
+  std::uint32_t row[GR];
   RowIndex ix[GR];
 #pragma unroll
   for (int j = 0; j < GR; ++j) {
-    row[j] = warp_row0 + std::uint64_t(j * G + g);
+    row[j] = warp_row0 + std::uint32_t(j * G + g);
     ix[j] = row_index<DT>(p, hd, row[j] < rows ? row[j] : rows - 1);
   }
   RowLoad<LANES, DT> cur[GR];
@@ -1021,6 +1072,32 @@ struct Launch {
 // The launch switch: one kernel instantiation per entry of src/cuda/launch_shapes.inc (entries
 // with the same (lanes, group_rows) share it). Returns cudaErrorInvalidValue for a pair the list
 // lacks (cuda_run_variant checks it first).
+// The row-group kernels index rows in 32 bits (fewer index instructions a row): a call of 2^30
+// rows or more is launched as consecutive launches of whole tokens, each below 2^31 rows (one
+// token at a time where H alone is 2^30 or more; H < 2^31: cuda_run_variant), each on a
+// Problem whose tensors start at its first token. launch_rows_limit() is that bound, lowered by
+// tests/test_cuda.cu (set_launch_rows_limit_for_testing) to check the split on small calls.
+std::atomic<std::int64_t> g_launch_rows_limit{std::int64_t(1) << 30};
+std::int64_t launch_rows_limit() { return g_launch_rows_limit.load(std::memory_order_relaxed); }
+
+// The tokens [b0, b0 + n) of p as a Problem of their own.
+template <class R, int DT, bool POS64>
+Problem token_slice(const Problem& p, std::int64_t b0, std::int64_t n) {
+  Problem q = p;
+  const std::int64_t r0 = b0 * p.H;
+  q.B = n;
+  q.q_input = static_cast<const char*>(p.q_input) + r0 * kHeadDim * (DT == kF32 ? 4 : 2);
+  q.q_out = p.q_out + r0 * R::kOutBytes;
+  if (R::kSf) q.q_sf = p.q_sf + r0 * 4;
+  if (R::kWeights) {
+    const int wbytes = p.weight_dtype == DType::kFloat32 ? 4 : 2;
+    q.weight = static_cast<const char*>(p.weight) + b0 * p.weight_stride_b * wbytes;
+    q.weights_out = p.weights_out + r0;
+  }
+  if (R::kRope) q.positions = static_cast<const char*>(p.positions) + b0 * (POS64 ? 8 : 4);
+  return q;
+}
+
 template <class R, int DT, bool POS64>
 cudaError_t launch_recipe(const Problem& p, const Launch& L) {
   const std::uint64_t rows = std::uint64_t(p.rows());
@@ -1029,15 +1106,26 @@ cudaError_t launch_recipe(const Problem& p, const Launch& L) {
   if (L.v.lanes == 0) return launch(scalar_kernel<R, DT, POS64>, (rows + 127) / 128, 128, L.stream, L.pdl, p, tr);
   const int flags = tr | (L.side_inputs_ready ? kSideInputsReady : 0);
   const RowDivisor hd = row_divisor(std::uint32_t(p.H));  // (p.H <= 2^31 - 1: cuda_run_variant)
-#define IQ_CUDA_SHAPE(LANES, GR, BLOCK, UP_TO, TRIGGER, RECIPES)                                      \
-  if (L.v.lanes == LANES && L.v.group_rows == GR) {                                                 \
-    const std::uint64_t warps = (rows + (32 / LANES) * GR - 1) / ((32 / LANES) * GR);               \
-    return launch(rowgroup_kernel<R, LANES, GR, DT, POS64>, (warps * 32 + block - 1) / block, block, \
-                  L.stream, L.pdl, p, flags, hd);                                                   \
-  }
+  const std::int64_t limit = launch_rows_limit();
+  const std::int64_t per = p.rows() < limit ? p.B : std::max<std::int64_t>(1, limit / p.H);  // tokens a launch
+  for (std::int64_t b0 = 0; b0 < p.B || b0 == 0; b0 += per) {
+    const Problem q = per >= p.B ? p : token_slice<R, DT, POS64>(p, b0, std::min(per, p.B - b0));
+    const std::uint64_t qrows = std::uint64_t(q.rows());
+    bool matched = false;  // (entries with the same (lanes, group_rows) share one instantiation)
+    cudaError_t e = cudaErrorInvalidValue;
+#define IQ_CUDA_SHAPE(LANES, GR, BLOCK, UP_TO, TRIGGER, RECIPES)                                         \
+    if (!matched && L.v.lanes == LANES && L.v.group_rows == GR) {                                        \
+      matched = true;                                                                                  \
+      const std::uint64_t warps = (qrows + (32 / LANES) * GR - 1) / ((32 / LANES) * GR);                 \
+      e = launch(rowgroup_kernel<R, LANES, GR, DT, POS64>, (warps * 32 + block - 1) / block, block, \
+                 L.stream, L.pdl, q, flags, hd);                                                       \
+    }
 #include "cuda/launch_shapes.inc"
 #undef IQ_CUDA_SHAPE
-  return cudaErrorInvalidValue;
+    if (e != cudaSuccess) return e;
+    if (per >= p.B) break;
+  }
+  return cudaSuccess;
 }
 
 template <class R>
@@ -1107,6 +1195,10 @@ const ShapeOverride& shape_override() {
 }
 
 }  // namespace
+
+void set_launch_rows_limit_for_testing(std::int64_t rows) {
+  g_launch_rows_limit.store(rows > 0 ? rows : std::int64_t(1) << 30, std::memory_order_relaxed);
+}
 
 bool cuda_available() {
   int n = 0;

@@ -57,6 +57,10 @@ Variant choose_variant(std::int64_t rows, RecipeId r);
 // the fallback whatever v says. A (lanes, group_rows) pair the list lacks is InvalidArgument.
 // side_inputs_ready: Options::side_inputs_ready (positions, freqs and weight read before
 // griddepcontrol.wait).
+// The bound on rows a row-group launch covers (a call of more rows is split into launches of
+// whole tokens; default 2^30; rows <= 0 restores it): for tests of the split on small calls.
+void set_launch_rows_limit_for_testing(std::int64_t rows);
+
 Status cuda_run_variant(const Problem& p, void* stream, bool enable_pdl, Variant v, bool side_inputs_ready = false);
 
 }  // namespace detail

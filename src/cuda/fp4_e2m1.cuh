@@ -147,47 +147,86 @@ __device__ __forceinline__ std::uint32_t bf16x2_max_abs(std::uint32_t a, std::ui
         : "r"(a), "r"(b));
   return d;
 }
-// kFinite: for a block whose values are all finite (the kernels know it from the NaN-propagating
-// block maximum), with e its own exponent (at most 253 for a finite maximum): then |2v| <= 2 amax
-// 2^(127-e) <= 12 (1 + 2^-23), so at most 12 in bf16, and 2v is never NaN: the clamp and the
-// NaN-safe sign source are skipped.
-template <bool kFinite = false>
 __device__ __forceinline__ std::uint32_t e2m1_code8_bf16(const std::uint32_t (&p)[4], std::uint32_t m2) {
   std::uint32_t z[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     std::uint32_t w, sv;
-    if (kFinite)
-      asm("{\n\t.reg .b32 a, l1, l2, l3;\n\t"
-          "fma.rn.bf16x2 %1, %2, %3, %4;\n\t"  // y * 2^(128-e) + -0
-          "abs.bf16x2 a, %1;\n\t"
-          "fma.rn.bf16x2 l1, a, %6, %7;\n\t"
-          "fma.rn.bf16x2 l2, a, %8, %9;\n\t"
-          "fma.rn.bf16x2 l3, a, %10, %11;\n\t"
-          "min.bf16x2 l1, l1, l2;\n\t"
-          "min.bf16x2 %0, l1, l3;\n\t}"
-          : "=r"(w), "=r"(sv)
-          : "r"(p[j]), "r"(m2), "r"(0x80008000u), "r"(0x41404140u), "r"(0x3f7f3f7fu), "r"(0x43004300u),
-            "r"(0x3eff3effu), "r"(0x43024302u), "r"(0x3e7f3e7fu), "r"(0x43044304u));
-    else
-      asm("{\n\t.reg .b32 v, a, l1, l2, l3;\n\t"
-          "fma.rn.bf16x2 v, %2, %3, %4;\n\t"    // y * 2^(128-e) + -0
-          "abs.bf16x2 a, v;\n\t"
-          "min.bf16x2 a, a, %5;\n\t"             // 12
-          "min.bf16x2 %1, v, %5;\n\t"            // the sign source (NaN -> +12)
-          "fma.rn.bf16x2 l1, a, %6, %7;\n\t"    // a (1 - 2^-8) + 128
-          "fma.rn.bf16x2 l2, a, %8, %9;\n\t"    // a / 2 (1 - 2^-8) + 130
-          "fma.rn.bf16x2 l3, a, %10, %11;\n\t"  // a / 4 (1 - 2^-8) + 132
-          "min.bf16x2 l1, l1, l2;\n\t"
-          "min.bf16x2 %0, l1, l3;\n\t}"
-          : "=r"(w), "=r"(sv)
-          : "r"(p[j]), "r"(m2), "r"(0x80008000u), "r"(0x41404140u), "r"(0x3f7f3f7fu), "r"(0x43004300u),
-            "r"(0x3eff3effu), "r"(0x43024302u), "r"(0x3e7f3e7fu), "r"(0x43044304u));
+    asm("{\n\t.reg .b32 v, a, l1, l2, l3;\n\t"
+        "fma.rn.bf16x2 v, %2, %3, %4;\n\t"    // y * 2^(128-e) + -0
+        "abs.bf16x2 a, v;\n\t"
+        "min.bf16x2 a, a, %5;\n\t"             // 12
+        "min.bf16x2 %1, v, %5;\n\t"            // the sign source (NaN -> +12)
+        "fma.rn.bf16x2 l1, a, %6, %7;\n\t"    // a (1 - 2^-8) + 128
+        "fma.rn.bf16x2 l2, a, %8, %9;\n\t"    // a / 2 (1 - 2^-8) + 130
+        "fma.rn.bf16x2 l3, a, %10, %11;\n\t"  // a / 4 (1 - 2^-8) + 132
+        "min.bf16x2 l1, l1, l2;\n\t"
+        "min.bf16x2 %0, l1, l3;\n\t}"
+        : "=r"(w), "=r"(sv)
+        : "r"(p[j]), "r"(m2), "r"(0x80008000u), "r"(0x41404140u), "r"(0x3f7f3f7fu), "r"(0x43004300u),
+          "r"(0x3eff3effu), "r"(0x43024302u), "r"(0x3e7f3e7fu), "r"(0x43044304u));
     const std::uint32_t sg = sv & (w + 0x3cff3cffu) & 0x80008000u;  // sign bits of nonzero codes
     z[j] = (w - 0x43004300u) + (sg >> 12);  // code | sign << 3 at bits 0..3 and 16..19
   }
   const std::uint32_t a = z[0] + (z[1] << 8), b = z[2] + (z[3] << 8);  // nibbles 0, 2, 4, 6
   return a + (b << 4);
+}
+
+// The kernels' fast form of ue8m0_of_amax_fast and e2m1_code8_bf16, for a block whose maximum
+// amax is at most 2^120 (so finite, and every value of the block finite: the kernels know it
+// from the NaN-propagating block maximum; others take the forms above):
+//  - ue8m0_of_amax_small: the rounding up of the exponent by a carry, (bits + 2^22 - 1) >> 23
+//    (the mantissa field exceeds 2^22 exactly when adding 2^22 - 1 carries into the exponent),
+//    no infinity case; e = 114..245 for such an amax.
+//  - e2m1_code8_bf16_small(p, |p|, e), e = 1..251 and at least the block's own byte (|2v| <= 12): the
+//    scale folded into the three lines' multipliers. a2 (1 - 2^-8) / 2^j = |y| * M_j with
+//    M_j = (1 - 2^-8) 2^(128 - e - j), a bf16 of exponent field 254 - e - j (normal for
+//    e <= 251) and mantissa 0x7f: the fma's exact product |y| M_j is the real number the general
+//    form's a2 (1 - 2^-8) / 2^j is (its a2 = RN(y 2^(128-e)) is exact, or below 2^-126 where
+//    both give code 0), so each line rounds the same number once. No multiply by 2^(128-e), no
+//    clamp (a2 <= 12), and the sign of y is the sign of v. Checked against e2m1_encode for
+//    every (bf16 y, e) pair of its domain in every position by tests/test_cuda.cu.
+__host__ __device__ __forceinline__ std::uint32_t ue8m0_of_amax_small(float amax) {
+  return ((f32_bits(::fmaxf(kScaleFloor, amax)) + 0x3fffffu) >> 23) - 2u;
+}
+// (ap: the absolute values of the pairs p, bf16x2_abs(p[j]), which the kernels have from the
+// block maximum already.)
+__device__ __forceinline__ std::uint32_t bf16x2_abs(std::uint32_t x) {
+  std::uint32_t d;
+  asm("abs.bf16x2 %0, %1;" : "=r"(d) : "r"(x));
+  return d;
+}
+// max.NaN.bf16x2: the larger of each half, NaN if either is NaN.
+__device__ __forceinline__ std::uint32_t bf16x2_max_nan(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t d;
+  asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ std::uint32_t e2m1_code8_bf16_small(const std::uint32_t (&p)[4],
+                                                               const std::uint32_t (&ap)[4], std::uint32_t e) {
+  const std::uint32_t m0 = (254u - e) * 0x00800080u + 0x007f007fu;  // M_0 in both halves
+  const std::uint32_t m1 = m0 - 0x00800080u, m2 = m0 - 0x01000100u;  // M_1, M_2
+  std::uint32_t w[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    asm("{\n\t.reg .b32 l1, l2, l3;\n\t"
+        "fma.rn.bf16x2 l1, %1, %2, %5;\n\t"  // |y| M_0 + 128
+        "fma.rn.bf16x2 l2, %1, %3, %6;\n\t"  // |y| M_1 + 130
+        "fma.rn.bf16x2 l3, %1, %4, %7;\n\t"  // |y| M_2 + 132
+        "min.bf16x2 l1, l1, l2;\n\t"
+        "min.bf16x2 %0, l1, l3;\n\t}"
+        : "=r"(w[j])
+        : "r"(ap[j]), "r"(m0), "r"(m1), "r"(m2), "r"(0x43004300u), "r"(0x43024302u), "r"(0x43044304u));
+  // Each half of w[j] is 0x4300 + code: placed by shifted adds (p[0] = (y0, y4) at nibbles 0, 4,
+  // p[2] = (y1, y5) at 1, 5, p[1] = (y2, y6) at 2, 6, p[3] = (y3, y7) at 3, 7), the 0x4300 parts
+  // summing to a constant that is subtracted (mod 2^32); the codes land in separate nibbles.
+  constexpr std::uint32_t kBias = 0x43004300u * (1u + 16u + 256u + 4096u);
+  const std::uint32_t cw = w[0] + (w[2] << 4) + (w[1] << 8) + (w[3] << 12) - kBias;
+  // Signs: byte m of ev / od is 0xff where y_2m / y_2m+1 is negative (prmt's sign replication of
+  // the high byte of each bf16), kept on the nonzero codes (nibble + 7 has bit 3 set exactly then).
+  const std::uint32_t ev = prmt(p[0], p[1], 0xfbd9u), od = prmt(p[2], p[3], 0xfbd9u);
+  const std::uint32_t sg = (ev & 0x0f0f0f0fu) | (od & 0xf0f0f0f0u);
+  return cw | (sg & (cw + 0x77777777u) & 0x88888888u);
 }
 
 // SGLang V4.1's packer exponent (row.h's rne_ue8m0_of_amax: fmax(amax / 6, 1e-4), its exponent

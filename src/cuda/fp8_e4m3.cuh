@@ -51,6 +51,33 @@ __device__ __forceinline__ std::uint32_t quantize4_e4m3_sat(float a, float b, fl
 #endif
 }
 
+// SGLang's FP8 row scale and its inverse (row.h: scale = fmax(1e-4, amax) / kMax, inv = 1 / scale,
+// each one IEEE rounding; kMax = 448, or 224 for the gfx942 form) for any amax >= 0 (+Inf
+// included; row_amax never gives NaN), without the two division sequences:
+//  - the quotient by the constant: q0 = a * RN(1 / kMax), then one correction by the exact
+//    remainder a - q0 * kMax (an fma): RN(a / kMax) for every finite a >= 1e-4 (checked for every
+//    such float32 for 448 and 224, on the host with the C library's fma and on the device by
+//    tests/test_cuda.cu). For a = +Inf the remainder is NaN, and fminf(NaN, a) gives +Inf; for a
+//    finite a the quotient is below a, so the fminf keeps it.
+//  - the reciprocal: the fast path of rcp.rn.f32 as the compiler emits it (rcp.approx, the
+//    residual s * r - 1 by an fma, one correction), which is taken there for every input whose
+//    exponent field is 1..252; the scales here lie in [1e-4 / 448, FLT_MAX / 224]. For +Inf the
+//    residual is NaN, and fmaxf(NaN, 0) gives 1 / Inf = 0; every finite inverse is positive.
+// Checked against __fdiv_rn for every non-negative amax bit pattern by tests/test_cuda.cu.
+template <int kMax>
+__device__ __forceinline__ void sglang_scale_inverse(float amax, float& scale, float& inv) {
+  static_assert(kMax == 448 || kMax == 224, "RN(1 / kMax) below is written for 448 and 224");
+  constexpr float kM = float(kMax);
+  constexpr float kR = kMax == 448 ? kInv448 : 2.0f * kInv448;  // RN(1 / 224) = 2 RN(1 / 448)
+  const float a = fmaxf(kScaleFloor, amax);
+  const float q0 = __fmul_rn(a, kR);
+  scale = fminf(__fmaf_rn(__fmaf_rn(-q0, kM, a), kR, q0), a);
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(scale));
+  const float e = __fmaf_rn(scale, r, -1.0f);
+  inv = fmaxf(__fmaf_rn(r, -e, r), 0.0f);
+}
+
 // vLLM's conversion (Quantizer::kVllm, row.h's vllm_fp8_code of a product already divided by
 // its power-of-two scale): e4m3fn nearest even, saturating to +-448 (Inf too), the sign of zero
 // kept, and any NaN -> 0x7f whatever its sign. The satfinite conversion gives every non-NaN
