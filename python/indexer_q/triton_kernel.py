@@ -291,20 +291,84 @@ def _rne_exponent(amax):
     return tl.where(e < 1, 1, tl.where(e > 254, 254, e)).to(tl.uint32)
 
 
+_SUM_COMBINE = getattr(tl.standard, "_sum_combine", None)
+
+
 @triton.jit
-def _butterfly(x, BLOCK_R: tl.constexpr, S: tl.constexpr):
+def _add_combine(a, b):
+    return a + b
+
+
+if _SUM_COMBINE is None:  # (Triton 3.6 and 3.9 have it: the interpreter's numpy fast path)
+    _SUM_COMBINE = _add_combine
+
+
+# ---- the row tiles: which thread holds which values -----------------------------------------
+# A row's NB-bit column index is split into: VB vector bits (one 16-byte access), IB - VB more
+# bits held by the same thread, LB lane bits (2^LB lanes share the row, their accesses
+# adjacent in memory), and the rest, again held by the thread. The tile is loaded through a
+# pointer tensor (HI, MID, R, LANE, V): Triton's coalescing gives the contiguous V axis to one
+# thread (a 16-byte access) and hands out lanes in the order LANE, R, MID, HI (ties in
+# contiguity go to the last axes first), so with R >= 32 / 2^LB rows per warp the LANE and R
+# axes are exactly the lanes and HI, MID stay in registers. Then the tile is viewed as
+# (R, 2^NB) in column order (free: the permute and reshape only rename registers). Every
+# tile of the kernel (q rows, freqs rows, codes) is cut with the same lane bits, so the values
+# a thread computes with are the ones it loaded and stores (no shuffles, no shared memory
+# outside the Hadamard's cross-lane stages and the row maxima).
+@triton.jit
+def _tile_offsets(rowbase, NB: tl.constexpr, VB: tl.constexpr, IB: tl.constexpr,
+                  LB: tl.constexpr):
+    HI: tl.constexpr = 1 << (NB - IB - LB)
+    MID: tl.constexpr = 1 << (IB - VB)
+    LN: tl.constexpr = 1 << LB
+    V: tl.constexpr = 1 << VB
+    hi = tl.arange(0, HI) * (1 << (IB + LB))
+    mid = tl.arange(0, MID) * V
+    ln = tl.arange(0, LN) * (1 << IB)
+    v = tl.arange(0, V)
+    return (hi[:, None, None, None, None] + mid[None, :, None, None, None]
+            + rowbase[None, None, :, None, None] + ln[None, None, None, :, None]
+            + v[None, None, None, None, :])
+
+
+@triton.jit
+def _load_tile(ptr, rowbase, rmask, BLOCK_R: tl.constexpr, NB: tl.constexpr, VB: tl.constexpr,
+               IB: tl.constexpr, LB: tl.constexpr):
+    # (BLOCK_R, 2^NB): the 2^NB values from ptr + rowbase[r] of each row r
+    t = tl.load(ptr + _tile_offsets(rowbase, NB, VB, IB, LB),
+                mask=rmask[None, None, :, None, None], other=0)
+    return tl.reshape(tl.permute(t, (2, 0, 3, 1, 4)), (BLOCK_R, 1 << NB))
+
+
+@triton.jit
+def _store_tile(ptr, rowbase, rmask, v, BLOCK_R: tl.constexpr, NB: tl.constexpr,
+                VB: tl.constexpr, IB: tl.constexpr, LB: tl.constexpr):
+    t = tl.reshape(v, (BLOCK_R, 1 << (NB - IB - LB), 1 << LB, 1 << (IB - VB), 1 << VB))
+    tl.store(ptr + _tile_offsets(rowbase, NB, VB, IB, LB), tl.permute(t, (1, 3, 0, 2, 4)),
+             mask=rmask[None, None, :, None, None])
+
+
+@triton.jit
+def _butterfly(x, BLOCK_R: tl.constexpr, S: tl.constexpr, LB: tl.constexpr):
     # one Hadamard stage at stride S on (BLOCK_R, 128): (x[i], x[i + S]) -> (a + b, a - b) for
-    # every i whose bit S is clear; the row viewed as (128 / 2S, 2, S), the middle axis split
-    if S == 1:
-        a, b = tl.split(tl.reshape(x, (BLOCK_R, 64, 2)))
-        return tl.reshape(tl.join(a + b, a - b), (BLOCK_R, 128))
+    # every i whose bit S is clear; the row viewed as (128 / 2S, 2, S). Strides 1, 2, 4 and
+    # those above the lane bits are inside a thread (split / join: register renaming). A stride
+    # on a lane bit pairs two lanes: each lane gets its partner's value as the pair's integer
+    # sum minus its own (one shuffle; exact modulo 2^32) and computes fma(own, +-1, partner),
+    # i.e. b + a in the lower lane and a - b in the upper one (the product is exact, so the fma
+    # rounds once, as a + b and a - b do).
+    t = tl.reshape(x, (BLOCK_R, 64 // S, 2, S))
+    if S >= 8 and S < (8 << LB):
+        u = _bits(t)
+        pu = tl.reduce(u, 2, _SUM_COMBINE, keep_dims=True) - u
+        sg = tl.where(tl.arange(0, 2) == 1, -1.0, 1.0)
+        sg = tl.broadcast_to(tl.reshape(sg, (1, 1, 2, 1)), (BLOCK_R, 64 // S, 2, S))
+        t = tl.fma(t, sg, _f32(pu))
     else:
-        t = tl.reshape(x, (BLOCK_R, 64 // S, 2, S))
         t = tl.permute(t, (0, 1, 3, 2))
         a, b = tl.split(t)
-        t = tl.join(a + b, a - b)
-        t = tl.permute(t, (0, 1, 3, 2))
-        return tl.reshape(t, (BLOCK_R, 128))
+        t = tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2))
+    return tl.reshape(t, (BLOCK_R, 128))
 
 
 # The sizes are not specialized (Triton would compile a variant per "== 1" / "divisible by 16"
@@ -317,50 +381,64 @@ def quant_q_kernel(
     ROPE_OFF: tl.constexpr, NEOX: tl.constexpr, ROPE_FMA_X1C: tl.constexpr,
     FREQS_INTERLEAVED: tl.constexpr, HADAMARD: tl.constexpr, BF16_ROPE: tl.constexpr,
     BF16_HAD: tl.constexpr, FMT: tl.constexpr, QUANT: tl.constexpr, FOLD: tl.constexpr,
-    SCALE_OUT: tl.constexpr, BLOCK_R: tl.constexpr,
+    SCALE_OUT: tl.constexpr, BLOCK_R: tl.constexpr, LANES_LOG2: tl.constexpr,
 ):
+    LB: tl.constexpr = LANES_LOG2  # 2^LB lanes share a row (0, 1 or 2)
+    # (b, h) of each row from one division per program: the program's rows are row0 + r, and
+    # h0 + r wraps past H at most once where H >= BLOCK_R (otherwise a division per row)
     pid = tl.program_id(0)
-    rows = pid.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R).to(tl.int64)
+    row0 = pid.to(tl.int64) * BLOCK_R
+    b0 = row0 // H
+    r = tl.arange(0, BLOCK_R)
+    t = (row0 - b0 * H) + r
+    if H >= BLOCK_R:
+        wrap = t >= H
+        b = b0 + wrap.to(tl.int64)
+        h = tl.where(wrap, t - H, t)
+    else:
+        qt = t // H
+        b = b0 + qt
+        h = t - qt * H
+    rows = row0 + r
     rmask = rows < n_rows
-    b = rows // H
-    h = rows - b * H
 
-    # ---- loads: the row (contiguous), the weight, the position's freqs row (contiguous)
-    i = tl.arange(0, 128)
-    k = tl.arange(0, 64)
-    x = _decode(tl.load(q_ptr + rows[:, None] * 128 + i[None, :], mask=rmask[:, None], other=0),
-                IN_KIND)
+    # ---- loads: the row, the weight
+    VB: tl.constexpr = 2 if IN_KIND == 2 else 3  # 16-byte accesses
+    x = _decode(_load_tile(q_ptr, rows * 128, rmask, BLOCK_R, 7, VB, 3, LB), IN_KIND)
     if FOLD != 5:  # the recipe has weights
         w = _decode(tl.load(w_ptr + b * w_stride_b + h, mask=rmask, other=0), W_KIND)
     else:
         w = tl.zeros([BLOCK_R], tl.float32)
-    # the row viewed as 64 pairs p = (x0, x1): adjacent dims (2p, 2p+1), or NeoX pairs: within
-    # each half of 64, (j, j + 32) for pair p = 32 * half + j
-    if NEOX:
-        xp = tl.reshape(tl.permute(tl.reshape(x, (BLOCK_R, 2, 2, 32)), (0, 1, 3, 2)),
-                        (BLOCK_R, 64, 2))
-    else:
-        xp = tl.reshape(x, (BLOCK_R, 64, 2))
-    xr, xi = tl.split(xp)
     if ROPE:
         pos = tl.load(pos_ptr + b, mask=rmask, other=0).to(tl.int64)
         valid = (pos >= 0) & (pos < max_pos)
         prow = tl.where(valid, pos, 0)  # an out-of-range row reads row 0 and writes the NaN marker
-        # (cos, sin) of pair p (0..63) of the row; only the recipe's 32 pairs are read and used
-        j = k - ROPE_OFF // 2
-        rot = (j >= 0) & (j < 32)
-        fmask = rmask[:, None] & rot[None, :]
-        fbase = freqs_ptr + prow[:, None] * 64
-        if FREQS_INTERLEAVED:  # (cos, sin) per pair
-            c = tl.load(fbase + 2 * j[None, :], mask=fmask, other=0.0)
-            s = tl.load(fbase + 2 * j[None, :] + 1, mask=fmask, other=0.0)
+        fbase = prow * 64
+        # the recipe's half of the row, as 32 pairs (x0, x1): adjacent dims (2j, 2j+1), or
+        # NeoX pairs (j, j + 32); and the (cos, sin) of pair j, cut with the same lane bits
+        # (adjacent pairs: j's bits are the row's bits 1..5; NeoX pairs: bits 0..4)
+        lo, hi = tl.split(tl.permute(tl.reshape(x, (BLOCK_R, 2, 64)), (0, 2, 1)))
+        if ROPE_OFF == 64:
+            xh = hi
+        else:
+            xh = lo
+        if NEOX:
+            xr, xi = tl.split(tl.permute(tl.reshape(xh, (BLOCK_R, 2, 32)), (0, 2, 1)))
+        else:
+            xr, xi = tl.split(tl.reshape(xh, (BLOCK_R, 32, 2)))
+        if FREQS_INTERLEAVED:  # (cos, sin) per pair: freqs index bits = the pair's row bits
+            f = _load_tile(freqs_ptr, fbase, rmask, BLOCK_R, 6, 2, 3, LB)
+            c, s = tl.split(tl.reshape(f, (BLOCK_R, 32, 2)))
         else:  # [cos x32 | sin x32]
-            c = tl.load(fbase + j[None, :], mask=fmask, other=0.0)
-            s = tl.load(fbase + 32 + j[None, :], mask=fmask, other=0.0)
+            if NEOX:
+                c = _load_tile(freqs_ptr, fbase, rmask, BLOCK_R, 5, 2, 3, LB)
+                s = _load_tile(freqs_ptr + 32, fbase, rmask, BLOCK_R, 5, 2, 3, LB)
+            else:
+                c = _load_tile(freqs_ptr, fbase, rmask, BLOCK_R, 5, 2, 2, LB)
+                s = _load_tile(freqs_ptr + 32, fbase, rmask, BLOCK_R, 5, 2, 2, LB)
 
         # ---- RoPE (row.h rope_row) on the recipe's 32 pairs, then their bf16 point
-        xis = xi * s
-        nr = tl.fma(xr, c, _neg(xis))
+        nr = tl.fma(xr, c, _neg(xi * s))
         if ROPE_FMA_X1C:  # x1' = fma(x1, c, x0 * s)
             ni = tl.fma(xi, c, xr * s)
         else:  # x1' = fma(x0, s, x1 * c)
@@ -368,28 +446,27 @@ def quant_q_kernel(
         if BF16_ROPE:
             nr = _round_bf16(nr)
             ni = _round_bf16(ni)
-        xr = tl.where(rot[None, :], nr, xr)
-        xi = tl.where(rot[None, :], ni, xi)
+        if NEOX:
+            xh = tl.reshape(tl.permute(tl.join(nr, ni), (0, 2, 1)), (BLOCK_R, 64))
+        else:
+            xh = tl.reshape(tl.join(nr, ni), (BLOCK_R, 64))
+        if ROPE_OFF == 64:
+            x = tl.reshape(tl.permute(tl.join(lo, xh), (0, 2, 1)), (BLOCK_R, 128))
+        else:
+            x = tl.reshape(tl.permute(tl.join(xh, hi), (0, 2, 1)), (BLOCK_R, 128))
     else:  # no RoPE: no freqs, no positions, every row valid
         valid = rows >= 0
 
     # ---- Hadamard: strides 1, 2, 4, ..., 64, in that order, then 1/sqrt(128)
-    if HADAMARD and not NEOX:  # stride 1 on the (even, odd) pairs as they are
-        y = tl.reshape(tl.join(xr + xi, xr - xi), (BLOCK_R, 128))
-    else:
-        y = tl.join(xr, xi)
-        if NEOX:
-            y = tl.permute(tl.reshape(y, (BLOCK_R, 2, 32, 2)), (0, 1, 3, 2))
-        y = tl.reshape(y, (BLOCK_R, 128))
-        if HADAMARD:
-            y = _butterfly(y, BLOCK_R, 1)
+    y = x
     if HADAMARD:
-        y = _butterfly(y, BLOCK_R, 2)
-        y = _butterfly(y, BLOCK_R, 4)
-        y = _butterfly(y, BLOCK_R, 8)
-        y = _butterfly(y, BLOCK_R, 16)
-        y = _butterfly(y, BLOCK_R, 32)
-        y = _butterfly(y, BLOCK_R, 64)
+        y = _butterfly(y, BLOCK_R, 1, LB)
+        y = _butterfly(y, BLOCK_R, 2, LB)
+        y = _butterfly(y, BLOCK_R, 4, LB)
+        y = _butterfly(y, BLOCK_R, 8, LB)
+        y = _butterfly(y, BLOCK_R, 16, LB)
+        y = _butterfly(y, BLOCK_R, 32, LB)
+        y = _butterfly(y, BLOCK_R, 64, LB)
         y = y * _const(0x3DB504F3)  # 0x1.6a09e6p-4f
 
     ws = weight_scale
@@ -446,7 +523,7 @@ def quant_q_kernel(
         e1, e3 = tl.split(e13)
         sf = e0 | (e1 << 8) | (e2 << 16) | (e3 << 24)
         sf = tl.where(valid, sf, 0)
-        tl.store(out_ptr + rows[:, None] * 64 + k[None, :], code.to(tl.uint8), mask=rmask[:, None])
+        _store_tile(out_ptr, rows * 64, rmask, code.to(tl.uint8), BLOCK_R, 6, 2, 2, LB)
         tl.store(sf_ptr + rows, sf.to(tl.int32, bitcast=True), mask=rmask)
         if FOLD != 5:
             if FOLD == 1:
@@ -520,7 +597,7 @@ def quant_q_kernel(
             if FMT == 1:
                 code = tl.where(code == 0x80, 0, code)
         code = tl.where(valid[:, None], code, 0)
-        tl.store(out_ptr + rows[:, None] * 128 + i[None, :], code.to(tl.uint8), mask=rmask[:, None])
+        _store_tile(out_ptr, rows * 128, rmask, code.to(tl.uint8), BLOCK_R, 7, 3, 3, LB)
         if SCALE_OUT:  # the row scale as float32 into q_sf (+0 for an out-of-range position)
             tl.store(sf_ptr + rows, tl.where(valid, scale, 0.0), mask=rmask)
         if FOLD != 5:
@@ -556,34 +633,44 @@ def interpreting() -> bool:
 
 
 def default_block_rows(n_rows: int, device_type: str) -> int:
-    """Rows per program. 4 rows on one warp: the fewest instructions per row in the sm_90
-    PTX of the Hadamard recipes (v4_fp8 about 240 warp instructions a row against 300-400 for
-    8 rows on 2 or 4 warps; the other recipes are within 10 % of each other), and 32 resident
-    programs of 4 rows keep about 32 KB of loads in flight per SM. bench/triton_bench.py
-    --sweep times the alternatives."""
+    """Rows per program (with default_lanes lanes a row and default_num_warps warps).
+    bench/triton_bench.py --sweep times the alternatives."""
     if interpreting():
         return 512  # numpy per program: big blocks amortize the interpreter's per-op cost
+    return 8
+
+
+def default_lanes(block_rows: int) -> int:
+    """Lanes sharing a row: 4 (each holds 4 of the row's 16-byte pieces; 2 Hadamard stages
+    across lanes). The interpreter runs the same arithmetic (its reductions are numpy's)."""
     return 4
 
 
-def default_num_warps(block_rows: int) -> int:
-    return 1 if block_rows <= 4 else (2 if block_rows <= 8 else 4)
+def default_num_warps(block_rows: int, lanes: int = 4) -> int:
+    """As many warps as the rows fill: block_rows * lanes / 32 (1 to 4)."""
+    return max(1, min(4, block_rows * lanes // 32))
+
+
+_LANES_LOG2 = {1: 0, 2: 1, 4: 2}
 
 
 def launch(info, q_input: torch.Tensor, q_out: torch.Tensor, q_sf: Optional[torch.Tensor],
            weight: torch.Tensor, weights_out: torch.Tensor, weight_scale: float,
            freqs: torch.Tensor, positions: torch.Tensor, head_scale: float = 1.0,
-           block_rows: Optional[int] = None, num_warps: Optional[int] = None) -> None:
+           block_rows: Optional[int] = None, num_warps: Optional[int] = None,
+           lanes: Optional[int] = None) -> None:
     """Runs the kernel on arguments that the library's validator accepted (shapes, dtypes,
     layouts, devices checked there): writes q_out (raw codes: any 1-byte dtype), q_sf (FP4) and
-    weights_out in place."""
+    weights_out in place. block_rows, num_warps, lanes: the launch shape (rows per program,
+    warps per program, lanes a row: 1, 2 or 4; None: the defaults)."""
     B, H = q_input.shape[0], q_input.shape[1]
     n_rows = B * H
     if n_rows == 0:
         return
     consts = recipe_constants(info)
     br = block_rows or default_block_rows(n_rows, q_input.device.type)
-    nw = num_warps or default_num_warps(br)
+    ln = lanes or default_lanes(br)
+    nw = num_warps or default_num_warps(br, ln)
     out = q_out.view(torch.uint8)
     # arguments the recipe does not take (0-element tensors) are never read: any pointer will do
     if not consts["ROPE"]:
@@ -600,29 +687,40 @@ def launch(info, q_input: torch.Tensor, q_out: torch.Tensor, q_sf: Optional[torc
         _f32_round(weight_scale), _f32_round(head_scale),
         IN_KIND=_IN_KIND[q_input.dtype],
         W_KIND=_IN_KIND[weight.dtype] if consts["FOLD"] != 5 else _IN_KIND[q_input.dtype],
-        BLOCK_R=br, num_warps=nw, enable_fp_fusion=False, **consts,
+        BLOCK_R=br, LANES_LOG2=_LANES_LOG2[ln], num_warps=nw, enable_fp_fusion=False,
+        **consts,
     )
 
 
-def ptx_of(info, dtype: str = "bf16", block_rows: Optional[int] = None,
-           num_warps: Optional[int] = None, arch: int = 90) -> str:
-    """The PTX of the kernel for a recipe, compiled for sm_<arch> without a GPU (inspection and
-    tests: no .ftz, no approximate division, which fma)."""
+def compile_offline(info, dtype: str = "bf16", block_rows: Optional[int] = None,
+                    num_warps: Optional[int] = None, lanes: Optional[int] = None,
+                    arch: int = 90):
+    """The kernel for a recipe compiled for sm_<arch> without a GPU, at the GPU launcher's
+    default shape unless given (Triton's compiled kernel: .asm["ptx"], ["cubin"], .n_regs
+    is not set offline)."""
     from triton.backends.compiler import GPUTarget
 
     kind = {"bf16": 0, "fp16": 1, "fp32": 2}[dtype]
     sig = {"q_ptr": "*" + dtype, "w_ptr": "*" + dtype, "freqs_ptr": "*fp32", "pos_ptr": "*i64",
            "out_ptr": "*u8", "sf_ptr": "*i32", "wout_ptr": "*fp32", "n_rows": "i32", "H": "i32",
            "w_stride_b": "i32", "max_pos": "i32", "weight_scale": "fp32", "head_scale": "fp32"}
-    br = block_rows or 4  # default_block_rows on a GPU
-    num_warps = num_warps or default_num_warps(br)
-    cx = dict(IN_KIND=kind, W_KIND=kind, BLOCK_R=br, **recipe_constants(info))
+    br = block_rows or 8  # default_block_rows on a GPU
+    ln = lanes or 4  # default_lanes on a GPU
+    num_warps = num_warps or default_num_warps(br, ln)
+    cx = dict(IN_KIND=kind, W_KIND=kind, BLOCK_R=br, LANES_LOG2=_LANES_LOG2[ln],
+              **recipe_constants(info))
     if cx["SCALE_OUT"]:
         sig["sf_ptr"] = "*fp32"  # the row scale
     sig.update({k: "constexpr" for k in cx})
     # the pointers 16-byte aligned, as a launch with torch's allocations specializes them
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(7)}
     src = triton.compiler.ASTSource(fn=quant_q_kernel, signature=sig, constexprs=cx, attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                       options=dict(num_warps=num_warps, enable_fp_fusion=False))
-    return k.asm["ptx"]
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                          options=dict(num_warps=num_warps, enable_fp_fusion=False))
+
+
+def ptx_of(info, dtype: str = "bf16", block_rows: Optional[int] = None,
+           num_warps: Optional[int] = None, arch: int = 90, lanes: Optional[int] = None) -> str:
+    """The PTX of the kernel for a recipe, compiled for sm_<arch> without a GPU (inspection and
+    tests: no .ftz, no approximate division, which fma)."""
+    return compile_offline(info, dtype, block_rows, num_warps, lanes, arch).asm["ptx"]

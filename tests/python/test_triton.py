@@ -191,6 +191,29 @@ def test_weight_dtype_independent_of_q_input(recipe, wdt):
     assert_same_outputs(got, want, f"{recipe} weight {wdt}")
 
 
+# (rows per program, warps, lanes a row): the default, 2 and 1 lanes, more warps, and fewer
+# rows than a warp's lanes cover (Triton then replicates the tile over the spare lanes); with
+# H = 8, BLOCK_R 16 and 32 take the kernel's per-row (b, h) division, 8 and 4 its wrap; 56 rows
+# leave a partial last program
+_SHAPES = [(8, 1, 4), (16, 2, 4), (16, 1, 2), (32, 1, 1), (4, 1, 4), (32, 4, 4)]
+
+
+@needs_exact_fma
+@pytest.mark.parametrize("shape", _SHAPES, ids=[f"{r}r{w}w{n}l" for r, w, n in _SHAPES])
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_launch_shapes(recipe, shape):
+    br, nw, ln = shape
+    dt = (torch.bfloat16, torch.float32)[RECIPES.index(recipe) % 2]  # 8- and 4-element accesses
+    q, w, freqs, pos = _awkward_inputs(7, 8, dt, 5 + RECIPES.index(recipe))
+    want = _run_reference(recipe, q, w, 0.37, freqs, pos, 0.125)
+    q, w, freqs, pos = q.to(DEV), w.to(DEV), freqs.to(DEV), pos.to(DEV)
+    got = new_recipe_outputs(recipe, q)
+    w, w_out, freqs, pos = absent_args(recipe, w, got[2], freqs, pos, q.device)
+    triton_kernel.launch(indexer_q.recipe_info(recipe), q, got[0], got[1], w, w_out, 0.37,
+                         freqs, pos, 0.125, block_rows=br, num_warps=nw, lanes=ln)
+    assert_same_outputs(got, want, f"{recipe} {br} rows / {nw} warps / {ln} lanes")
+
+
 @needs_exact_fma
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_python_api_backend_triton(recipe):
