@@ -146,27 +146,31 @@ def _round_bf16(x):
 
 
 @triton.jit
-def _e4m3fn(f, IN_RANGE: tl.constexpr):
-    # float32 -> e4m3fn code (uint32 in 0..255): nearest even, saturating, NaN -> 0x7f | sign;
-    # the codes of row.h e4m3fn_encode, computed as follows. With E = max(exponent(|f|), -6),
-    # e4m3's step at |f| is 2^(E - 3); adding and removing 2^(E + 20) rounds |f| to that step
-    # (float32 addition, nearest even; the subtraction is exact): r. Every such r is
-    # m * 2^-9 (m < 8) or a normal e4m3 value, so r * 2^-120 is exact (a float32 subnormal
-    # m * 2^-129, or a normal number with exponent E - 120), and its bits >> 20 are the code
-    # (subnormals kept: no flush to zero). IN_RANGE: the caller guarantees |f| <= 448 and no
+def _e4m3fn(f, IN_RANGE: tl.constexpr, k120, sm):
+    # float32 -> e4m3fn code, returned in bits 24..31 of a uint32 (the rest zero): nearest even,
+    # saturating (a NaN f is the caller's to replace); the codes of row.h e4m3fn_encode, computed as follows.
+    # With E = max(exponent(|f|), -6), e4m3's step at |f| is 2^(E - 3); adding and removing
+    # 2^(E + 20) rounds |f| to that step (float32 addition, nearest even; the subtraction is
+    # exact): r. Every such r is m * 2^-9 (m < 8) or a normal e4m3 value, so r * 2^-120 is exact
+    # (a float32 subnormal m * 2^-129, or a normal number with exponent E - 120), and its
+    # bits >> 20 are the magnitude code (subnormals kept: no flush to zero); << 4 puts it under
+    # the sign bit of f (the code's top byte: byte extraction at the store is free).
+    # k120: 2^-120, or per row 0 to encode the row as zeros (with sm = 0); sm: the sign bit
+    # mask (0x80000000, or 0 with k120 = 0). IN_RANGE: the caller guarantees |f| <= 448 and no
     # NaN (SGLang's clamp; 448 itself gives 0x7e): the saturation / NaN selects are skipped.
     u = _bits(f)
-    sign = (u >> 24) & 0x80
-    a = u & 0x7FFFFFFF
-    eb = a & 0x7F800000
+    if IN_RANGE:
+        a = tl.abs(f)  # the sign bit cleared (an operand modifier of the add below)
+        eb = u & 0x7F800000
+    else:  # saturate: min(|f|, 448) rounds as |f| does below 464 (NaN, which every such
+        # caller replaces and passes quiet, comes out as 448 too)
+        a = tl.minimum(tl.abs(f), 448.0)
+        eb = _bits(a) & 0x7F800000
     eb = tl.where(eb > 0x3C800000, eb, 0x3C800000)
     magic = _f32(eb + (20 << 23))
-    r = (_f32(a) + magic) - magic
-    code = _bits(r * _const(0x03800000)) >> 20  # * 2^-120
-    if not IN_RANGE:
-        code = tl.where(a >= 0x43E00000, 0x7E, code)
-        code = tl.where(a > 0x7F800000, 0x7F, code)
-    return sign | code
+    r = (a + magic) - magic
+    mag = _bits(r * k120) << 4
+    return mag | (u & sm)
 
 
 @triton.jit
@@ -182,20 +186,33 @@ def _max_ignoring_nan(amax, y):
 # function of Triton's standard library, which the interpreter cannot run if triton was
 # imported before TRITON_INTERPRET was set.
 @triton.jit
+def _row_code(valid, code: tl.constexpr):
+    # per row: `code` (a code in the top byte) where valid, else 0; shape (BLOCK_R, 1)
+    return tl.where(valid, code, 0).to(tl.uint32)[:, None]
+
+
+@triton.jit
 def _max_combine(a, b):
-    return tl.where(a > b, a, b)
+    return tl.maximum(a, b)
 
 
 _MAX_COMBINE = getattr(tl.standard, "_elementwise_max", _max_combine)  # (Triton 3.6 and 3.9 have it)
 
 
 @triton.jit
-def _row_amax(y, axis: tl.constexpr):
-    # max over `axis` of |y| with NaN ignored: NaNs (and nothing else) become +0 first, then an
-    # exact max of non-negative, non-NaN values (any order, any max instruction: same value)
-    a = _abs(y)
-    a = tl.where(a > 0.0, a, 0.0)
-    return tl.reduce(a, axis, _MAX_COMBINE)
+def _row_amax(y, axis: tl.constexpr, QUIET: tl.constexpr):
+    # max over `axis` of |y| with NaN ignored, +0 for a row of NaNs (row.h amax_step from +0).
+    # The reduction is Triton's maximum (maxnum: a quiet NaN operand is ignored, and any order
+    # of non-negative values gives the same value). QUIET: y is the result of float arithmetic
+    # or of _round_bf16, so its NaNs are quiet, and the reduction itself ignores them (then
+    # maxnum with +0 for the all-NaN row); otherwise y may hold an input's signaling NaN (whose
+    # maxnum varies by target): NaNs become +0 first.
+    a = tl.abs(y)
+    if QUIET:
+        return tl.maximum(tl.reduce(a, axis, _MAX_COMBINE), 0.0)
+    else:
+        a = tl.where(a > 0.0, a, 0.0)
+        return tl.reduce(a, axis, _MAX_COMBINE)
 
 
 @triton.jit
@@ -482,7 +499,7 @@ def quant_q_kernel(
         if BF16_HAD:
             y = _round_bf16(y)
         yb = tl.reshape(y, (BLOCK_R, 4, 32))
-        amax = _row_amax(yb, 2)
+        amax = _row_amax(yb, 2, HADAMARD or BF16_HAD)
         if QUANT == 1:  # vLLM's MXFP4
             ratio = _fmax_floor(amax, _const(0x01C00000)) * _const(0x3E2AAAAB)
             rb = _bits(ratio)
@@ -502,7 +519,7 @@ def quant_q_kernel(
             u = yb * inv1[:, :, None]  # fma(x, inv, +0) but for the sign of a zero (unseen)
             g = _e2m1_value(_e2m1_mag_even(u))
             yb = tl.where(u < 0.0, _neg(g), g) * sc1[:, :, None]
-            ex = _rne_exponent(_row_amax(yb, 2))
+            ex = _rne_exponent(_row_amax(yb, 2, True))  # products
             inv = _f32((254 - ex) << 23)  # ex = 254: +0, as the engine's packer
         else:  # SGLang's V4
             sc = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 6.0)
@@ -538,14 +555,20 @@ def quant_q_kernel(
         # ---- FP8: one scale per row
         if BF16_HAD:  # all 128 values rounded to bf16 before the amax (sglang_ue8m0)
             y = _round_bf16(y)
-        amax = _row_amax(y, 1)
+        amax = _row_amax(y, 1, HADAMARD or BF16_HAD)
+        k120 = _const(0x03800000)  # 2^-120
+        # an out-of-range position's row is all zero codes: the encoder's factor and sign mask
+        # are 0 for it (see _e4m3fn), and its NaN code (_row_code) is 0
+        k120 = tl.where(valid, k120, 0.0)[:, None]
+        sm = tl.where(valid, 0x80000000, 0).to(tl.uint32)[:, None]
         if QUANT == 2:  # vLLM's CuTe: e of fmax(amax, 1e-4) * fl(1/448) rounded up (Inf: 255)
             ec = (((_bits(_fmax_floor(amax, _const(0x38D1B717)) * _const(0x3B124925)) + 0x7FFFFF)
                    >> 23) & 0xFF)
             scale = _f32(ec << 23)
             inv = _f32((254 - ec) << 23)  # 32-bit unsigned: ec = 255 gives -Inf
             v = y * inv[:, None]
-            code = tl.where(v != v, 0x7F, _e4m3fn(v, False))
+            code = tl.where(v != v, _row_code(valid, 0x7F000000),
+                            _e4m3fn(v, False, k120, sm))
         elif QUANT == 3 or QUANT == 6:
             # pow2ceil(fmax(amax, floor) * fl(1/448)); vLLM's V3.2: floor 1e-10, NaN -> 0x7e;
             # SGLang's V3.2 act_quant (sglang_ue8m0): floor 1e-4, NaN -> 0xfe (-448)
@@ -557,9 +580,11 @@ def quant_q_kernel(
             inv = tl.math.div_rn(1.0, scale)  # exact: see the vllm case below
             v = y * inv[:, None]
             if QUANT == 3:
-                code = tl.where(v != v, 0x7E, _e4m3fn(v, False))
+                code = tl.where(v != v, _row_code(valid, 0x7E000000),
+                                _e4m3fn(v, False, k120, sm))
             else:
-                code = tl.where(v != v, 0xFE, _e4m3fn(v, False))
+                code = tl.where(v != v, _row_code(valid, 0xFE000000),
+                                _e4m3fn(v, False, k120, sm))
         elif QUANT == 1:
             qs = tl.math.div_rn(_fmax_floor(amax, _const(0x38D1B717)), 448.0)
             scale = _f32((((_bits(qs) + 0x7FFFFF) >> 23) & 0xFF) << 23)  # pow2_ceil
@@ -568,7 +593,8 @@ def quant_q_kernel(
             # x / scale (Inf and NaN cases alike: x / Inf = x * 0), so one division per row
             inv = tl.math.div_rn(1.0, scale)
             v = y * inv[:, None]
-            code = tl.where(v != v, 0x7F, _e4m3fn(v, False))
+            code = tl.where(v != v, _row_code(valid, 0x7F000000),
+                            _e4m3fn(v, False, k120, sm))
         elif QUANT == 8:
             # vLLM's ROCm quantizer (vllm_fnuz224): q_scale = pow2ceil(fmax(amax, 1e-4) / 224);
             # the e4m3fnuz code of v = x / q_scale is the e4m3fn code of 2v (exact: a power-of-two
@@ -578,9 +604,9 @@ def quant_q_kernel(
             scale = _f32((((_bits(qs) + 0x7FFFFF) >> 23) & 0xFF) << 23)  # pow2_ceil
             inv = tl.math.div_rn(1.0, scale)
             v = y * inv[:, None]
-            code = _e4m3fn(v * 2.0, False)
-            code = tl.where(code == 0x80, 0, code)
-            code = tl.where(v != v, 0x80, code)
+            code = _e4m3fn(v * 2.0, False, k120, sm)
+            code = tl.where(code == 0x80000000, 0, code)
+            code = tl.where(v != v, _row_code(valid, 0x80000000), code)
         else:
             # SGLang's: scale = fmax(1e-4, amax) / LIM, codes of clamp(y * (1 / scale), -LIM, LIM)
             # with LIM = 448, or 224 for the gfx942 form (sglang_224, row.h sglang_fp8_max)
@@ -593,11 +619,11 @@ def quant_q_kernel(
             t = y * inv[:, None]
             t = tl.where(t < lim, t, lim)  # fminf(t, lim): NaN -> lim
             t = tl.where(t > -lim, t, -lim)
-            code = _e4m3fn(t, True)
+            # an out-of-range position's row encoded as zeros: k120 = 0 and no sign
+            code = _e4m3fn(t, True, k120, sm)
             if FMT == 1:
-                code = tl.where(code == 0x80, 0, code)
-        code = tl.where(valid[:, None], code, 0)
-        _store_tile(out_ptr, rows * 128, rmask, code.to(tl.uint8), BLOCK_R, 7, 3, 3, LB)
+                code = tl.where(code == 0x80000000, 0, code)
+        _store_tile(out_ptr, rows * 128, rmask, (code >> 24).to(tl.uint8), BLOCK_R, 7, 3, 3, LB)
         if SCALE_OUT:  # the row scale as float32 into q_sf (+0 for an out-of-range position)
             tl.store(sf_ptr + rows, tl.where(valid, scale, 0.0), mask=rmask)
         if FOLD != 5:

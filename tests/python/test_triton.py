@@ -271,8 +271,11 @@ def _encoders_probe(x_ptr, e4_ptr, e4_sat_ptr, bf_ptr, f4_ptr, mx_ptr, n, BLOCK:
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     x = tl.load(x_ptr + offs, mask=m, other=0.0)
-    tl.store(e4_ptr + offs, triton_kernel._e4m3fn(x, True).to(tl.uint8), mask=m)
-    tl.store(e4_sat_ptr + offs, triton_kernel._e4m3fn(x, False).to(tl.uint8), mask=m)
+    k120 = triton_kernel._const(0x03800000)  # 2^-120: the code in the top byte, the sign kept
+    sm = tl.full([], 0x80000000, tl.uint32)
+    tl.store(e4_ptr + offs, (triton_kernel._e4m3fn(x, True, k120, sm) >> 24).to(tl.uint8), mask=m)
+    tl.store(e4_sat_ptr + offs, (triton_kernel._e4m3fn(x, False, k120, sm) >> 24).to(tl.uint8),
+             mask=m)
     tl.store(bf_ptr + offs, triton_kernel._round_bf16(x), mask=m)
     tl.store(f4_ptr + offs, triton_kernel._e2m1_sglang(x).to(tl.uint8), mask=m)
     tl.store(mx_ptr + offs, triton_kernel._e2m1_vllm(x).to(tl.uint8), mask=m)
@@ -332,8 +335,9 @@ def test_bit_encoders_match_torch_conversions():  # no fma involved: runs on any
     assert torch.equal(e4s[ins], want)
     big = finite & (x.abs() > 448)
     assert torch.equal(e4s[big], torch.where(x[big] > 0, 0x7E, 0xFE).to(torch.uint8))
+    # NaN saturates like a big value (every caller of the saturating form replaces it)
     sign = (x.view(torch.int32) < 0).to(torch.uint8) * 0x80
-    assert torch.equal(e4s[~finite], (sign[~finite] | 0x7F))
+    assert torch.equal(e4s[~finite], (sign[~finite] | 0x7E))
     # bf16 point: torch's cast is round-to-nearest-even (overflow to Inf); NaN stays NaN
     want_bf = x[finite].to(torch.bfloat16).float()
     assert torch.equal(bf[finite].view(torch.int32), want_bf.view(torch.int32))
