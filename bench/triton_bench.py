@@ -237,7 +237,7 @@ def main():
     p.add_argument("--sweep-recipes", default="v4_fp8,v4_fp4", help="all, or a list")
     p.add_argument("--sweep-tokens", default="1,4096,65536")
     p.add_argument("--shapes", default=SWEEP_SHAPES,
-                   help="(rows per program)/(warps) pairs the sweep times")
+                   help="(rows per program)/(warps)/(lanes a row) triples the sweep / --ab time")
     p.add_argument("--sweep-only", action="store_true", help="no table after the sweep")
     p.add_argument("--ab", action="store_true", help="native / old Triton / new Triton per case")
     p.add_argument("--reps", type=int, default=20, help="launches per graph (--ab)")

@@ -1,7 +1,8 @@
 """SASS instruction counts of the Triton kernel per recipe, compiled offline for sm_90 (no GPU
 needed): static instructions of one program x warps / rows per program = warp instructions a
-row (the kernel has no loops; the static count also holds the division's slow-path subroutine,
-which normal rows never run, so it is an upper bound), with the registers per thread, the
+row (the kernel has no loops; the static count also holds the divisions' slow-path
+subroutines, which normal rows never run, so it is an upper bound; body_...: the same without
+the subroutines, still counting both sides of every branch), with the registers per thread, the
 global load / store instructions by width, the shuffles and shared-memory accesses, and
 (--top) the mix by opcode class. Needs cuobjdump (Triton's bundled one, or
 `pip install nvidia-cuda-cuobjdump`).
@@ -73,15 +74,23 @@ def sass_of(k):
                              check=True).stdout
         res = subprocess.run([cuobjdump(), "-res-usage", f.name], capture_output=True,
                              text=True, check=True).stdout
-    ops = []
+    ops, addr, calls = [], [], []
     for line in out.splitlines():
-        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*)", line)
         if m:
-            ops.append(m.group(2))
+            ops.append(m.group(3))
+            addr.append(int(m.group(1), 16))
+            c = re.match(r"\s+(0x[0-9a-f]+)", m.group(4)) if m.group(3).startswith("CALL") else None
+            if c:
+                calls.append(int(c.group(1), 16))
     while ops and ops[-1] in ("BRA", "NOP"):
         ops.pop()
+    # the body: the instructions before the first called subroutine (the slow paths of the
+    # divisions, which normal rows never run)
+    first_sub = min(calls) if calls else 1 << 62
+    body = sum(1 for a in addr[:len(ops)] if a < first_sub)
     m = re.search(r"REG:(\d+)", res)
-    return ops, int(m.group(1)) if m else -1
+    return ops, int(m.group(1)) if m else -1, body
 
 
 def memory_mix(ops):
@@ -112,7 +121,8 @@ def main():
     if not shapes:
         shapes = [(4, 1, 0)] if a.old else [(8, 0, 0)]
     old = old_module() if a.old else None
-    print("recipe,block_rows,warps,lanes,regs,sass_static,warp_instr_per_row,memory")
+    print("recipe,block_rows,warps,lanes,regs,sass_static,warp_instr_per_row,"
+          "body_warp_instr_per_row,memory")
     for r in a.recipes.split(","):
         info = indexer_q.recipe_info(r)
         for br, nw, ln in shapes:
@@ -124,9 +134,9 @@ def main():
                 ln = ln or 4
                 nw = nw or tk.default_num_warps(br, ln)
                 k = tk.compile_offline(info, "bf16", br, nw, ln)
-            ops, regs = sass_of(k)
+            ops, regs, body = sass_of(k)
             print(f"{r},{br},{nw},{ln},{regs},{len(ops)},{len(ops) * nw / br:.1f},"
-                  f"{memory_mix(ops)}")
+                  f"{body * nw / br:.1f},{memory_mix(ops)}")
             if a.top:
                 c = collections.Counter(o.split(".")[0] for o in ops)
                 print("   ", " ".join(f"{k}:{v}" for k, v in c.most_common(a.top)))

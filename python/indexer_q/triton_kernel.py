@@ -30,10 +30,13 @@ How it stays exact on every Triton target (NVIDIA, AMD, Intel, the CPU interpret
   targets are covered by the known-answer check of triton_dispatch.py (edge rows with
   subnormal values) before the kernel is used on them.
 
-Layout: one program handles BLOCK_R rows, loaded and stored contiguously. RoPE views a row as
-(half, pair, even/odd) and works on the recipe's half; the Hadamard stage at stride s views it
-as (128 / 2s, 2, s) and splits the middle axis, so every add and subtract is the spec's, in the
-spec's stage order (Triton turns the views into register / shuffle / shared-memory moves).
+Layout: one program handles BLOCK_R rows; 2^LANES_LOG2 adjacent lanes share a row, each
+holding every 2^LANES_LOG2-th 16-byte piece of it (see _tile_offsets), so a warp's accesses are
+whole sectors and each lane keeps its values from load to store. RoPE views a row as (half,
+pair, even/odd) and works on the recipe's half; the Hadamard stage at stride s views it as
+(128 / 2s, 2, s) and pairs the middle axis, so every add and subtract is the spec's, in the
+spec's stage order: inside a thread a split / join (register renaming), across two lanes one
+shuffle (_butterfly).
 """
 
 from __future__ import annotations
@@ -140,7 +143,7 @@ def _decode(v, KIND: tl.constexpr):
 def _round_bf16(x):
     # nearest bf16, ties to even, and back; NaN stays NaN (quieted)
     u = _bits(x)
-    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    nan = x != x
     r = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
     return _f32(tl.where(nan, u | 0x00400000, r))
 
@@ -222,60 +225,48 @@ def _fmax_floor(a, floor):
 
 
 # E2M1 codes. row.h counts the thresholds {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5} below
-# a = min(|v|, 6) (NaN -> 6). Here the count comes from one rounding of a scaled to its range's
-# code step: a in [0, 2] has codes 0..4 every 0.5 (k = 2), (2, 4] codes 4..6 every 1 (k = 1),
-# (4, 6] codes 6..7 every 2 (k = 0.5); a * k is exact (a power-of-two factor) and so is
-# a * k - off for the offsets used (Sterbenz, or a result <= 0 that the clamp removes).
+# a = min(|v|, 6) (NaN -> 6). Here, as in _e4m3fn: with E = max(exponent(a), 0), e2m1's step
+# at a is 2^(E - 1); adding and removing 2^(E + 22) rounds a to that step (float32 addition,
+# nearest even; the subtraction is exact): r, one of 0, 0.5, 1, 1.5, 2, 3, 4, 6 (a <= 6). Then
+# r * 2^-126 is exact (2^-127 for 0.5: a float32 subnormal, kept) and its bits >> 22 are the
+# magnitude code 0..7. Nearest-even in float32 is nearest-even in the code (the code's last bit
+# is r's last mantissa bit). Every caller's v is a product (quiet NaN), so min(|v|, 6) is 6 for
+# a NaN on every target (maxnum / minnum ignore a quiet NaN).
 @triton.jit
-def _e2m1_sglang(v):
-    # ties to the smaller magnitude: the count of thresholds strictly below a is
-    # base + max(ceil(a * k - off), 0); sign bit only on a nonzero code of a negative v
-    av = _abs(v)
-    a = tl.where(av < 6.0, av, 6.0)
-    hi = a > 4.0
-    mid = a > 2.0
-    k = tl.where(hi, 0.5, tl.where(mid, 1.0, 2.0))
-    off = tl.where(mid, 2.5, 0.5)
-    base = tl.where(hi, 6, tl.where(mid, 4, 0)).to(tl.uint32)
-    y = a * k - off
-    # ceil(y) for y in [-0.5, 3.5]: the nearest integer by adding and removing 1.5 * 2^23
-    # (where float32's step is 1), plus one if that fell below y (no ceil instruction: on
-    # NVIDIA Triton's ceil is libdevice's, flushing subnormal inputs in its default mode)
-    r = (y + 12582912.0) - 12582912.0
-    t = tl.where(r < y, r + 1.0, r)
-    t = tl.where(t > 0.0, t, 0.0)
-    m = base + t.to(tl.uint32)
-    return m | tl.where((v < 0.0) & (m != 0), 8, 0).to(tl.uint32)
-
-
-@triton.jit
-def _e2m1_vllm(v):
-    # nearest, ties to even (the code steps are even / odd codes alike: rint of a * k, by the
-    # 2^23 add / subtract), saturating at 6, sign bit of v on every code; NaN -> 0x7
-    av = _abs(v)
-    a = tl.where(av < 6.0, av, 6.0)
-    hi = a > 4.0
-    mid = a > 2.0
-    k = tl.where(hi, 0.5, tl.where(mid, 1.0, 2.0))
-    base = tl.where(hi, 4, tl.where(mid, 2, 0)).to(tl.uint32)
-    t = (a * k + 8388608.0) - 8388608.0
-    m = base + t.to(tl.uint32)
-    code = m | ((_bits(v) >> 28) & 8)
-    return tl.where(v != v, 7, code)
+def _e2m1_round(v):
+    # (r, a, eb): a = min(|v|, 6), r = a rounded to nearest even on e2m1's grid, eb = the
+    # exponent bits of 2^max(exponent(a), 0)
+    a = tl.minimum(tl.abs(v), 6.0)
+    eb = tl.maximum(_bits(a) & 0x7F800000, 0x3F800000)
+    magic = _f32(eb + (22 << 23))
+    r = (a + magic) - magic
+    return r, a, eb
 
 
 @triton.jit
 def _e2m1_mag_even(v):
     # the E2M1 magnitude (0..7) of min(|v|, 6), nearest with ties to even, NaN -> 7 (row.h
-    # e2m1_magnitude_rne): rint of a * k as in _e2m1_vllm
-    av = _abs(v)
-    a = tl.where(av < 6.0, av, 6.0)  # NaN -> 6
-    hi = a > 4.0
-    mid = a > 2.0
-    k = tl.where(hi, 0.5, tl.where(mid, 1.0, 2.0))
-    base = tl.where(hi, 4, tl.where(mid, 2, 0)).to(tl.uint32)
-    t = (a * k + 8388608.0) - 8388608.0
-    return base + t.to(tl.uint32)
+    # e2m1_magnitude_rne)
+    r, a, eb = _e2m1_round(v)
+    return _bits(r * _const(0x00800000)) >> 22  # * 2^-126
+
+
+@triton.jit
+def _e2m1_sglang(v):
+    # ties to the smaller magnitude (row.h e2m1_encode: the count of thresholds strictly below
+    # a): the nearest-even code, less one where a was a tie rounded up (r - a, exact, is then
+    # half the step, 2^(E - 2)); sign bit only on a nonzero code of a negative v
+    r, a, eb = _e2m1_round(v)
+    m = _bits(r * _const(0x00800000)) >> 22
+    m = m - ((r - a) == _f32(eb - (2 << 23))).to(tl.uint32)
+    return m | tl.where((v < 0.0) & (m != 0), 8, 0).to(tl.uint32)
+
+
+@triton.jit
+def _e2m1_vllm(v):
+    # nearest, ties to even, saturating at 6, sign bit of v on every code; NaN -> 0x7
+    code = _e2m1_mag_even(v) | ((_bits(v) >> 28) & 8)
+    return tl.where(v != v, 7, code)
 
 
 @triton.jit
