@@ -278,13 +278,6 @@ def _e2m1_rne(v):
 
 
 @triton.jit
-def _e2m1_value(m):
-    # the value of magnitude m (uint32 0..7): 0, 0.5, 1, 1.5, 2, 3, 4, 6 (row.h e2m1_value)
-    mf = m.to(tl.float32)
-    return tl.where(mf < 4.0, mf * 0.5, tl.where(mf < 6.0, mf - 2.0, tl.where(mf == 6.0, 4.0, 6.0)))
-
-
-@triton.jit
 def _exp_up(x):
     # the exponent byte of a positive float32 rounded up to a power of two: exponent bits +
     # (mantissa bits != 0) (uint32; +Inf gives 255)
@@ -508,7 +501,7 @@ def quant_q_kernel(
             sc1 = _f32(e1 << 23)
             inv1 = _f32((254 - e1) << 23)  # 32-bit unsigned: e1 = 255 gives -Inf
             u = yb * inv1[:, :, None]  # fma(x, inv, +0) but for the sign of a zero (unseen)
-            g = _e2m1_value(_e2m1_mag_even(u))
+            g, _a, _eb = _e2m1_round(u)  # the e2m1 value of u's magnitude code (NaN: 6)
             yb = tl.where(u < 0.0, _neg(g), g) * sc1[:, :, None]
             ex = _rne_exponent(_row_amax(yb, 2, True))  # products
             inv = _f32((254 - ex) << 23)  # ex = 254: +0, as the engine's packer

@@ -7,7 +7,7 @@
 # summary on stdout.
 #
 #   bash scripts/device/tritonx_gpu.sh        (SKIP_BUILD=1: reuse $BUILD_DIR, default build-gpu)
-#   SHAPES=R/W/L,... (rows per program / warps / lanes a row; default 16/2/4,16/1/2,32/1/1)
+#   SHAPES=R/W/L,... (rows per program / warps / lanes a row; default 16/1/2,32/2/2,16/1/4)
 #   TOKENS=list (default 1,4096,16384,65536)
 # Success: "pytest ... passed" with no failure, and every bench line "same bytes"; the kernel's
 # target is new_x >= 0.6 (native us / Triton us) from 4096 tokens for every recipe.
@@ -18,7 +18,7 @@ mkdir -p "$OUT"
 [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
 export PYTHONUNBUFFERED=1
 B=${BUILD_DIR:-build-gpu}
-SHAPES=${SHAPES:-16/2/4,16/1/2,32/1/1}
+SHAPES=${SHAPES:-16/1/2,32/2/2,16/1/4}
 TOKENS=${TOKENS:-1,4096,16384,65536}
 t0=$(date +%s)
 el() { echo "$(( $(date +%s) - t0 )) s"; }
