@@ -259,7 +259,7 @@ def _e2m1_sglang(v):
     r, a, eb = _e2m1_round(v)
     m = _bits(r * _const(0x00800000)) >> 22
     m = m - ((r - a) == _f32(eb - (2 << 23))).to(tl.uint32)
-    return m | tl.where((v < 0.0) & (m != 0), 8, 0).to(tl.uint32)
+    return m | tl.where(v < -0.25, 8, 0).to(tl.uint32)  # m != 0 exactly where |v| > 0.25
 
 
 @triton.jit
@@ -274,7 +274,7 @@ def _e2m1_rne(v):
     # SGLang V4.1's packer (row.h e2m1_encode_rne): ties to even, NaN -> 7, the sign bit only on a
     # nonzero magnitude of a negative v
     m = _e2m1_mag_even(v)
-    return m | tl.where((v < 0.0) & (m != 0), 8, 0).to(tl.uint32)
+    return m | tl.where(v < -0.25, 8, 0).to(tl.uint32)  # m != 0 exactly where |v| > 0.25
 
 
 @triton.jit
