@@ -15,8 +15,11 @@ How it stays exact on every Triton target (NVIDIA, AMD, Intel, the CPU interpret
 - every division is ``tl.math.div_rn`` (IEEE, round to nearest even); Triton's ``/`` on float32
   is an approximate division on NVIDIA;
 - negation flips the sign bit (Triton's unary minus is ``0 - x``, which turns -0 into +0);
-- fmax / fmin / fabs are written with comparisons and bit masks, with the NaN rules of row.h,
-  never with a device min/max whose NaN or signed-zero behaviour varies;
+- fmax / fmin / fabs follow the NaN rules of row.h: comparisons and bit masks where an input's
+  NaN (possibly signaling) can arrive; Triton's minimum / maximum (minnum / maxnum: a quiet NaN
+  operand ignored) only on values that are float results (quiet NaNs) or whose NaN the caller
+  replaces, and only where the sign of a zero cannot change the result (|x| operands, a
+  maximum of non-negative values, a clamp to a positive bound);
 - inputs are decoded from their bits (bf16: << 16; fp16: the exact decode of row.h, subnormals
   through an integer-to-float conversion and an exact power-of-two product); float constants
   that are not exact binary fractions (1e-4, 1/sqrt(128), 1/6, 6 * 2^-126) are built from their

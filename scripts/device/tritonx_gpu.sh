@@ -44,14 +44,14 @@ RECIPES=$(python3 -c "import indexer_q; print(' '.join(indexer_q.RECIPES))" 2>/d
 warm_pid=$!
 XDIST=""
 python3 -c "import xdist" 2>/dev/null && XDIST="-n 6"
-timeout 70 python3 -m pytest tests/python/test_triton.py -q -rs -p no:cacheprovider $XDIST \
+timeout 85 python3 -m pytest tests/python/test_triton.py -q -rs -p no:cacheprovider $XDIST \
   >"$OUT/pytest_triton.log" 2>&1
 echo "pytest tests/python/test_triton.py rc=$?: $(tail -1 "$OUT/pytest_triton.log") ($(el))"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest_triton.log" | head -10
 wait $warm_pid
 echo "warm rc=$? ($(el))"
 
-timeout 75 python3 bench/triton_bench.py --ab --recipes all --tokens "$TOKENS" --heads 64 \
+timeout 60 python3 bench/triton_bench.py --ab --recipes all --tokens "$TOKENS" --heads 64 \
   --shapes "$SHAPES" --reps 10 --trials 10 >"$OUT/triton_ab.txt" 2>&1
 echo "triton_bench --ab rc=$? ($(el))"
 python3 - "$OUT/triton_ab.txt" <<'PY'
