@@ -13,21 +13,14 @@ ceiling. Bytes per call: src/common/problem.h bytes_moved (q rows read, codes (+
 scales) written, weights read and written, one position and one freqs row per token).
 Each line also says whether the two operators wrote the same bytes.
 
---sweep: first times the kernel's (rows per program, warps, lanes a row) choices for the
---sweep-recipes (default v4_fp8,v4_fp4) at the --sweep-tokens (default 1,4096,65536) and
-prints the best per case (how triton_kernel.default_block_rows / default_lanes are chosen).
---shapes R/W/L,... replaces the list of shapes tried (L omitted: the default lanes);
---sweep-only skips the table after it. One command for the choice of the default, every recipe
-at the sizes of the target:
+--sweep: first times the kernel's (rows per program, warps) choices for the --sweep-recipes
+(default v4_fp8,v4_fp4) at the --sweep-tokens (default 1,4096,65536) and prints the best per
+case (how triton_kernel.default_block_rows is chosen). --shapes R/W,R/W,... replaces the list
+of (rows per program, warps) tried; --sweep-only skips the table after it. One command for the
+choice of the default, every recipe at the sizes of the target:
 
     python bench/triton_bench.py --sweep --sweep-only --sweep-recipes all \
-        --sweep-tokens 4096,16384,65536 --shapes 8/1/4,16/2/4,16/1/2,32/2/2,32/1/1
-
---ab: instead of the table, per recipe and token count: the native kernel, the previous Triton
-kernel (bench/triton_kernel_old.py, its default launch shape) and this one at its default and
-at each of --shapes, us per call and the ratios to native (x > 1: faster than native), with
-whether all of them wrote the same bytes. --warm J first compiles every kernel the run needs in
-J processes (Triton's cache; a fresh machine otherwise compiles them one by one).
+        --sweep-tokens 4096,16384,65536 --shapes 32/1,64/2,128/4,16/1,8/1
 
 On a CPU the Triton kernel runs only through Triton's interpreter: nothing to time (the script
 says so and exits).
@@ -115,115 +108,29 @@ def same_bytes(a, b):
     return True
 
 
-SWEEP_SHAPES = "8/1/4,16/2/4,32/4/4,16/1/2,32/2/2,32/1/1"
-
-
-def parse_shapes(shapes):
-    """[(rows per program, warps, lanes)] from "R/W/L,..." (L omitted: the default lanes)."""
-    out = []
-    for c in shapes.split(",") if shapes else []:
-        v = [int(x) for x in c.split("/")]
-        out.append((v[0], v[1], v[2] if len(v) > 2 else triton_kernel.default_lanes(v[0])))
-    return out
-
-
-def old_kernel():
-    """bench/triton_kernel_old.py: the kernel before the lane-tiled one (4 rows, one warp)."""
-    import importlib.util
-    import os
-    spec = importlib.util.spec_from_file_location(
-        "triton_kernel_old", os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                          "triton_kernel_old.py"))
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
-
-
-def ab(heads, recipes, tokens_list, shapes, reps, trials):
-    old = old_kernel()
-    configs = parse_shapes(shapes)
-    print(f"ab: us per call (CUDA graph of {reps}, median of {trials}); x = native us / us "
-          "(1 = native speed); new = the launcher's default shape")
-    print("csv_ab,recipe,tokens,native_us,old_us,new_us,old_x,new_x,best_shape,best_us,best_x,"
-          "same_bytes")
-    for recipe in recipes:
-        for tokens in tokens_list:
-            info, (q, w, freqs, pos), outs = make(recipe, tokens, heads)
-            on, oo, onew = outs(), outs(), outs()
-            t = lambda fn: time_graph(fn, reps, trials)  # noqa: E731
-            native_us = t(lambda: NATIVE(recipe, q, on[0], on[1], w, on[2], 0.5, freqs, pos,
-                                         False, 1.0))
-            old_us = t(lambda: old.launch(info, q, oo[0], oo[1], w, oo[2], 0.5, freqs, pos, 1.0))
-            new_us = t(lambda: triton_kernel.launch(info, q, onew[0], onew[1], w, onew[2], 0.5,
-                                                    freqs, pos, 1.0))
-            torch.cuda.synchronize()
-            eq = same_bytes(on, oo) and same_bytes(on, onew)
-            res = [(new_us, "default")]
-            for br, nw, ln in configs:
-                o = outs()
-
-                def fn(br=br, nw=nw, ln=ln, o=o):
-                    triton_kernel.launch(info, q, o[0], o[1], w, o[2], 0.5, freqs, pos, 1.0,
-                                         block_rows=br, num_warps=nw, lanes=ln)
-                res.append((t(fn), f"{br}/{nw}/{ln}"))
-                torch.cuda.synchronize()
-                eq = eq and same_bytes(on, o)
-            best_us, best = min(res)
-            print(f"{recipe:36s} T={tokens:6d} native {native_us:8.2f}  old {old_us:8.2f} "
-                  f"x{native_us / old_us:.2f}  new {new_us:8.2f} x{native_us / new_us:.2f}  best "
-                  f"{best} {best_us:8.2f} x{native_us / best_us:.2f}  "
-                  f"{'same bytes' if eq else 'BYTES DIFFER'}")
-            print(f"csv_ab,{recipe},{tokens},{native_us:.3f},{old_us:.3f},{new_us:.3f},"
-                  f"{native_us / old_us:.3f},{native_us / new_us:.3f},{best},{best_us:.3f},"
-                  f"{native_us / best_us:.3f},{'yes' if eq else 'NO'}")
-            sys.stdout.flush()
-
-
-def warm(recipes, shapes, jobs, with_old):
-    """Compiles the kernels of the run in `jobs` processes (tiny launches fill Triton's cache;
-    the specialization is the same as the timed launches': same dtypes, aligned pointers)."""
-    import subprocess
-    chunks = [recipes[i::jobs] for i in range(jobs) if recipes[i::jobs]]
-    procs = [subprocess.Popen([sys.executable, __file__, "--warm-only", "--recipes", ",".join(c),
-                               "--shapes", shapes] + (["--old"] if with_old else []))
-             for c in chunks]
-    return all(p.wait() == 0 for p in procs)
-
-
-def warm_only(recipes, shapes, with_old):
-    old = old_kernel() if with_old else None
-    for recipe in recipes:
-        info, (q, w, freqs, pos), outs = make(recipe, 1, 64)
-        o = outs()
-        triton_kernel.launch(info, q, o[0], o[1], w, o[2], 0.5, freqs, pos, 1.0)
-        if old:
-            old.launch(info, q, o[0], o[1], w, o[2], 0.5, freqs, pos, 1.0)
-        for br, nw, ln in parse_shapes(shapes):
-            triton_kernel.launch(info, q, o[0], o[1], w, o[2], 0.5, freqs, pos, 1.0,
-                                 block_rows=br, num_warps=nw, lanes=ln)
-    torch.cuda.synchronize()
+SWEEP_SHAPES = "32/1,64/2,128/4,16/1,8/1,4/1,32/2,64/1"
 
 
 def sweep(heads, recipes, tokens_list, shapes):
-    configs = parse_shapes(shapes)
-    print("sweep: us per call (graph) for (rows per program, warps, lanes a row)")
+    configs = [tuple(int(v) for v in c.split("/")) for c in shapes.split(",")]
+    print("sweep: us per call (graph) for (rows per program, warps)")
     for recipe in recipes:
         for tokens in tokens_list:
             info, (q, w, freqs, pos), outs = make(recipe, tokens, heads)
             o = outs()
             res = []
-            for br, nw, ln in configs:
-                def fn(br=br, nw=nw, ln=ln):
+            for br, nw in configs:
+                def fn(br=br, nw=nw):
                     triton_kernel.launch(info, q, o[0], o[1], w, o[2], 0.5, freqs, pos, 1.0,
-                                         block_rows=br, num_warps=nw, lanes=ln)
-                res.append((time_graph(fn), f"{br}/{nw}/{ln}"))
+                                         block_rows=br, num_warps=nw)
+                res.append((time_graph(fn), br, nw))
             on = outs()
             native_us = time_graph(lambda: NATIVE(recipe, q, on[0], on[1], w, on[2], 0.5, freqs,
                                                   pos, False, 1.0))
             res.sort()
-            line = "  ".join(f"{c} {us:.2f}" for us, c in res)
+            line = "  ".join(f"({br},{nw}) {us:.2f}" for us, br, nw in res)
             print(f"sweep {recipe:8s} tokens={tokens:6d} native {native_us:.2f} us; best "
-                  f"{res[0][1]} {res[0][0]:.2f} us, x{native_us / res[0][0]:.3f} "
+                  f"({res[0][1]},{res[0][2]}) {res[0][0]:.2f} us, x{native_us / res[0][0]:.3f} "
                   f"of native | {line}")
             sys.stdout.flush()
 
@@ -237,14 +144,8 @@ def main():
     p.add_argument("--sweep-recipes", default="v4_fp8,v4_fp4", help="all, or a list")
     p.add_argument("--sweep-tokens", default="1,4096,65536")
     p.add_argument("--shapes", default=SWEEP_SHAPES,
-                   help="(rows per program)/(warps)/(lanes a row) triples the sweep / --ab time")
+                   help="(rows per program)/(warps) pairs the sweep times")
     p.add_argument("--sweep-only", action="store_true", help="no table after the sweep")
-    p.add_argument("--ab", action="store_true", help="native / old Triton / new Triton per case")
-    p.add_argument("--reps", type=int, default=20, help="launches per graph (--ab)")
-    p.add_argument("--trials", type=int, default=15, help="graph replays timed (--ab)")
-    p.add_argument("--warm", type=int, default=0, help="compile first in this many processes")
-    p.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--old", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if not torch.cuda.is_available():
         print("triton_bench: no CUDA device. On a CPU the Triton kernel runs only through "
@@ -254,25 +155,9 @@ def main():
     import triton
 
     recipes = indexer_q.RECIPES if a.recipes == "all" else tuple(a.recipes.split(","))
-    if a.warm_only:
-        warm_only(recipes, a.shapes, a.old)
-        return 0
     print(f"torch {torch.__version__}, triton {triton.__version__}, "
           f"{torch.cuda.get_device_name(0)}, heads {a.heads}, bf16, "
           f"backends {indexer_q.available_backends()}")
-    if a.warm:
-        import time
-        t0 = time.time()
-        rs = list(recipes)
-        if a.sweep:
-            rs += [r for r in (indexer_q.RECIPES if a.sweep_recipes == "all"
-                               else a.sweep_recipes.split(",")) if r not in rs]
-        ok = warm(rs, a.shapes if (a.ab or a.sweep) else "", a.warm, a.ab)
-        print(f"warm: {len(rs)} recipes compiled in {a.warm} processes, {time.time() - t0:.0f} s"
-              f"{'' if ok else ' (a process failed)'}")
-    if a.ab:
-        ab(a.heads, recipes, [int(t) for t in a.tokens.split(",")], a.shapes, a.reps, a.trials)
-        return 0
     if a.sweep:
         sweep(a.heads, indexer_q.RECIPES if a.sweep_recipes == "all"
               else tuple(a.sweep_recipes.split(",")),
