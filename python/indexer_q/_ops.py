@@ -450,6 +450,9 @@ _VLLM_V4_INDEX = _FACTS["vllm_v4_fp8"].index
 _V32_NEOX_INDEX = _FACTS["vllm_v32_fp8_neox"].index
 _V32_GPTJ_INDEX = _FACTS["vllm_v32_fp8_gptj"].index
 _CUTE_INDEX = _FACTS["vllm_v4_fp8_cutedsl"].index
+_V4_FP4_INDEX = _FACTS["v4_fp4"].index
+_PACK_INDEX = _FACTS["sgl_v41_fp4_rope_pack"].index
+_UNFUSED_INDEX = _FACTS["sgl_v32_unfused_neox_hadamard_ue8m0"].index
 _QUANT_Q_BACKENDS: Dict[Optional[str], object] = {}
 
 
@@ -755,6 +758,21 @@ def fused_q_indexer_rope_hadamard_fp4_quant(
     int32, weights_out (B, H, 1) float32 = weight * weight_scale."""
     if not isinstance(q_input, torch.Tensor) or q_input.dim() != 3:
         raise ValueError("indexer_q: q_input: expected a (B, H, 128) tensor")
+    if (type(q_input) is torch.Tensor and type(weight_scale) is float and enable_pdl is True
+            and side_inputs_ready is False and weight is not None and positions is not None
+            and type(freqs_cis) is torch.Tensor
+            and (freqs_cis.dtype is _F32 or freqs_cis.dtype is _C64)
+            and (q_input.is_cpu or (_ALLOC_CUDA and q_input.is_cuda))):
+        # SGLang's call as SGLang makes it: what _quant_q does for it, one operator call
+        # (out_kind 2: int8 codes); a complex table it refuses takes the path below (the call
+        # again with the float32 view, for freqs_cis's own error)
+        try:
+            q, sf, w = _OP_QUANT_Q_ALLOC(_V4_FP4_INDEX, q_input, weight, weight_scale, freqs_cis,
+                                         positions, 2)
+            return (q, sf), w
+        except RuntimeError:
+            if freqs_cis.dtype is _F32:
+                raise
     # q_fp4 as int8 raw codes, as SGLang allocates it
     return _quant_q(_OP_QUANT_Q, "v4_fp4", q_input, weight, weight_scale, freqs_cis, positions,
                     torch.int8, None, None, None, enable_pdl, 1.0, side_inputs_ready)
@@ -1011,6 +1029,20 @@ def index_q_rope_pack_weights(
     float32 = ``float(bf16(w * weight_scale))``."""
     if not isinstance(input, torch.Tensor) or input.dim() != 3:
         raise ValueError("indexer_q: q_input: expected a (T, H, 128) tensor")
+    if (type(input) is torch.Tensor and type(weight_scale) is float and enable_pdl is True
+            and side_inputs_ready is False and head_weights is not None
+            and positions is not None and type(freqs_cis) is torch.Tensor
+            and (freqs_cis.dtype is _F32 or freqs_cis.dtype is _C64)
+            and (input.is_cpu or (_ALLOC_CUDA and input.is_cuda))):
+        # SGLang's call as SGLang makes it: what _quant_q does for it, one operator call
+        # (out_kind 6: int8 codes as rows, weights (T, H)); a complex table it refuses takes the
+        # path below (the call again with the float32 view, for freqs_cis's own error)
+        try:
+            return _OP_QUANT_Q_ALLOC(_PACK_INDEX, input, head_weights, weight_scale, freqs_cis,
+                                     positions, 6, 2)
+        except RuntimeError:
+            if freqs_cis.dtype is _F32:
+                raise
     # the payload as int8 raw codes, (T * H, 64), and the scales (T * H,): rows=True
     (q, sf), w = _quant_q(_OP_QUANT_Q, "sgl_v41_fp4_rope_pack", input, head_weights,
                           weight_scale, freqs_cis, positions, torch.int8, None, None, None,
@@ -1088,6 +1120,14 @@ def dsa_indexer_q_unfused(
     (docs/TORCH.md)."""
     if not isinstance(q, torch.Tensor) or q.dim() != 3:
         raise ValueError("indexer_q: q_input: expected a (T, H, 128) tensor")
+    if (type(q) is torch.Tensor and type(softmax_scale) is float and type(head_scale) is float
+            and enable_pdl is True and side_inputs_ready is False and weights is not None
+            and positions is not None and type(cos_sin_cache) is torch.Tensor
+            and cos_sin_cache.dtype is _F32 and (q.is_cpu or (_ALLOC_CUDA and q.is_cuda))):
+        # SGLang's call as SGLang makes it: what quant_q does for it, one operator call, whose
+        # (q_fp8, q_scale, weights_out) is this function's result
+        return _OP_QUANT_Q_ALLOC(_UNFUSED_INDEX, q, weights, softmax_scale, cos_sin_cache,
+                                 positions, 0, 3, True, head_scale)
     (q_fp8, q_scale), weights_out = quant_q(
         "sgl_v32_unfused_neox_hadamard_ue8m0", q, weights, softmax_scale, cos_sin_cache,
         positions, head_scale=head_scale, enable_pdl=enable_pdl,

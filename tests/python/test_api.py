@@ -474,3 +474,55 @@ def test_wrappers_take_the_allocating_operator_on_native_devices(monkeypatch):
     a = new_outputs(q)
     indexer_q.dsv4_fused_q_indexer_rope_hadamard_quant(q, a[0], w, a[1], ws, freqs, pos)
     assert len(calls) == 4
+
+
+def test_fast_paths_equal_the_general_path():
+    # the entry points' one-call fast paths (the engines' own call shapes) against the general
+    # path, which enable_pdl=1 (truthy, not True) takes: the same bytes for accepted calls, the
+    # same exception type and message for refused ones
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(3, 4, 128, generator=g).to(torch.bfloat16)
+    w = torch.randn(3, 4, generator=g).to(torch.bfloat16)
+    table = torch.rand(16, 64, generator=g)
+    cis = torch.view_as_complex(table.view(16, 32, 2))
+    pos = torch.randint(0, 16, (3,), generator=g)
+    calls = {
+        "v4_fp4": lambda f, pdl: indexer_q.fused_q_indexer_rope_hadamard_fp4_quant(
+            q, w, 0.5, f, pos, enable_pdl=pdl),
+        "rope_pack": lambda f, pdl: indexer_q.index_q_rope_pack_weights(q, f, pos, w, 0.5,
+                                                                        enable_pdl=pdl),
+        "unfused": lambda f, pdl: indexer_q.dsa_indexer_q_unfused(q, pos, f, w, 0.5, 0.25,
+                                                                  enable_pdl=pdl),
+        "vllm_v4": lambda f, pdl: indexer_q.fused_indexer_q_rope_quant(pos, q, f, w, 0.5, 0.25,
+                                                                       enable_pdl=pdl),
+        "vllm_v32": lambda f, pdl: indexer_q.fused_indexer_q_rope_quant_v32(
+            pos, q, f, w, 0.5, 0.25, enable_pdl=pdl),
+        "cutedsl": lambda f, pdl: indexer_q.fused_indexer_q_rope_quant_cutedsl(
+            pos, q, f, w, 0.5, 0.25, enable_pdl=pdl),
+        "rne": lambda f, pdl: indexer_q.quantize_fp4_indexer_tensor(q[0], enable_pdl=pdl),
+        "v4_fp8": lambda f, pdl: indexer_q.fused_q_indexer_rope_hadamard_quant(
+            q, w, 0.5, f, pos, enable_pdl=pdl),
+    }
+    tables = (table, cis, table[:, :32], cis[:, :16], cis.t(), table.to(torch.bfloat16),
+              torch.zeros(16, 64, dtype=torch.int32))
+
+    def flat(r):
+        out = []
+        for x in (r if isinstance(r, tuple) else (r,)):
+            out += flat(x) if isinstance(x, tuple) else [x]
+        return out
+
+    for name, call in calls.items():
+        for f in tables:
+            try:
+                want = call(f, 1)
+            except Exception as e:  # noqa: BLE001
+                with pytest.raises(type(e)) as got:
+                    call(f, True)
+                assert str(got.value) == str(e), (name, f.dtype, tuple(f.shape))
+                continue
+            got = call(f, True)
+            assert len(flat(got)) == len(flat(want))
+            for a, b in zip(flat(got), flat(want)):
+                assert a.dtype == b.dtype and a.shape == b.shape, name
+                assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name
