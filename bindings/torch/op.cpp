@@ -216,7 +216,7 @@ void quant_q_kernel(std::int64_t recipe, Tensor q_input, Tensor q_out, std::opti
 
 // ---- the allocating form, for the Python wrappers -------------------------------------------
 // quant_q_alloc(int recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs,
-//             Tensor positions, int out_kind, int weights_dims, bool enable_pdl=True,
+//             Tensor positions, int out_kind=0, int weights_dims=3, bool enable_pdl=True,
 //             float head_scale=1.0, *, bool side_inputs_ready=False) -> (Tensor, Tensor?, Tensor?)
 // quant_q with its outputs allocated here, on q_input's device (contiguous, uninitialized), the
 // recipe given by its index in the library's list (Python: RECIPES.index(name); an int costs the
@@ -225,9 +225,13 @@ void quant_q_kernel(std::int64_t recipe, Tensor q_input, Tensor q_out, std::opti
 // output (each costs more than a microsecond from Python; bench/python_overhead.py). q_out is
 // (B, H, 128) in the recipe's FP8 dtype, (B, H, 64) uint8 for FP4, or the raw codes out_kind asks
 // for (0: the recipe's dtype, 1: uint8, 2: int8; plus 4: q_out as (B * H, D) rows and q_sf as
-// (B * H,), SGLang's V4.1 shapes); q_sf (B, H) int32 for FP4, (B, H, 1) float32
+// (B * H,), SGLang's V4.1 shapes; with it a 2-D q_input (N, D) is read as (N, 1, D), the view
+// reshape(-1, 1, D) would make); q_sf (B, H) int32 for FP4, (B, H, 1) float32
 // for a recipe with scale_out, else None; weights_out (B, H) (weights_dims 2) or (B, H, 1)
-// (weights_dims 3) float32, None for a recipe without weights. freqs may also be SGLang's complex64
+// (weights_dims 3) float32, None for a recipe without weights. out_kind and weights_dims have
+// defaults (0 and 3) so that the common call passes neither: each non-tensor argument costs the
+// call from Python about 1.5k instructions (torch's __torch_function__ check and the argument
+// parsing; bench/python_overhead.py, callgrind), more than any tensor does. freqs may also be SGLang's complex64
 // (max_pos, 32) freq_cis (read as its float32 table; CPU and CUDA only: other paths refuse it,
 // and the Python wrappers then pass the float32 view). The arguments a recipe does not take are 0-element tensors, as for quant_q. Then
 // exactly quant_q: the same views, the one validator, the same backends (CPU, CUDA; the
@@ -269,6 +273,17 @@ Tensor view_as(const Tensor& t, std::int64_t ndim, const std::int64_t* sizes) {
   return Tensor(h);
 }
 
+// The 2-D t (N, D) as (N, 1, D), the strides reshape(-1, 1, D) gives it: (s0, s1 * D, s1).
+Tensor unit_heads_view(const Tensor& t) {
+  const std::int64_t sizes[3] = {t.size(0), 1, t.size(1)};
+  const std::int64_t strides[3] = {t.stride(0), t.stride(1) * t.size(1), t.stride(1)};
+  std::int64_t offset = 0;
+  IQ_SHIM_CHECK(aoti_torch_get_storage_offset(t.get(), &offset));
+  AtenTensorHandle h = nullptr;
+  IQ_SHIM_CHECK(aoti_torch__reinterpret_tensor(t.get(), 3, sizes, strides, offset, &h));
+  return Tensor(h);
+}
+
 }  // namespace
 
 using NewOutputs = std::tuple<Tensor, std::optional<Tensor>, std::optional<Tensor>>;
@@ -282,6 +297,9 @@ NewOutputs quant_q_alloc_kernel(std::int64_t recipe_index, Tensor q_input, Tenso
   const RecipeId id = names().at_index(recipe_index);
   const Recipe& rec = recipe(id);
   check_viewable(q_input, "q_input", "3");
+  // out_kind & kRows with a 2-D q_input (N, D): its rows, read as (N, 1, D) (the view
+  // reshape(-1, 1, D) makes, here without a view op: SGLang's quantize_fp4_indexer_tensor(x))
+  if ((out_kind & kRows) != 0 && out_kind >= 0 && q_input.dim() == 2) q_input = unit_heads_view(q_input);
   if (q_input.dim() != 3)
     fail("q_input", "expected 3 dims (B, H, 128), got " + std::to_string(q_input.dim()));
   if (weights_dims != 2 && weights_dims != 3)
@@ -427,7 +445,7 @@ STABLE_TORCH_LIBRARY(indexer_q, m) {
   // quant_q with its outputs allocated (see quant_q_alloc_kernel above): for the Python wrappers
   m.def(
       "quant_q_alloc(int recipe, Tensor q_input, Tensor weight, float weight_scale, Tensor freqs, "
-      "Tensor positions, int out_kind, int weights_dims, bool enable_pdl=True, "
+      "Tensor positions, int out_kind=0, int weights_dims=3, bool enable_pdl=True, "
       "float head_scale=1.0, *, bool side_inputs_ready=False) -> (Tensor, Tensor?, Tensor?)");
   // Served by Python from recipe_table (python/indexer_q/_ops.py; see recipe_table_op above).
   m.def("recipes() -> str[]");

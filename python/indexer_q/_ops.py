@@ -27,12 +27,14 @@ _fake_q = _glue.FAKES["quant_q"]
 
 
 @torch.library.register_fake("indexer_q::quant_q_alloc")
-def _fake_quant_q_alloc(recipe, q_input, weight, weight_scale, freqs, positions, out_kind,
-                      weights_dims, enable_pdl=True, head_scale=1.0, *, side_inputs_ready=False):
+def _fake_quant_q_alloc(recipe, q_input, weight, weight_scale, freqs, positions, out_kind=0,
+                      weights_dims=3, enable_pdl=True, head_scale=1.0, *, side_inputs_ready=False):
     # quant_q with its outputs allocated (op.cpp quant_q_alloc_kernel): the same shapes and dtypes
     _check_one_device(("q_input", "weight", "freqs", "positions"),
                       (q_input, weight, freqs, positions), _Q_ABSENT)
     f = _FACTS[_glue.recipe_at(RECIPES, recipe)]  # the recipe's index in the library's list
+    if out_kind >= 0 and out_kind & 4 and q_input.dim() == 2:  # rows: (N, D) read as (N, 1, D)
+        q_input = q_input.unsqueeze(1)
     if q_input.dim() != 3:
         raise RuntimeError(f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
     b, h = q_input.shape[0], q_input.shape[1]
@@ -310,9 +312,15 @@ def fused_q_indexer_rope_hadamard_quant(
                 f"indexer_q: q_input: expected 3 dims (B, H, 128), got {q_input.dim()}")
         if side_inputs_ready is False:
             try:
-                q_fp8, _, weights_out = _OP_QUANT_Q_ALLOC(_V4_INDEX, q_input, weight,
-                                                        weight_scale, freqs_cis, positions, 0, 3,
-                                                        enable_pdl)
+                # out_kind 0, weights_dims 3 and enable_pdl True are the operator's defaults: not
+                # passed (each non-tensor argument costs the call ~1.5k instructions)
+                if enable_pdl is True:
+                    q_fp8, _, weights_out = _OP_QUANT_Q_ALLOC(_V4_INDEX, q_input, weight,
+                                                            weight_scale, freqs_cis, positions)
+                else:
+                    q_fp8, _, weights_out = _OP_QUANT_Q_ALLOC(_V4_INDEX, q_input, weight,
+                                                            weight_scale, freqs_cis, positions,
+                                                            0, 3, enable_pdl)
             except RuntimeError:
                 if cis is None:
                     raise
@@ -437,6 +445,14 @@ _OP_QUANT_Q_ALLOC = torch.ops.indexer_q.quant_q_alloc.default
 _ALLOC_CUDA = True
 _RAW_KINDS = {torch.uint8: 1, torch.int8: 2}  # quant_q_alloc's out_kind of a raw-code q_out
 _V4_INDEX = _FACTS["v4_fp8"].index
+_RNE_INDEX = _FACTS["sgl_v41_fp4_quant_rne"].index
+_VLLM_V4_INDEX = _FACTS["vllm_v4_fp8"].index
+_V32_NEOX_INDEX = _FACTS["vllm_v32_fp8_neox"].index
+_V32_GPTJ_INDEX = _FACTS["vllm_v32_fp8_gptj"].index
+_CUTE_INDEX = _FACTS["vllm_v4_fp8_cutedsl"].index
+_V4_FP4_INDEX = _FACTS["v4_fp4"].index
+_PACK_INDEX = _FACTS["sgl_v41_fp4_rope_pack"].index
+_UNFUSED_INDEX = _FACTS["sgl_v32_unfused_neox_hadamard_ue8m0"].index
 _QUANT_Q_BACKENDS: Dict[Optional[str], object] = {}
 
 
@@ -551,6 +567,19 @@ def _quant_q(op, recipe, q_input, weight, weight_scale, freqs, positions, out_dt
                     q_out, q_sf, weights_out = _OP_QUANT_Q_ALLOC(
                         f.index, q_input, weight, weight_scale, freqs, positions, kind,
                         2 if f.w_shape_2d else 3, enable_pdl, head_scale, side_inputs_ready=True)
+                elif enable_pdl is True and head_scale == 1.0:
+                    # the operator's defaults (out_kind 0, weights_dims 3, enable_pdl True,
+                    # head_scale 1.0) not passed: each non-tensor argument costs the call ~1.5k
+                    # instructions (torch's __torch_function__ check, the argument parsing)
+                    if f.w_shape_2d:
+                        q_out, q_sf, weights_out = _OP_QUANT_Q_ALLOC(
+                            f.index, q_input, weight, weight_scale, freqs, positions, kind, 2)
+                    elif kind == 0:
+                        q_out, q_sf, weights_out = _OP_QUANT_Q_ALLOC(
+                            f.index, q_input, weight, weight_scale, freqs, positions)
+                    else:
+                        q_out, q_sf, weights_out = _OP_QUANT_Q_ALLOC(
+                            f.index, q_input, weight, weight_scale, freqs, positions, kind)
                 else:
                     q_out, q_sf, weights_out = _OP_QUANT_Q_ALLOC(
                         f.index, q_input, weight, weight_scale, freqs, positions, kind,
@@ -729,6 +758,21 @@ def fused_q_indexer_rope_hadamard_fp4_quant(
     int32, weights_out (B, H, 1) float32 = weight * weight_scale."""
     if not isinstance(q_input, torch.Tensor) or q_input.dim() != 3:
         raise ValueError("indexer_q: q_input: expected a (B, H, 128) tensor")
+    if (type(q_input) is torch.Tensor and type(weight_scale) is float and enable_pdl is True
+            and side_inputs_ready is False and weight is not None and positions is not None
+            and type(freqs_cis) is torch.Tensor
+            and (freqs_cis.dtype is _F32 or freqs_cis.dtype is _C64)
+            and (q_input.is_cpu or (_ALLOC_CUDA and q_input.is_cuda))):
+        # SGLang's call as SGLang makes it: what _quant_q does for it, one operator call
+        # (out_kind 2: int8 codes); a complex table it refuses takes the path below (the call
+        # again with the float32 view, for freqs_cis's own error)
+        try:
+            q, sf, w = _OP_QUANT_Q_ALLOC(_V4_FP4_INDEX, q_input, weight, weight_scale, freqs_cis,
+                                         positions, 2)
+            return (q, sf), w
+        except RuntimeError:
+            if freqs_cis.dtype is _F32:
+                raise
     # q_fp4 as int8 raw codes, as SGLang allocates it
     return _quant_q(_OP_QUANT_Q, "v4_fp4", q_input, weight, weight_scale, freqs_cis, positions,
                     torch.int8, None, None, None, enable_pdl, 1.0, side_inputs_ready)
@@ -832,6 +876,19 @@ def fused_indexer_q_rope_quant(
     torch.compile with preallocated buffers call ``torch.ops.indexer_q.quant_q`` directly
     (docs/TORCH.md).
     """
+    if (type(index_q) is torch.Tensor and weights_out_dtype is _F32 and use_fp4 is False
+            and out_dtype is None and enable_pdl is True and side_inputs_ready is False
+            and not aliases and type(index_q_cos_sin_cache) is torch.Tensor
+            and index_q_cos_sin_cache.dtype is _F32 and index_weights is not None
+            and positions is not None and type(index_weights_softmax_scale) is float
+            and type(index_weights_head_scale) is float and index_q.dim() == 3
+            and (index_q.is_cpu or (_ALLOC_CUDA and index_q.is_cuda))):
+        # vLLM's FP8 call as vLLM makes it (every argument given, float32 table, Python floats):
+        # what _quant_q does for it, one operator call (outputs allocated by the binding)
+        q, _, w = _OP_QUANT_Q_ALLOC(_VLLM_V4_INDEX, index_q, index_weights,
+                                    index_weights_softmax_scale, index_q_cos_sin_cache, positions,
+                                    0, 2, True, index_weights_head_scale)
+        return q, w
     cos_sin_cache, index_weights, softmax_scale, head_scale = _vllm_v4_args(
         "fused_indexer_q_rope_quant", index_q_cos_sin_cache, index_weights,
         index_weights_softmax_scale, index_weights_head_scale, aliases)
@@ -879,6 +936,16 @@ def fused_indexer_q_rope_quant_v32(
     Returns ``(q_fp8, weights_out)``: q_fp8 (T, H, 128) float8_e4m3fn, weights_out (T, H)
     float32 = ``((w * q_scale) * softmax_scale) * head_scale`` (each factor a Python float
     rounded to float32 once, three multiplies)."""
+    if (type(q) is torch.Tensor and type(cos_sin_cache) is torch.Tensor
+            and cos_sin_cache.dtype is _F32 and weights is not None and positions is not None
+            and type(softmax_scale) is float and type(head_scale) is float
+            and enable_pdl is True and side_inputs_ready is False and q.dim() == 3
+            and (q.is_cpu or (_ALLOC_CUDA and q.is_cuda))):
+        # vLLM's call as vLLM makes it: what _quant_q does for it, one operator call
+        q_fp8, _, w = _OP_QUANT_Q_ALLOC(_V32_NEOX_INDEX if is_neox else _V32_GPTJ_INDEX, q,
+                                        weights, softmax_scale, cos_sin_cache, positions, 0, 2,
+                                        True, head_scale)
+        return q_fp8, w
     recipe = "vllm_v32_fp8_neox" if is_neox else "vllm_v32_fp8_gptj"
     return _quant_q(_OP_QUANT_Q, recipe, q, weights, softmax_scale, cos_sin_cache, positions,
                     None, None, None, None, enable_pdl, head_scale, side_inputs_ready)
@@ -908,6 +975,19 @@ def fused_indexer_q_rope_quant_cutedsl(
     ``(w * S) * q_scale`` (another ``weights_out_dtype``: ValueError). MXFP4:
     ``((q_fp4, q_sf), weights_out)`` as :func:`fused_indexer_q_rope_quant`'s, weights_out =
     ``w * S`` in ``weights_out_dtype`` (float32, or bf16 rounded to nearest even)."""
+    if (type(index_q) is torch.Tensor and weights_out_dtype is _F32 and use_fp4 is False
+            and enable_pdl is True and side_inputs_ready is False and not aliases
+            and type(index_q_cos_sin_cache) is torch.Tensor
+            and index_q_cos_sin_cache.dtype is _F32 and index_weights is not None
+            and positions is not None and type(index_weights_softmax_scale) is float
+            and type(index_weights_head_scale) is float and index_q.dim() == 3
+            and (index_q.is_cpu or (_ALLOC_CUDA and index_q.is_cuda))):
+        # vLLM's FP8 call as vLLM makes it: what the code below does for it, one operator call
+        q, _, w = _OP_QUANT_Q_ALLOC(_CUTE_INDEX, index_q, index_weights,
+                                    index_weights_softmax_scale * index_weights_head_scale,
+                                    index_q_cos_sin_cache, positions, 0, 2, True,
+                                    index_weights_head_scale)
+        return q, w
     cos_sin_cache, index_weights, softmax_scale, head_scale = _vllm_v4_args(
         "fused_indexer_q_rope_quant_cutedsl", index_q_cos_sin_cache, index_weights,
         index_weights_softmax_scale, index_weights_head_scale, aliases)
@@ -949,6 +1029,20 @@ def index_q_rope_pack_weights(
     float32 = ``float(bf16(w * weight_scale))``."""
     if not isinstance(input, torch.Tensor) or input.dim() != 3:
         raise ValueError("indexer_q: q_input: expected a (T, H, 128) tensor")
+    if (type(input) is torch.Tensor and type(weight_scale) is float and enable_pdl is True
+            and side_inputs_ready is False and head_weights is not None
+            and positions is not None and type(freqs_cis) is torch.Tensor
+            and (freqs_cis.dtype is _F32 or freqs_cis.dtype is _C64)
+            and (input.is_cpu or (_ALLOC_CUDA and input.is_cuda))):
+        # SGLang's call as SGLang makes it: what _quant_q does for it, one operator call
+        # (out_kind 6: int8 codes as rows, weights (T, H)); a complex table it refuses takes the
+        # path below (the call again with the float32 view, for freqs_cis's own error)
+        try:
+            return _OP_QUANT_Q_ALLOC(_PACK_INDEX, input, head_weights, weight_scale, freqs_cis,
+                                     positions, 6, 2)
+        except RuntimeError:
+            if freqs_cis.dtype is _F32:
+                raise
     # the payload as int8 raw codes, (T * H, 64), and the scales (T * H,): rows=True
     (q, sf), w = _quant_q(_OP_QUANT_Q, "sgl_v41_fp4_rope_pack", input, head_weights,
                           weight_scale, freqs_cis, positions, torch.int8, None, None, None,
@@ -973,6 +1067,18 @@ def quantize_fp4_indexer_tensor(
         raise TypeError(f"indexer_q: q_input: expected a tensor, got {type(x).__name__}")
     if x.dim() < 1 or x.shape[-1] != 128:
         raise ValueError(f"indexer_q: q_input: expected (..., 128), got {tuple(x.shape)}")
+    if (type(x) is torch.Tensor and x.dim() == 2 and side_inputs_ready is False
+            and (x.is_cpu or (_ALLOC_CUDA and x.is_cuda))):
+        # (N, 128): quant_q_alloc reads its rows as (N, 1, 128) itself (out_kind 6: int8 codes,
+        # returned as rows), the view reshape below makes, without that view op (~8k
+        # instructions a call)
+        absent = _absent_pair(x)[0]
+        if enable_pdl is True:
+            q, sf, _ = _OP_QUANT_Q_ALLOC(_RNE_INDEX, x, absent, 1.0, absent, absent, 6)
+        else:
+            q, sf, _ = _OP_QUANT_Q_ALLOC(_RNE_INDEX, x, absent, 1.0, absent, absent, 6, 3,
+                                         enable_pdl)
+        return q, sf
     x = x.reshape(-1, 1, 128)  # the rows, as SGLang flattens the leading dims; H = 1
     (q, sf), _ = _quant_q(_OP_QUANT_Q, "sgl_v41_fp4_quant_rne", x, None, 1.0, None, None,
                           torch.int8, None, None, None, enable_pdl, 1.0, side_inputs_ready, True)
@@ -1014,6 +1120,14 @@ def dsa_indexer_q_unfused(
     (docs/TORCH.md)."""
     if not isinstance(q, torch.Tensor) or q.dim() != 3:
         raise ValueError("indexer_q: q_input: expected a (T, H, 128) tensor")
+    if (type(q) is torch.Tensor and type(softmax_scale) is float and type(head_scale) is float
+            and enable_pdl is True and side_inputs_ready is False and weights is not None
+            and positions is not None and type(cos_sin_cache) is torch.Tensor
+            and cos_sin_cache.dtype is _F32 and (q.is_cpu or (_ALLOC_CUDA and q.is_cuda))):
+        # SGLang's call as SGLang makes it: what quant_q does for it, one operator call, whose
+        # (q_fp8, q_scale, weights_out) is this function's result
+        return _OP_QUANT_Q_ALLOC(_UNFUSED_INDEX, q, weights, softmax_scale, cos_sin_cache,
+                                 positions, 0, 3, True, head_scale)
     (q_fp8, q_scale), weights_out = quant_q(
         "sgl_v32_unfused_neox_hadamard_ue8m0", q, weights, softmax_scale, cos_sin_cache,
         positions, head_scale=head_scale, enable_pdl=enable_pdl,

@@ -36,6 +36,7 @@ _K_FP4 = KSIDE_RECIPES.index("v4_k_fp4")
 _KV_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 _U32 = 0xFFFFFFFF
+_F32 = torch.float32
 
 
 def _err(arg: str, what: str) -> ValueError:
@@ -103,10 +104,18 @@ def kside_store(recipe: str, input: torch.Tensor, weight: torch.Tensor, eps: flo
                 composed: bool = False) -> None:
     """Stores the tokens into kvcache (in place). freqs may be the complex64 (max_pos, 32) table.
     composed=True runs the composed ATen implementation on any device."""
-    # eps: checked by the library (check_scalar); page_size: an integer (4.7 is refused)
-    (_OP_STORE_COMPOSED if composed else _OP_STORE)(
-        recipe, input, weight, _scalar("eps", eps), _freqs_table(freqs), positions, slots,
-        kvcache, _integral("page_size", page_size), bool(enable_pdl))
+    # eps: checked by the library (check_scalar); page_size: an integer (4.7 is refused). The
+    # conversions inline for their common argument types; enable_pdl True (the operator's
+    # default) not passed: a non-tensor argument costs the call ~1.5k instructions.
+    eps = eps if type(eps) is float else _scalar("eps", eps)
+    if type(freqs) is not torch.Tensor or freqs.dtype is not _F32:
+        freqs = _freqs_table(freqs)
+    pages = page_size if type(page_size) is int else _integral("page_size", page_size)
+    op = _OP_STORE_COMPOSED if composed else _OP_STORE
+    if enable_pdl is True:
+        op(recipe, input, weight, eps, freqs, positions, slots, kvcache, pages)
+    else:
+        op(recipe, input, weight, eps, freqs, positions, slots, kvcache, pages, bool(enable_pdl))
 
 
 def _plan_tensor(plan, is_decode, compress_ratio):
@@ -172,10 +181,18 @@ def compress_norm_rope_store(kv: torch.Tensor, plan, *, norm_weight: torch.Tenso
             wd, kd = w.dtype, kv.dtype
             if wd is not kd and wd.is_floating_point and kd in _KV_DTYPES:
                 w = w.to(dtype=kd)
-            # freq_cis as given: the binding reads a complex64 table as its float32 view
-            _OP_STORE_PLAN(_K_FP4 if use_fp4 else _K_FP8, kv, w, _scalar("eps", norm_eps),
-                           freq_cis, tensor, out_loc, dec, ratio, kvcache,
-                           _integral("page_size", page_size), bool(enable_pdl))
+            # the conversions of _scalar / _integral, inline for their common argument types
+            eps = norm_eps if type(norm_eps) is float else _scalar("eps", norm_eps)
+            pages = page_size if type(page_size) is int else _integral("page_size", page_size)
+            # freq_cis as given: the binding reads a complex64 table as its float32 view;
+            # enable_pdl True is the operator's default, not passed (a non-tensor argument costs
+            # the call ~1.5k instructions)
+            if enable_pdl is True:
+                _OP_STORE_PLAN(_K_FP4 if use_fp4 else _K_FP8, kv, w, eps, freq_cis, tensor,
+                               out_loc, dec, ratio, kvcache, pages)
+            else:
+                _OP_STORE_PLAN(_K_FP4 if use_fp4 else _K_FP8, kv, w, eps, freq_cis, tensor,
+                               out_loc, dec, ratio, kvcache, pages, bool(enable_pdl))
             return
         except Exception:  # noqa: BLE001 (the checked path below raises the call's error)
             pass

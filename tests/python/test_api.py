@@ -409,6 +409,50 @@ def test_opcheck_quant_q_alloc(recipe, device, fp8_aware_allclose):
     torch.library.opcheck(QUANT_NEW.default, args)
     torch.library.opcheck(QUANT_NEW.default, args[:6] + (args[6] + 4, 3) + args[8:])  # rows
     torch.library.opcheck(QUANT_NEW.default, args, {"side_inputs_ready": True})
+    # the defaults the wrappers rely on (out_kind 0, weights_dims 3); rows with a 2-D q_input
+    torch.library.opcheck(QUANT_NEW.default, args[:6])
+    if not info.weights and not info.rope:
+        torch.library.opcheck(QUANT_NEW.default, (args[0], q.reshape(-1, 128)) + args[2:6]
+                              + (args[6] + 4,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_quant_q_alloc_defaults_and_2d_rows(device):
+    # out_kind and weights_dims default to 0 and 3 (what the wrappers leave out); with the rows
+    # flag a 2-D q_input (N, D) is read as (N, 1, D), the view reshape(-1, 1, D) gives (any
+    # strides), and the same bytes come back; without it a 2-D q_input is refused as always
+    q, w, ws, freqs, pos = _recipe_inputs("v4_fp8", 5, device)
+    v4 = RECIPES.index("v4_fp8")
+    got, want = QUANT_NEW(v4, q, w, ws, freqs, pos), QUANT_NEW(v4, q, w, ws, freqs, pos, 0, 3)
+    assert got[1] is None and tuple(got[2].shape) == tuple(want[2].shape)
+    assert_same_outputs((got[0], None, got[2]), (want[0], None, want[2]), "defaults")
+    rne = RECIPES.index("sgl_v41_fp4_quant_rne")
+    none = torch.empty(0, device=device)
+    wide = torch.randn(7, 256, generator=torch.Generator().manual_seed(3)).to(device)
+    for x in (wide[:, :128], wide[:, :128].contiguous(), wide[:, :128].t().contiguous().t(),
+              wide[:0, :128]):
+        for kind in (4, 5, 6):
+            try:
+                want = QUANT_NEW(rne, x.reshape(-1, 1, 128), none, 1.0, none, none, kind)
+            except RuntimeError as e:  # strides the library refuses: the same message
+                with pytest.raises(RuntimeError) as new:
+                    QUANT_NEW(rne, x, none, 1.0, none, none, kind)
+                assert str(new.value) == str(e)
+                continue
+            got = QUANT_NEW(rne, x, none, 1.0, none, none, kind)
+            assert got[0].dtype == want[0].dtype and tuple(got[0].shape) == (x.shape[0], 64)
+            assert torch.equal(got[0].view(torch.uint8), want[0].view(torch.uint8))
+            assert torch.equal(got[1], want[1]) and got[2] is None
+        with pytest.raises(RuntimeError, match="indexer_q: q_input: expected 3 dims"):
+            QUANT_NEW(rne, x, none, 1.0, none, none, 2)
+    with pytest.raises(RuntimeError) as new:  # a 2-D (N, 64): the validator's message, as (N, 1, 64)
+        QUANT_NEW(rne, wide[:, :64], none, 1.0, none, none, 6)
+    with pytest.raises(RuntimeError) as old:
+        QUANT_NEW(rne, wide[:, :64].reshape(-1, 1, 64), none, 1.0, none, none, 6)
+    assert str(new.value) == str(old.value)
+    meta = QUANT_NEW(rne, wide[:, :128].to("meta"), none.to("meta"), 1.0, none.to("meta"),
+                     none.to("meta"), 6)
+    assert tuple(meta[0].shape) == (7, 64) and tuple(meta[1].shape) == (7,)
 
 
 def test_wrappers_take_the_allocating_operator_on_native_devices(monkeypatch):
@@ -430,3 +474,55 @@ def test_wrappers_take_the_allocating_operator_on_native_devices(monkeypatch):
     a = new_outputs(q)
     indexer_q.dsv4_fused_q_indexer_rope_hadamard_quant(q, a[0], w, a[1], ws, freqs, pos)
     assert len(calls) == 4
+
+
+def test_fast_paths_equal_the_general_path():
+    # the entry points' one-call fast paths (the engines' own call shapes) against the general
+    # path, which enable_pdl=1 (truthy, not True) takes: the same bytes for accepted calls, the
+    # same exception type and message for refused ones
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(3, 4, 128, generator=g).to(torch.bfloat16)
+    w = torch.randn(3, 4, generator=g).to(torch.bfloat16)
+    table = torch.rand(16, 64, generator=g)
+    cis = torch.view_as_complex(table.view(16, 32, 2))
+    pos = torch.randint(0, 16, (3,), generator=g)
+    calls = {
+        "v4_fp4": lambda f, pdl: indexer_q.fused_q_indexer_rope_hadamard_fp4_quant(
+            q, w, 0.5, f, pos, enable_pdl=pdl),
+        "rope_pack": lambda f, pdl: indexer_q.index_q_rope_pack_weights(q, f, pos, w, 0.5,
+                                                                        enable_pdl=pdl),
+        "unfused": lambda f, pdl: indexer_q.dsa_indexer_q_unfused(q, pos, f, w, 0.5, 0.25,
+                                                                  enable_pdl=pdl),
+        "vllm_v4": lambda f, pdl: indexer_q.fused_indexer_q_rope_quant(pos, q, f, w, 0.5, 0.25,
+                                                                       enable_pdl=pdl),
+        "vllm_v32": lambda f, pdl: indexer_q.fused_indexer_q_rope_quant_v32(
+            pos, q, f, w, 0.5, 0.25, enable_pdl=pdl),
+        "cutedsl": lambda f, pdl: indexer_q.fused_indexer_q_rope_quant_cutedsl(
+            pos, q, f, w, 0.5, 0.25, enable_pdl=pdl),
+        "rne": lambda f, pdl: indexer_q.quantize_fp4_indexer_tensor(q[0], enable_pdl=pdl),
+        "v4_fp8": lambda f, pdl: indexer_q.fused_q_indexer_rope_hadamard_quant(
+            q, w, 0.5, f, pos, enable_pdl=pdl),
+    }
+    tables = (table, cis, table[:, :32], cis[:, :16], cis.t(), table.to(torch.bfloat16),
+              torch.zeros(16, 64, dtype=torch.int32))
+
+    def flat(r):
+        out = []
+        for x in (r if isinstance(r, tuple) else (r,)):
+            out += flat(x) if isinstance(x, tuple) else [x]
+        return out
+
+    for name, call in calls.items():
+        for f in tables:
+            try:
+                want = call(f, 1)
+            except Exception as e:  # noqa: BLE001
+                with pytest.raises(type(e)) as got:
+                    call(f, True)
+                assert str(got.value) == str(e), (name, f.dtype, tuple(f.shape))
+                continue
+            got = call(f, True)
+            assert len(flat(got)) == len(flat(want))
+            for a, b in zip(flat(got), flat(want)):
+                assert a.dtype == b.dtype and a.shape == b.shape, name
+                assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name

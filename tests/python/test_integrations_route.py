@@ -69,3 +69,35 @@ def test_routed_malformed_call_gets_the_engines_error():
         routed(1, 2, 3)
     with pytest.raises(TypeError):
         routed(1, z=2)
+
+
+def test_routed_positional_calls_get_the_bound_values():
+    # a call of positional arguments only takes the precomputed defaults (no bind call): the
+    # adapter gets what bind gives, for every count the signature binds, the engine's own error
+    # for the others
+    seen = []
+
+    def adapter(module, a, b, c=3, d=None, *, e=torch.float32, f=False):
+        seen.append((a, b, c, d, e, f))
+        return "routed"
+
+    def engine(*args, **kwargs):
+        return "engine"
+    engine.__signature__ = inspect.signature(plain)
+    routed = _route._routed("t.plain", None, engine, adapter)
+    sig = inspect.signature(plain)
+    for args, kwargs in CALLS:
+        seen.clear()
+        got = routed(*args, **kwargs)
+        want = reference(sig, args, kwargs)
+        if want is TypeError:
+            assert got == "engine" and not seen, (args, kwargs)
+        else:
+            assert got == "routed" and seen == [tuple(want.values())], (args, kwargs)
+    assert _route._positional_fills(sig) == {2: (3, None, torch.float32, False),
+                                             3: (None, torch.float32, False),
+                                             4: (torch.float32, False)}
+
+    def kw_required(a, *, b):
+        pass
+    assert _route._positional_fills(inspect.signature(kw_required)) == {}

@@ -58,12 +58,23 @@ def _v4(module, positions, index_q, index_q_cos_sin_cache, index_weights,
                                                weights_out_dtype=weights_out_dtype)
     if weights_out_dtype != torch.float32:
         raise Unsupported("FP8 with non-float32 weights (vLLM asserts float32)")
-    fp8 = _fp8_dtype(module)
+    # the platform read once (_fp8_dtype and _is, inline: fewer Python calls), its methods called
+    # as they would call them, in the same order
+    p = module_attr(module, "current_platform")
+    fp8 = p.fp8_dtype() if p is not None else torch.float8_e4m3fn
     if cute:
         if fp8 != torch.float8_e4m3fn:
             raise Unsupported(f"the CuTe DSL FP8 kernel with {fp8}")
         return _ops.fused_indexer_q_rope_quant_cutedsl(*args)
-    if _is(module, "is_xpu") or _is(module, "is_cpu"):
+    if p is None:
+        xpu_or_cpu = False
+    else:
+        f = getattr(p, "is_xpu", None)
+        xpu_or_cpu = bool(f()) if callable(f) else False
+        if not xpu_or_cpu:
+            f = getattr(p, "is_cpu", None)
+            xpu_or_cpu = bool(f()) if callable(f) else False
+    if xpu_or_cpu:
         if fp8 != torch.float8_e4m3fn:
             raise Unsupported(f"the XPU / CPU kernel with {fp8}")
         return _ops.fused_indexer_q_rope_quant(*args)
