@@ -48,14 +48,14 @@ CPU=$!
   >"$OUT/python_overhead.txt" 2>&1; echo "python overhead rc=$?" >"$OUT/py.sum") &
 PY=$!
 
-timeout 240 taskset -c "$G" "$B/bench/indexer_q_cuda_bench" --recipes all --tokens "$TOKENS" --heads "${HEADS:-64,16}" \
+timeout 150 taskset -c "$G" "$B/bench/indexer_q_cuda_bench" --recipes all --tokens "$TOKENS" --heads "${HEADS:-64,16}" \
   --pdl on --iters 20 >"$OUT/cuda_bench.txt" 2>&1
 say "cuda query bench rc=$? ($(el)); rows not byte-equal: $(grep '^csv,[0-9]' "$OUT/cuda_bench.txt" | grep -vc ',yes$')"
 timeout 60 taskset -c "$G" "$B/bench/indexer_q_cuda_bench" --op kside --recipes all --dtype fp32 --pdl on \
   --tokens "${KSIDE_TOKENS:-1,8,64,256,4096,16384,65536}" --iters 50 >"$OUT/kside_bench.txt" 2>&1
 say "cuda key side bench rc=$? ($(el)); rows not byte-equal: $(grep '^csv,[0-9]' "$OUT/kside_bench.txt" | grep -vc ',yes$')"
 if [ -n "$SO" ]; then
-  timeout 200 taskset -c "$G" python3 bench/triton_bench.py --recipes all --heads 64 \
+  timeout 130 taskset -c "$G" python3 bench/triton_bench.py --recipes all --heads 64 \
     --tokens "${TRITON_TOKENS:-1,4096,65536}" >"$OUT/triton.txt" 2>&1
   say "triton bench rc=$? ($(el)); rows not byte-equal: $(grep '^csv,[a-z]' "$OUT/triton.txt" | grep -vc ',yes$')"
 fi
