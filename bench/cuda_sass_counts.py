@@ -12,7 +12,7 @@ regions testing FSETP.NAN twice or more) skipped, inputs read after the wait, a 
 than 0). The FSETP.NAN rule (2026-12-02 session 7) changed only the vLLM FP8 kernels' figures
 (vllm_v4_fp8 86.2 -> 73.8 at main db79534, where Nsight Compute had counted 74.8 on the
 code of session 6) and sgl_v32_unfused_neox_hadamard_ue8m0's (104.2 -> 91.2). The walk of main at 30488bb gives 86.5 (v4_fp8) and 129.1 (v4_fp4) warp instructions
-a row, where Nsight Compute counted 88.0 and 130.6 (docs/PERFORMANCE.md).
+a row, where Nsight Compute counted 88.0 and 130.6 (bench/HISTORY.md).
 
   python3 bench/cuda_sass_counts.py [--src DIR] [--base DIR]   (DIR: a source tree, default .)
 """

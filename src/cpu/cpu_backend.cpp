@@ -117,7 +117,7 @@ int default_threads() {
 
 std::atomic<int> g_num_threads{0};  // 0 = not set yet: default_threads()
 // Below this many rows a call stays on the calling thread. Measured on the 16-core AVX-512
-// host (docs/PERFORMANCE.md, "CPU"): with back-to-back calls, 2 threads through the pool were
+// host (bench/HISTORY.md, "CPU"): with back-to-back calls, 2 threads through the pool were
 // as fast as 1 inline at 64 rows (5.2 vs 5.0-5.5 us) and faster from 128 rows on (7.9 vs 9.5 us).
 std::atomic<std::int64_t> g_inline_rows{128};
 

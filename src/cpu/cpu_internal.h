@@ -74,7 +74,7 @@ QuantizeFn fp8_fast_encoder_avx512();
 Status isa_from_env_value(const char* value, CpuIsa* out);
 
 // Rows below which a call runs on the calling thread even when more threads are allowed
-// (chosen by measurement, see docs/PERFORMANCE.md). Adjustable for benchmarks and tests.
+// (chosen by measurement, see bench/HISTORY.md). Adjustable for benchmarks and tests.
 std::int64_t inline_row_threshold();
 void set_inline_row_threshold(std::int64_t rows);
 

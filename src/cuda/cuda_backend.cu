@@ -6,7 +6,7 @@
 // threads of one warp (LANES = 4, 8 or 16 as listed; the body takes 2 too), a group of lanes taking GR rows (group_rows: 1 or
 // 2; every load of its rows issued before the first row's arithmetic). The shapes compiled and
 // the automatic choice by grid size and recipe are one list, src/cuda/launch_shapes.inc (H200
-// measurements there and in docs/PERFORMANCE.md); INDEXER_Q_CUDA_SHAPE overrides the choice for
+// measurements there and in bench/HISTORY.md); INDEXER_Q_CUDA_SHAPE overrides the choice for
 // tuning (cuda_run). A lane holds C = 128 / (8 * LANES) chunks of 8 contiguous values; element
 // i of the row lives in
 //     chunk c = i / (8 * LANES),   lane l = (i / 8) % LANES,   slot k = i % 8.
@@ -111,7 +111,7 @@
 //
 // Measured and removed (git history, commit 9aadcab): a persistent grid whose row groups
 // prefetch the next row, and a cp.async.bulk shared-memory ring; both were slower on an H200
-// (docs/PERFORMANCE.md). Issue 20: 2 lanes per row lost at every size timed (not listed).
+// (bench/HISTORY.md). Issue 20: 2 lanes per row lost at every size timed (not listed).
 //
 // NaN handling off the fast path: row_amax takes the row's maximum with max.NaN.f32, which also
 // says whether every value of the row is finite; the quantizers' NaN and clamp steps run only
@@ -907,7 +907,7 @@ __device__ __forceinline__ void compute_row(const Problem& p, std::uint32_t row,
   // NaN -> +224), also only on rows that are not finite: on a finite row |y * inv| <=
   // RN(amax * inv) < 232 (at most 224 (1 + 3 2^-24) from the three roundings of scale, inv and
   // the product, below 224 under the 1e-4 floor; the largest over every finite amax is
-  // 224.000015, docs/PERFORMANCE.md "Issue 20, fewer instructions a row"), and every value of
+  // 224.000015, bench/HISTORY.md "Issue 20, fewer instructions a row"), and every value of
   // (224, 232) rounds to 224 in e4m3 (the next value is 240): the conversion alone gives the
   // clamp's bytes.
   // A row whose position is out of range (!valid) gets +0 products, whose code is 0x00 in every
@@ -1220,7 +1220,7 @@ bool shape_covers(int c, RecipeId r) {
 
 Variant choose_variant(std::int64_t rows, RecipeId r) {
   // The first automatic entry of src/cuda/launch_shapes.inc that covers `rows` rows of recipe r
-  // (the measurements behind the list: there and in docs/PERFORMANCE.md).
+  // (the measurements behind the list: there and in bench/HISTORY.md).
   Variant v;
   for (const LaunchShape& s : kLaunchShapes) {
     if (s.up_to_rows < 0 || (s.up_to_rows > 0 && rows > s.up_to_rows) || !shape_covers(s.recipes, r)) continue;
