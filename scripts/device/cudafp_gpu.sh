@@ -80,7 +80,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
     say "cuda $side round $r rc=$? ($(( $(date +%s) - t1 )) s after the build)"
   done
 done
-# tokens, heads, recipe, shape, us, ratio to copy, bytes equal (as cudaq_gpu.sh reads the csv lines)
+# tokens, heads, recipe, shape, us, ratio to copy, bytes equal
 python3 - "$OUT" <<'EOF' | tee -a "$SUM"
 import glob, os, statistics, sys
 out = sys.argv[1]
