@@ -34,6 +34,11 @@ def csv_rows(path, prefix="csv,"):
     return list(csv.DictReader(lines))
 
 
+def uniq(rows, key):
+    """The values of `key` in `rows`, in order of first appearance."""
+    return list(dict.fromkeys(r[key] for r in rows))
+
+
 def f(x, nd=2):
     return f"{float(x):.{nd}f}"
 
@@ -56,10 +61,7 @@ def cuda_query(run, heads_small=16):
     rows = [r for r in rows if r["pdl"] == "on"]
     big = [t for t in ("4096", "16384", "65536") if any(r["tokens"] == t for r in rows)]
     small = [t for t in ("1", "8", "64") if any(r["tokens"] == t for r in rows)]
-    recipes = []
-    for r in rows:
-        if r["recipe"] not in recipes and not r["recipe"].endswith("(again)"):
-            recipes.append(r["recipe"])
+    recipes = [rc for rc in uniq(rows, "recipe") if not rc.endswith("(again)")]
 
     def get(recipe, tokens, heads, shape):
         for r in rows:
@@ -113,14 +115,7 @@ def kside(run):
     if rows is None:
         return "(no kside_bench.txt in this run)\n"
     rows = [r for r in rows if r["pdl"] in ("1", "on")]
-    tokens = []
-    for r in rows:
-        if r["tokens"] not in tokens:
-            tokens.append(r["tokens"])
-    recipes = []
-    for r in rows:
-        if r["recipe"] not in recipes:
-            recipes.append(r["recipe"])
+    tokens, recipes = uniq(rows, "tokens"), uniq(rows, "recipe")
     out = ["| recipe | " + " | ".join(f"{t} tok: ours / baseline us (of copy)" for t in tokens) + " |",
            "|" + "---|" * (len(tokens) + 1)]
     for rc in recipes:
@@ -144,14 +139,7 @@ def triton(run):
     rows = csv_rows(os.path.join(run, "triton.txt"))
     if rows is None:
         return "(no triton.txt in this run)\n"
-    tokens = []
-    for r in rows:
-        if r["tokens"] not in tokens:
-            tokens.append(r["tokens"])
-    recipes = []
-    for r in rows:
-        if r["recipe"] not in recipes:
-            recipes.append(r["recipe"])
+    tokens, recipes = uniq(rows, "tokens"), uniq(rows, "recipe")
     out = ["| recipe | " + " | ".join(f"{t} tok: native / Triton us (Triton of native)" for t in tokens) + " |",
            "|" + "---|" * (len(tokens) + 1)]
     for rc in recipes:
@@ -170,20 +158,13 @@ def cpu(run):
     ks = csv_rows(os.path.join(run, "kside_cpu_1t.csv"), prefix="") or []
     if one is None:
         return "(no cpu_1t.csv in this run)\n"
-    isas = []
-    for r in one:
-        if r["isa"] not in isas:
-            isas.append(r["isa"])
+    isas = uniq(one, "isa")
     nt = many[0]["threads"] if many else None
     head = ["recipe"] + [f"{i}, 1 thread: ns/row" for i in isas]
     if nt:
         head += [f"{many[0]['isa']}, {nt} threads, {many[0]['tokens']} x {many[0]['heads']}: GB/s (of copy)"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    recipes = []
-    for r in one:
-        if r["recipe"] not in recipes:
-            recipes.append(r["recipe"])
-    for rc in recipes:
+    for rc in uniq(one, "recipe"):
         cells = [f"`{rc}`"]
         for i in isas:
             r = next((r for r in one if r["recipe"] == rc and r["isa"] == i), None)
@@ -192,7 +173,7 @@ def cpu(run):
             r = next((r for r in many if r["recipe"] == rc), None)
             cells.append(f"{f(r['gbps'], 1)} ({f(r['ratio_to_copy'])}){exact(r, 'exact')}" if r else "-")
         out.append("| " + " | ".join(cells) + " |")
-    for rc in dict.fromkeys(r["recipe"] for r in ks):
+    for rc in uniq(ks, "recipe"):
         cells = [f"key side `{rc}` (ns/token, {ks[0]['dtype']})"]
         for i in isas:
             r = next((r for r in ks if r["recipe"] == rc and r["isa"] == i), None)
