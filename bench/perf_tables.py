@@ -110,46 +110,47 @@ def cuda_query(run, heads_small=16):
     return "\n".join(out) + "\n"
 
 
+def grid(rows, column, cell):
+    """A recipe x tokens table: `column(tokens)` heads each column, `cell(recipe, tokens)` fills it."""
+    tokens, recipes = uniq(rows, "tokens"), uniq(rows, "recipe")
+    out = ["| recipe | " + " | ".join(column(t) for t in tokens) + " |", "|" + "---|" * (len(tokens) + 1)]
+    for rc in recipes:
+        out.append("| " + " | ".join([f"`{rc}`"] + [cell(rc, t) for t in tokens]) + " |")
+    return "\n".join(out) + "\n"
+
+
 def kside(run):
     rows = csv_rows(os.path.join(run, "kside_bench.txt"))
     if rows is None:
         return "(no kside_bench.txt in this run)\n"
     rows = [r for r in rows if r["pdl"] in ("1", "on")]
-    tokens, recipes = uniq(rows, "tokens"), uniq(rows, "recipe")
-    out = ["| recipe | " + " | ".join(f"{t} tok: ours / baseline us (of copy)" for t in tokens) + " |",
-           "|" + "---|" * (len(tokens) + 1)]
-    for rc in recipes:
-        cells = [f"`{rc}`"]
-        for t in tokens:
-            ours = next((r for r in rows if r["recipe"] == rc and r["tokens"] == t
-                         and r["impl"].startswith("ours-auto")), None)
-            base = next((r for r in rows if r["recipe"] == rc and r["tokens"] == t
-                         and r["impl"].startswith("baseline")), None)
-            if ours:
-                cells.append(f"{f(ours['us'])} / {f(base['us']) if base else '-'} "
-                             f"({f(ours['ratio_to_copy'])}){exact(ours)}{exact(base) if base else ''}")
-            else:
-                cells.append("-")
-        out.append("| " + " | ".join(cells) + " |")
+
+    def cell(rc, t):
+        ours = next((r for r in rows if r["recipe"] == rc and r["tokens"] == t
+                     and r["impl"].startswith("ours-auto")), None)
+        base = next((r for r in rows if r["recipe"] == rc and r["tokens"] == t
+                     and r["impl"].startswith("baseline")), None)
+        if not ours:
+            return "-"
+        return (f"{f(ours['us'])} / {f(base['us']) if base else '-'} "
+                f"({f(ours['ratio_to_copy'])}){exact(ours)}{exact(base) if base else ''}")
+
     dt = rows[0]["dtype"] if rows else "?"
-    return "\n".join(out) + f"\n\n(input dtype {dt}; copy: a device copy of the same bytes)\n"
+    return (grid(rows, lambda t: f"{t} tok: ours / baseline us (of copy)", cell)
+            + f"\n(input dtype {dt}; copy: a device copy of the same bytes)\n")
 
 
 def triton(run):
     rows = csv_rows(os.path.join(run, "triton.txt"))
     if rows is None:
         return "(no triton.txt in this run)\n"
-    tokens, recipes = uniq(rows, "tokens"), uniq(rows, "recipe")
-    out = ["| recipe | " + " | ".join(f"{t} tok: native / Triton us (Triton of native)" for t in tokens) + " |",
-           "|" + "---|" * (len(tokens) + 1)]
-    for rc in recipes:
-        cells = [f"`{rc}`"]
-        for t in tokens:
-            r = next((r for r in rows if r["recipe"] == rc and r["tokens"] == t), None)
-            cells.append(f"{f(r['native_us'])} / {f(r['triton_us'])} ({f(r['triton_over_native_gbps'])}){exact(r)}"
-                         if r else "-")
-        out.append("| " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n"
+
+    def cell(rc, t):
+        r = next((r for r in rows if r["recipe"] == rc and r["tokens"] == t), None)
+        return (f"{f(r['native_us'])} / {f(r['triton_us'])} ({f(r['triton_over_native_gbps'])}){exact(r)}"
+                if r else "-")
+
+    return grid(rows, lambda t: f"{t} tok: native / Triton us (Triton of native)", cell)
 
 
 def cpu(run):
