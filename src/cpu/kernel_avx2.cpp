@@ -692,15 +692,7 @@ void stage1_fp4_avx2(const float* x, float inv1, float sc, float* out, std::int6
     _mm256_storeu_ps(out + i, stage1_values(_mm256_loadu_ps(x + i), vinv, vsc, c));
 }
 void rne_ue8m0_avx2(const float* amax, std::uint8_t* e, float* inv, std::int64_t n) {
-  for (std::int64_t i = 0; i + 8 <= n; i += 8) {
-    __m256 vinv;
-    __m256i ve;
-    rne_scales<false>(_mm256_loadu_ps(amax + i), vinv, ve);  // (the kernels' scale step, kFp4Rne)
-    alignas(32) std::int32_t ei[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(ei), ve);
-    _mm256_storeu_ps(inv + i, vinv);
-    for (int j = 0; j < 8; ++j) e[i + j] = std::uint8_t(ei[j]);
-  }
+  rne_ue8m0_hook(amax, e, inv, n);
 }
 
 }  // namespace cpu

@@ -666,13 +666,7 @@ void stage1_fp4_avx512(const float* x, float inv1, float sc, float* out, std::in
     _mm512_storeu_ps(out + i, stage1_values(_mm512_loadu_ps(x + i), vinv, vsc, c));
 }
 void rne_ue8m0_avx512(const float* amax, std::uint8_t* e, float* inv, std::int64_t n) {
-  for (std::int64_t i = 0; i + 8 <= n; i += 8) {
-    __m256 vinv;
-    __m256i ve;
-    rne_scales<false>(_mm256_loadu_ps(amax + i), vinv, ve);  // (kernel_common.h, compiled here)
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(e + i), _mm256_cvtepi32_epi8(ve));
-    _mm256_storeu_ps(inv + i, vinv);
-  }
+  rne_ue8m0_hook(amax, e, inv, n);
 }
 
 namespace {

@@ -213,6 +213,20 @@ inline void rne_scales(__m256 am, __m256& inv, __m256i& e) {
   inv = _mm256_castsi256_ps(ib);
 }
 
+// The test hook of the step above (rne_ue8m0_<isa>, cpu_internal.h): UE8M0 bytes and inverses of
+// n block maxima (n a multiple of 8), the same code in each ISA's translation unit.
+inline void rne_ue8m0_hook(const float* amax, std::uint8_t* e, float* inv, std::int64_t n) {
+  for (std::int64_t i = 0; i + 8 <= n; i += 8) {
+    __m256 vinv;
+    __m256i ve;
+    rne_scales<false>(_mm256_loadu_ps(amax + i), vinv, ve);
+    alignas(32) std::int32_t ei[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(ei), ve);
+    _mm256_storeu_ps(inv + i, vinv);
+    for (int j = 0; j < 8; ++j) e[i + j] = std::uint8_t(ei[j]);
+  }
+}
+
 // Stage 1 of Quantizer::kFp4TwoStage (see pow2_exp_scales): inv1 and sc of up to 4 blocks.
 inline void stage1_scales(__m128 am, __m128& inv1, __m128& sc) { pow2_exp_scales(am, kMxAmaxFloorK, kMxSixthK, sc, inv1); }
 
